@@ -1,1 +1,49 @@
-//! kvad-models
+//! kvad-models: from files on disk to a stateless model that turns token ids into logits.
+//!
+//! Weight sources (safetensors, GGUF) are loaders, not pipelines: both end in the same typed [`ModelConfig`] and
+//! the same architecture code, so a GGUF and a safetensors checkpoint of one model run the same arithmetic. The KV
+//! cache lives outside the model ([`SeqKv`]); one forward pass takes several sequences of different lengths.
+
+pub mod arch;
+pub mod config;
+pub mod error;
+pub mod kv;
+pub mod layers;
+pub mod load;
+pub mod weights;
+
+pub use config::{ArchKind, ModelConfig, RopeScaling};
+pub use error::ModelError;
+pub use kv::SeqKv;
+pub use load::{load_model, ModelFiles};
+
+/// Which rows of a forward pass need logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsMode {
+    /// None: a prompt chunk being read into the cache.
+    None,
+    /// The last new token of each sequence: generation.
+    Last,
+    /// Every new token: scoring, perplexity, tests against the reference.
+    All,
+}
+
+/// One sequence's part of a batched forward pass: its new tokens and its cache, which the pass extends.
+/// The new tokens' positions follow on from what the cache already holds.
+pub struct SeqInput<'a> {
+    /// Token ids to run.
+    pub tokens: &'a [u32],
+    /// This sequence's cache.
+    pub kv: &'a mut SeqKv,
+}
+
+/// A causal language model: stateless, so one loaded model serves any number of conversations.
+pub trait CausalLm: Send + Sync {
+    /// The typed config the model was built from.
+    fn config(&self) -> &ModelConfig;
+    /// An empty cache for a new sequence.
+    fn new_cache(&self) -> SeqKv;
+    /// Runs the new tokens of every sequence and returns, per sequence, the logits the mode asks for
+    /// (`rows × vocab`, flattened).
+    fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
+}

@@ -1,1 +1,9 @@
-//! kvad-tensor
+//! kvad-tensor: the numeric floor every model stands on.
+//!
+//! It knows about numbers, shapes and hardware (CPU kernels now, CUDA later) and nothing about models or requests,
+//! so a kernel can be tested and benchmarked on its own, and a model can change without touching a kernel.
+
+pub mod backend;
+pub mod cpu;
+
+pub use backend::{BackendKind, BackendParseError, Device};

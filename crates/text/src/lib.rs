@@ -1,1 +1,23 @@
-//! kvad-text
+//! kvad-text: everything between text and token ids.
+//!
+//! - [`Tokenizer`]: HF `tokenizers`, loaded from tokenizer.json, a model directory, or a GGUF
+//!   file's vocabulary ([`GgufVocab`]), encoding and decoding as transformers does.
+//! - [`IncrementalDecoder`]: streaming text for generated ids without splitting characters.
+//! - [`ChatTemplate`]: Jinja chat templates rendered as Python's jinja2 renders them.
+//!
+//! This crate knows nothing of tensors or of the GGUF file format; the model crates hand it
+//! plain data.
+
+mod error;
+mod files;
+mod gguf;
+mod incremental;
+mod template;
+mod tokenizer;
+
+pub use chrono;
+pub use error::TextError;
+pub use gguf::GgufVocab;
+pub use incremental::IncrementalDecoder;
+pub use template::{system_clock, ChatContext, ChatTemplate, Clock};
+pub use tokenizer::Tokenizer;

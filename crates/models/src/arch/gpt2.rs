@@ -1,0 +1,127 @@
+//! GPT-2: LayerNorm with bias, learned positions, fused qkv with bias, tanh GELU, tied head.
+//!
+//! HF stores GPT-2's linears as `Conv1D`, `[in, out]`; they are transposed once at load so the shared
+//! [`Linear`] (`[out, in]`) runs them.
+
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::kv::SeqKv;
+use crate::layers::{attention, final_logits, AttnShape, Linear};
+use crate::load::Tensors;
+use crate::{CausalLm, LogitsMode, SeqInput};
+use kvad_tensor::cpu::{matmul_t, ops};
+
+struct Block {
+    ln1: (Vec<f32>, Vec<f32>),
+    c_attn: Linear,
+    c_proj: Linear,
+    ln2: (Vec<f32>, Vec<f32>),
+    fc: Linear,
+    proj: Linear,
+}
+
+/// GPT-2 with f32 weights on the CPU.
+pub struct Gpt2 {
+    cfg: ModelConfig,
+    wte: Vec<f32>,
+    wpe: Vec<f32>,
+    blocks: Vec<Block>,
+    ln_f: (Vec<f32>, Vec<f32>),
+}
+
+/// Reads a `Conv1D` weight `[inp, out]` and its bias into a `[out, inp]` linear.
+fn conv1d(t: &mut Tensors<'_>, name: &str, inp: usize, out: usize) -> Result<Linear, ModelError> {
+    let w = t.get(&format!("{name}.weight"), &[inp, out])?;
+    let mut wt = vec![0f32; inp * out];
+    for i in 0..inp {
+        for o in 0..out {
+            wt[o * inp + i] = w[i * out + o];
+        }
+    }
+    let b = t.get(&format!("{name}.bias"), &[out])?;
+    Ok(Linear::new(wt, Some(b), out, inp))
+}
+
+impl Gpt2 {
+    /// Builds the model from checked tensors. Checkpoints name tensors with or without a `transformer.` prefix.
+    pub(crate) fn load(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Self, ModelError> {
+        let p = if t.has("transformer.wte.weight") { "transformer." } else { "" };
+        let (e, ff) = (cfg.hidden, cfg.intermediate);
+        let ln = |t: &mut Tensors<'_>, name: &str| -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+            Ok((t.get(&format!("{name}.weight"), &[e])?, t.get(&format!("{name}.bias"), &[e])?))
+        };
+        let wte = t.get(&format!("{p}wte.weight"), &[cfg.vocab_size, e])?;
+        let wpe = t.get(&format!("{p}wpe.weight"), &[cfg.max_position, e])?;
+        let mut blocks = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let b = format!("{p}h.{i}");
+            blocks.push(Block {
+                ln1: ln(t, &format!("{b}.ln_1"))?,
+                c_attn: conv1d(t, &format!("{b}.attn.c_attn"), e, 3 * e)?,
+                c_proj: conv1d(t, &format!("{b}.attn.c_proj"), e, e)?,
+                ln2: ln(t, &format!("{b}.ln_2"))?,
+                fc: conv1d(t, &format!("{b}.mlp.c_fc"), e, ff)?,
+                proj: conv1d(t, &format!("{b}.mlp.c_proj"), ff, e)?,
+            });
+        }
+        let ln_f = ln(t, &format!("{p}ln_f"))?;
+        // GPT-2's head is the embedding; a shipped lm_head.weight must match it (checked by the loader).
+        t.head(&cfg)?;
+        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f })
+    }
+}
+
+impl CausalLm for Gpt2 {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn new_cache(&self) -> SeqKv {
+        SeqKv::new(self.cfg.n_layers)
+    }
+
+    fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.cfg;
+        let e = c.hidden;
+        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
+        let starts: Vec<usize> = batch.iter().map(|s| s.kv.len()).collect();
+        let rows: usize = counts.iter().sum();
+        let positions = crate::load::check_batch(c, batch)?;
+        let mut x = Vec::with_capacity(rows * e);
+        let toks = batch.iter().flat_map(|s| s.tokens.iter());
+        for (&tok, &pos) in toks.zip(&positions) {
+            let (t, p) = (tok as usize, pos);
+            x.extend(self.wte[t * e..(t + 1) * e].iter().zip(&self.wpe[p * e..(p + 1) * e]).map(|(a, b)| a + b));
+        }
+        let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_heads, head_dim: c.head_dim, window: None };
+        let mut caches: Vec<&mut SeqKv> = batch.iter_mut().map(|s| &mut *s.kv).collect();
+        let mut hbuf = vec![0f32; rows * e];
+        for (li, b) in self.blocks.iter().enumerate() {
+            ops::layer_norm(&x, &b.ln1.0, &b.ln1.1, c.norm_eps, &mut hbuf);
+            let qkv = b.c_attn.forward(&hbuf, rows);
+            let (mut q, mut k, mut v) =
+                (Vec::with_capacity(rows * e), Vec::with_capacity(rows * e), Vec::with_capacity(rows * e));
+            for r in qkv.chunks_exact(3 * e) {
+                q.extend_from_slice(&r[..e]);
+                k.extend_from_slice(&r[e..2 * e]);
+                v.extend_from_slice(&r[2 * e..]);
+            }
+            let att = attention(shape, li, &q, &k, &v, &mut caches, &counts, &starts);
+            ops::add_inplace(&mut x, &b.c_proj.forward(&att, rows));
+            ops::layer_norm(&x, &b.ln2.0, &b.ln2.1, c.norm_eps, &mut hbuf);
+            let mut f = b.fc.forward(&hbuf, rows);
+            ops::gelu_tanh(&mut f);
+            ops::add_inplace(&mut x, &b.proj.forward(&f, rows));
+        }
+        for (cache, &n) in caches.iter_mut().zip(&counts) {
+            cache.len += n;
+        }
+        Ok(final_logits(&x, e, &counts, mode, |rows, n| {
+            let mut normed = vec![0f32; n * e];
+            ops::layer_norm(rows, &self.ln_f.0, &self.ln_f.1, c.norm_eps, &mut normed);
+            let mut y = vec![0f32; n * c.vocab_size];
+            matmul_t(&normed, n, e, &self.wte, c.vocab_size, &mut y);
+            y
+        }))
+    }
+}

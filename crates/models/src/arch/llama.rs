@@ -1,0 +1,157 @@
+//! The llama family: Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2.
+//!
+//! Pre-norm decoder layers: RMSNorm → attention (GQA, RoPE in the rotate-half layout; Qwen2's q/k/v bias; Qwen3's
+//! per-head q/k RMSNorm; Mistral's sliding window) → residual → RMSNorm → SwiGLU MLP → residual. Variants are
+//! fields of [`ModelConfig`], not branches per model name.
+
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::kv::SeqKv;
+use crate::layers::{attention, AttnShape, Linear, Rope};
+use crate::load::Tensors;
+use crate::{CausalLm, LogitsMode, SeqInput};
+use kvad_tensor::cpu::ops;
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    /// q, k and v stacked: `[q_dim + 2·kv_dim, hidden]`.
+    qkv: Linear,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    o: Linear,
+    mlp_norm: Vec<f32>,
+    /// gate and up stacked: `[2·intermediate, hidden]`.
+    gate_up: Linear,
+    down: Linear,
+}
+
+/// A llama-family model with f32 weights on the CPU.
+pub struct Llama {
+    cfg: ModelConfig,
+    embed: Vec<f32>,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    /// None when the head is the embedding.
+    head: Option<Linear>,
+    rope: Rope,
+}
+
+impl Llama {
+    /// Builds the model from checked tensors.
+    pub(crate) fn load(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Self, ModelError> {
+        let (h, q, kv, ff) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.intermediate);
+        let embed = t.get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = format!("model.layers.{i}");
+            let qkv = Linear::stack(vec![
+                t.linear(&format!("{p}.self_attn.q_proj"), q, h, cfg.qkv_bias)?,
+                t.linear(&format!("{p}.self_attn.k_proj"), kv, h, cfg.qkv_bias)?,
+                t.linear(&format!("{p}.self_attn.v_proj"), kv, h, cfg.qkv_bias)?,
+            ]);
+            let (q_norm, k_norm) = if cfg.qk_norm {
+                (
+                    Some(t.get(&format!("{p}.self_attn.q_norm.weight"), &[cfg.head_dim])?),
+                    Some(t.get(&format!("{p}.self_attn.k_norm.weight"), &[cfg.head_dim])?),
+                )
+            } else {
+                (None, None)
+            };
+            layers.push(Layer {
+                attn_norm: t.get(&format!("{p}.input_layernorm.weight"), &[h])?,
+                qkv,
+                q_norm,
+                k_norm,
+                o: t.linear(&format!("{p}.self_attn.o_proj"), h, q, false)?,
+                mlp_norm: t.get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                gate_up: Linear::stack(vec![
+                    t.linear(&format!("{p}.mlp.gate_proj"), ff, h, false)?,
+                    t.linear(&format!("{p}.mlp.up_proj"), ff, h, false)?,
+                ]),
+                down: t.linear(&format!("{p}.mlp.down_proj"), h, ff, false)?,
+            });
+        }
+        let norm = t.get("model.norm.weight", &[h])?;
+        let head = t.head(&cfg)?;
+        let rope = Rope::new(&cfg);
+        Ok(Llama { cfg, embed, layers, norm, head, rope })
+    }
+}
+
+impl CausalLm for Llama {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn new_cache(&self) -> SeqKv {
+        SeqKv::new(self.cfg.n_layers)
+    }
+
+    fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.cfg;
+        let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
+        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
+        let starts: Vec<usize> = batch.iter().map(|s| s.kv.len()).collect();
+        let rows: usize = counts.iter().sum();
+        let positions = crate::load::check_batch(c, batch)?;
+        let mut x = Vec::with_capacity(rows * h);
+        for s in batch.iter() {
+            for &tok in s.tokens {
+                x.extend_from_slice(&self.embed[tok as usize * h..(tok as usize + 1) * h]);
+            }
+        }
+        let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
+        let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd, window: c.sliding_window };
+        let mut caches: Vec<&mut SeqKv> = batch.iter_mut().map(|s| &mut *s.kv).collect();
+        let mut hbuf = vec![0f32; rows * h];
+        for (li, l) in self.layers.iter().enumerate() {
+            ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
+            let qkv = l.qkv.forward(&hbuf, rows);
+            let w = qd + 2 * kvd;
+            let mut q = Vec::with_capacity(rows * qd);
+            let mut k = Vec::with_capacity(rows * kvd);
+            let mut v = Vec::with_capacity(rows * kvd);
+            for r in 0..rows {
+                let row = &qkv[r * w..(r + 1) * w];
+                q.extend_from_slice(&row[..qd]);
+                k.extend_from_slice(&row[qd..qd + kvd]);
+                v.extend_from_slice(&row[qd + kvd..]);
+            }
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                ops::rms_norm_inplace(&mut q, qn, c.norm_eps);
+                ops::rms_norm_inplace(&mut k, kn, c.norm_eps);
+            }
+            for (r, (cos, sin)) in tables.iter().enumerate() {
+                for head in q[r * qd..(r + 1) * qd].chunks_exact_mut(hd) {
+                    ops::rope_half(head, cos, sin);
+                }
+                for head in k[r * kvd..(r + 1) * kvd].chunks_exact_mut(hd) {
+                    ops::rope_half(head, cos, sin);
+                }
+            }
+            let att = attention(shape, li, &q, &k, &v, &mut caches, &counts, &starts);
+            ops::add_inplace(&mut x, &l.o.forward(&att, rows));
+            ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
+            let gu = l.gate_up.forward(&hbuf, rows);
+            let ff = c.intermediate;
+            let mut act = Vec::with_capacity(rows * ff);
+            for r in 0..rows {
+                let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
+                let mut g = row[..ff].to_vec();
+                ops::silu_mul(&mut g, &row[ff..]);
+                act.extend_from_slice(&g);
+            }
+            ops::add_inplace(&mut x, &l.down.forward(&act, rows));
+        }
+        for (cache, &n) in caches.iter_mut().zip(&counts) {
+            cache.len += n;
+        }
+        let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
+        Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
+            let mut normed = vec![0f32; n * h];
+            ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
+            head.forward(&normed, n, h, c.vocab_size)
+        }))
+    }
+}
+

@@ -1,0 +1,49 @@
+//! The KV cache of one sequence, owned by the caller (the engine), never by the model.
+
+/// Keys and values of every layer for one sequence, rows of `kv_dim` floats in position order.
+#[derive(Debug, Clone, Default)]
+pub struct SeqKv {
+    pub(crate) layers: Vec<LayerKv>,
+    pub(crate) len: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LayerKv {
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+}
+
+impl SeqKv {
+    /// An empty cache for `n_layers` layers.
+    pub fn new(n_layers: usize) -> Self {
+        SeqKv { layers: vec![LayerKv::default(); n_layers], len: 0 }
+    }
+
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Drops everything after the first `n` tokens (a conversation that diverges from its cached prefix).
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.len {
+            return;
+        }
+        for l in &mut self.layers {
+            let dim = if self.len == 0 { 0 } else { l.k.len() / self.len };
+            l.k.truncate(n * dim);
+            l.v.truncate(n * dim);
+        }
+        self.len = n;
+    }
+
+    /// Bytes held, for memory accounting.
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(|l| (l.k.len() + l.v.len()) * 4).sum()
+    }
+}

@@ -1,0 +1,132 @@
+//! Elementwise and row-wise steps around the matrix products: norms, activations, softmax, RoPE.
+//!
+//! They follow PyTorch's f32 arithmetic closely (mean of squares then `1/sqrt`, the tanh form of GELU) so logits
+//! stay within 1e-4 of the reference.
+
+/// RMSNorm of each `dim`-wide row of `x` into `out`: `x / sqrt(mean(x²) + eps) * weight`.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let dim = weight.len();
+    for (row, o) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let ss: f32 = row.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+        let inv = 1.0 / (ss + eps).sqrt();
+        for ((o, &v), &w) in o.iter_mut().zip(row).zip(weight) {
+            *o = w * (v * inv);
+        }
+    }
+}
+
+/// RMSNorm in place (used for Qwen3's per-head q/k norms).
+pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32) {
+    let dim = weight.len();
+    for row in x.chunks_exact_mut(dim) {
+        let ss: f32 = row.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+        let inv = 1.0 / (ss + eps).sqrt();
+        for (v, &w) in row.iter_mut().zip(weight) {
+            *v = w * (*v * inv);
+        }
+    }
+}
+
+/// LayerNorm of each row (biased variance, as `torch.nn.LayerNorm`).
+pub fn layer_norm(x: &[f32], weight: &[f32], bias: &[f32], eps: f32, out: &mut [f32]) {
+    let dim = weight.len();
+    for (row, o) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let mean = row.iter().sum::<f32>() / dim as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / dim as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for i in 0..dim {
+            o[i] = (row[i] - mean) * inv * weight[i] + bias[i];
+        }
+    }
+}
+
+/// `a += b`, the residual connection.
+pub fn add_inplace(a: &mut [f32], b: &[f32]) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
+
+/// Adds a bias to every `bias.len()`-wide row.
+pub fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add_inplace(row, bias);
+    }
+}
+
+/// SwiGLU's gate: `gate = silu(gate) * up`, in place over `gate`.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = *g / (1.0 + (-*g).exp()) * u;
+    }
+}
+
+/// GPT-2's `gelu_new`: the tanh approximation.
+pub fn gelu_tanh(x: &mut [f32]) {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    for v in x.iter_mut() {
+        let u = *v;
+        *v = 0.5 * u * (1.0 + (C * (u + 0.044715 * u * u * u)).tanh());
+    }
+}
+
+/// Softmax in place, max-subtracted.
+pub fn softmax_inplace(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Rotates one head vector by RoPE in the "rotate half" (NeoX) layout: pair `i` is `(x[i], x[i + d/2])`.
+/// `cos`/`sin` hold `d/2` values for this position.
+pub fn rope_half(x: &mut [f32], cos: &[f32], sin: &[f32]) {
+    let half = cos.len();
+    for i in 0..half {
+        let (a, b) = (x[i], x[i + half]);
+        x[i] = a * cos[i] - b * sin[i];
+        x[i + half] = b * cos[i] + a * sin[i];
+    }
+}
+
+/// `a · b`, the attention score.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    super::gemm::dot_scalar(a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sums_to_one_and_keeps_order() {
+        let mut v = vec![1.0, 3.0, 2.0, -1e9];
+        softmax_inplace(&mut v);
+        assert!((v.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(v[1] > v[2] && v[2] > v[0] && v[3] == 0.0);
+    }
+
+    #[test]
+    fn rope_at_zero_angle_is_identity_and_rotation_keeps_norm() {
+        let mut x = vec![1.0, 2.0, 3.0, 4.0];
+        rope_half(&mut x, &[1.0, 1.0], &[0.0, 0.0]);
+        assert_eq!(x, vec![1.0, 2.0, 3.0, 4.0]);
+        let (c, s) = (0.3f32.cos(), 0.3f32.sin());
+        rope_half(&mut x, &[c, c], &[s, s]);
+        let n: f32 = x.iter().map(|v| v * v).sum();
+        assert!((n - 30.0).abs() < 1e-4);
+    }
+
+    #[test]
+    fn rms_norm_of_constant_row_is_weight() {
+        let mut out = vec![0.0; 4];
+        rms_norm(&[2.0; 4], &[1.0, 2.0, 3.0, 4.0], 0.0, &mut out);
+        assert_eq!(out, vec![1.0, 2.0, 3.0, 4.0]);
+    }
+}

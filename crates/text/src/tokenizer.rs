@@ -1,0 +1,232 @@
+//! The tokenizer the engine uses: HF `tokenizers` plus the special-token facts around it.
+//!
+//! Three ways in: a tokenizer.json (with tokenizer_config.json beside it when present), a whole
+//! Hugging Face model directory, or the vocabulary of a GGUF file. All three end in the same
+//! `tokenizers::Tokenizer`, so encode and decode behave the same whatever the source.
+
+use std::path::Path;
+
+use serde_json::Value;
+use tokenizers::models::ModelWrapper;
+use tokenizers::Tokenizer as HfTokenizer;
+
+use crate::files::{chat_template_field, read_optional_json, read_optional_text, token_content};
+use crate::gguf::{bos_eos_processor, convert, GgufVocab};
+use crate::TextError;
+
+/// A loaded tokenizer: encodes text to ids and decodes ids to text exactly as transformers does,
+/// and knows the model's BOS/EOS ids and chat template.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: HfTokenizer,
+    bos: Option<(String, u32)>,
+    eos_token: Option<String>,
+    eos_ids: Vec<u32>,
+    chat_template: Option<String>,
+    /// transformers' `clean_up_tokenization_spaces`; it never applies to BPE models.
+    clean_up_spaces: bool,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.bos)
+            .field("eos_ids", &self.eos_ids)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    /// Loads a tokenizer.json. A tokenizer_config.json beside it, when present, supplies the BOS
+    /// and EOS tokens, `add_bos_token`/`add_eos_token` and the chat template, as transformers
+    /// reads them.
+    pub fn from_file(path: &Path) -> Result<Self, TextError> {
+        let mut inner = HfTokenizer::from_file(path)
+            .map_err(|e| TextError::tokenizers(path.display().to_string(), e))?;
+        let config_path = path.with_file_name("tokenizer_config.json");
+        let config = read_optional_json(&config_path)?.unwrap_or(Value::Null);
+
+        let named = |key: &str| -> Option<(String, u32)> {
+            let t = token_content(config.get(key))?;
+            let id = inner.token_to_id(&t)?;
+            Some((t, id))
+        };
+        let bos = named("bos_token");
+        let eos = named("eos_token");
+        let eos_token = token_content(config.get("eos_token"));
+        let add_bos = config.get("add_bos_token").and_then(Value::as_bool);
+        let add_eos = config.get("add_eos_token").and_then(Value::as_bool);
+        if add_bos.is_some() || add_eos.is_some() {
+            // transformers rebuilds the post-processor when the config states either flag.
+            let p = bos_eos_processor(
+                bos.as_ref(),
+                eos.as_ref(),
+                add_bos.unwrap_or(false),
+                add_eos.unwrap_or(false),
+            )?;
+            inner.with_post_processor(Some(p));
+        }
+        let clean_up_spaces = config
+            .get("clean_up_tokenization_spaces")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        Ok(Tokenizer {
+            bos,
+            eos_ids: eos.iter().map(|(_, id)| *id).collect(),
+            eos_token,
+            chat_template: chat_template_field(&config),
+            clean_up_spaces,
+            inner,
+        })
+    }
+
+    /// Loads the tokenizer of a Hugging Face model directory: tokenizer.json and
+    /// tokenizer_config.json, the chat template from chat_template.jinja / chat_template.json
+    /// when present, and any extra EOS ids listed in generation_config.json.
+    pub fn from_dir(dir: &Path) -> Result<Self, TextError> {
+        let mut tok = Self::from_file(&dir.join("tokenizer.json"))?;
+        if let Some(src) = read_optional_text(&dir.join("chat_template.jinja"))? {
+            tok.chat_template = Some(src);
+        } else if let Some(v) = read_optional_json(&dir.join("chat_template.json"))? {
+            if let Some(src) = chat_template_field(&v) {
+                tok.chat_template = Some(src);
+            }
+        }
+        if let Some(gen) = read_optional_json(&dir.join("generation_config.json"))? {
+            let ids: Vec<u32> = match gen.get("eos_token_id") {
+                Some(Value::Number(n)) => n.as_u64().into_iter().collect(),
+                Some(Value::Array(a)) => a.iter().filter_map(Value::as_u64).collect(),
+                _ => Vec::new(),
+            }
+            .into_iter()
+            .filter_map(|id| u32::try_from(id).ok())
+            .collect();
+            for id in ids {
+                if !tok.eos_ids.contains(&id) {
+                    tok.eos_ids.push(id);
+                }
+            }
+        }
+        Ok(tok)
+    }
+
+    /// Builds the tokenizer that a GGUF file's metadata describes (see [`GgufVocab`]).
+    pub fn from_gguf_vocab(v: &GgufVocab) -> Result<Self, TextError> {
+        let c = convert(v)?;
+        Ok(Tokenizer {
+            inner: c.tokenizer,
+            eos_ids: c.eos.iter().map(|(_, id)| *id).collect(),
+            eos_token: c.eos.map(|(t, _)| t),
+            bos: c.bos,
+            chat_template: v.chat_template.clone(),
+            clean_up_spaces: false,
+        })
+    }
+
+    /// Text to ids. `add_special_tokens` adds what the post-processor adds (BOS for most
+    /// SentencePiece models); special tokens written in the text always map to their ids.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TextError> {
+        let enc = self
+            .inner
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| TextError::tokenizers("encode", e))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Ids to text; `skip_special` drops special tokens such as `<|im_end|>`. An id outside the
+    /// vocabulary is an error rather than silently dropped.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, TextError> {
+        let vocab_size = self.vocab_size();
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(TextError::UnknownTokenId { id, vocab_size });
+        }
+        let text = self
+            .inner
+            .decode(ids, skip_special)
+            .map_err(|e| TextError::tokenizers("decode", e))?;
+        let is_bpe = matches!(self.inner.get_model(), ModelWrapper::BPE(_));
+        Ok(if self.clean_up_spaces && !is_bpe {
+            clean_up_tokenization(&text)
+        } else {
+            text
+        })
+    }
+
+    /// Number of ids, added tokens included: the size the embedding table must cover.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The BOS id, when the model names one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos.as_ref().map(|(_, id)| *id)
+    }
+
+    /// The BOS token text (for chat templates' `bos_token`).
+    pub fn bos_token(&self) -> Option<&str> {
+        self.bos.as_ref().map(|(t, _)| t.as_str())
+    }
+
+    /// The EOS token text (for chat templates' `eos_token`).
+    pub fn eos_token(&self) -> Option<&str> {
+        self.eos_token.as_deref()
+    }
+
+    /// Every id that ends generation: the tokenizer's EOS and those of generation_config.json.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    /// The chat template source that came with the tokenizer, if any.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// The id of a token (vocabulary or added token) spelled exactly `s`.
+    pub fn token_to_id(&self, s: &str) -> Option<u32> {
+        self.inner.token_to_id(s)
+    }
+
+    /// The spelling of token `id` as stored (byte-level tokens in the byte alphabet).
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// The underlying `tokenizers` object, for what this wrapper does not expose.
+    pub fn inner(&self) -> &HfTokenizer {
+        &self.inner
+    }
+}
+
+/// transformers' `clean_up_tokenization`: removes the space that WordPiece-era decoders left
+/// before punctuation and contractions.
+fn clean_up_tokenization(text: &str) -> String {
+    [
+        (" .", "."),
+        (" ?", "?"),
+        (" !", "!"),
+        (" ,", ","),
+        (" ' ", "'"),
+        (" n't", "n't"),
+        (" 'm", "'m"),
+        (" 's", "'s"),
+        (" 've", "'ve"),
+        (" 're", "'re"),
+    ]
+    .iter()
+    .fold(text.to_string(), |t, (from, to)| t.replace(from, to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clean_up_matches_transformers() {
+        assert_eq!(
+            clean_up_tokenization("Hello , world . I 'm here ! don 't"),
+            "Hello, world. I'm here! don 't"
+        );
+    }
+}

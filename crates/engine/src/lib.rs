@@ -1,1 +1,29 @@
-//! kvad-engine
+//! kvad-engine: sequences, sampling and the generation loop over a stateless model.
+//!
+//! It owns everything stateful about a generation (the KV cache, the sampler's generator, the ids so far) so the
+//! model stays a pure function of its inputs. The scheduler (queue, fairness, batching) lands here too.
+
+pub mod generate;
+pub mod open;
+pub mod sampler;
+
+pub use generate::{generate, FinishReason, GenStats, GenerateRequest};
+pub use open::{open_model, ModelKind, OpenedModel};
+pub use sampler::{Sampled, Sampler, SamplingError, SamplingParams};
+
+/// Why a generation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The model refused or failed.
+    #[error(transparent)]
+    Model(#[from] kvad_models::ModelError),
+    /// The tokenizer or template failed.
+    #[error(transparent)]
+    Text(#[from] kvad_text::TextError),
+    /// A sampling parameter is out of range.
+    #[error(transparent)]
+    Sampling(#[from] SamplingError),
+    /// The request itself cannot run (an empty prompt, a prompt longer than the context).
+    #[error("{0}")]
+    BadRequest(String),
+}

@@ -1,9 +1,7 @@
 //! GGUF reader tests over hand-built images: every metadata type, both versions, alignment, every block type, and
 //! every refusal. Byte offsets below follow from the layout (magic 4, version 4, tensor count 8, kv count 8 = 24).
 
-use kvad_models::weights::{
-    GgufFile, GgufValue, GgufWriter, StoredType, TensorInfo, WeightError, WeightSource,
-};
+use kvad_models::weights::{GgufFile, GgufValue, GgufWriter, StoredType, TensorInfo, WeightError, WeightSource};
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -18,7 +16,10 @@ fn small_file(version: u32) -> Vec<u8> {
     let mut w = GgufWriter::new(version);
     w.kv("general.architecture", GgufValue::String("llama".into()))
         .kv("llama.block_count", GgufValue::U32(2))
-        .kv("tokenizer.ggml.tokens", GgufValue::Array(vec![GgufValue::String("a".into()), GgufValue::String("b".into())]))
+        .kv(
+            "tokenizer.ggml.tokens",
+            GgufValue::Array(vec![GgufValue::String("a".into()), GgufValue::String("b".into())]),
+        )
         .kv("tokenizer.ggml.scores", GgufValue::Array(vec![GgufValue::F32(0.5), GgufValue::F32(-1.0)]))
         .tensor("a", &[3, 2], 0, f32_bytes(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))
         .tensor("b", &[2], 1, f16_bytes(&[0.5, -0.25]));
@@ -63,9 +64,12 @@ fn reads_v2_and_v3() {
 fn custom_alignment_is_used_for_data_and_offsets() {
     for alignment in [1u32, 8, 64, 4096] {
         let mut w = GgufWriter::new(3);
-        w.kv("general.alignment", GgufValue::U32(alignment))
-            .tensor("x", &[1], 0, f32_bytes(&[7.0]))
-            .tensor("y", &[3], 0, f32_bytes(&[1.0, 2.0, 3.0]));
+        w.kv("general.alignment", GgufValue::U32(alignment)).tensor("x", &[1], 0, f32_bytes(&[7.0])).tensor(
+            "y",
+            &[3],
+            0,
+            f32_bytes(&[1.0, 2.0, 3.0]),
+        );
         let f = GgufFile::parse(&w.to_bytes().unwrap()).unwrap();
         assert_eq!(f.alignment, u64::from(alignment));
         assert_eq!(f.data_offset % u64::from(alignment), 0);
@@ -96,7 +100,11 @@ fn every_truncation_is_an_error() {
     for version in [2, 3] {
         let bytes = small_file(version);
         for n in 0..bytes.len() {
-            assert!(GgufFile::parse(&bytes[..n]).is_err(), "v{version} truncated to {n} of {} bytes parsed", bytes.len());
+            assert!(
+                GgufFile::parse(&bytes[..n]).is_err(),
+                "v{version} truncated to {n} of {} bytes parsed",
+                bytes.len()
+            );
         }
     }
 }

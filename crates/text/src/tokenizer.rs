@@ -4,6 +4,7 @@
 //! Hugging Face model directory, or the vocabulary of a GGUF file. All three end in the same
 //! `tokenizers::Tokenizer`, so encode and decode behave the same whatever the source.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use serde_json::Value;
@@ -25,6 +26,10 @@ pub struct Tokenizer {
     chat_template: Option<String>,
     /// transformers' `clean_up_tokenization_spaces`; it never applies to BPE models.
     clean_up_spaces: bool,
+    /// Ids of special added tokens (those `skip_special` drops).
+    special_ids: HashSet<u32>,
+    /// Whether the model decodes `<0xNN>` tokens as raw bytes (SentencePiece byte fallback).
+    byte_fallback: bool,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -77,6 +82,8 @@ impl Tokenizer {
             eos_token,
             chat_template: chat_template_field(&config),
             clean_up_spaces,
+            special_ids: special_ids(&inner),
+            byte_fallback: byte_fallback(&inner),
             inner,
         })
     }
@@ -115,6 +122,8 @@ impl Tokenizer {
     pub fn from_gguf_vocab(v: &GgufVocab) -> Result<Self, TextError> {
         let c = convert(v)?;
         Ok(Tokenizer {
+            special_ids: special_ids(&c.tokenizer),
+            byte_fallback: byte_fallback(&c.tokenizer),
             inner: c.tokenizer,
             eos_ids: c.eos.iter().map(|(_, id)| *id).collect(),
             eos_token: c.eos.map(|(t, _)| t),
@@ -197,6 +206,39 @@ impl Tokenizer {
     pub fn inner(&self) -> &HfTokenizer {
         &self.inner
     }
+
+    /// Whether `id` is a special token, i.e. one that `decode(.., skip_special = true)` drops.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special_ids.contains(&id)
+    }
+
+    /// Whether `id` is a `<0xNN>` byte token that the decoder turns into a raw byte. A run of
+    /// them decodes as a whole (all bytes become U+FFFD if the run is not valid UTF-8), which
+    /// the streaming decoder must wait for.
+    pub(crate) fn is_fallback_byte(&self, id: u32) -> bool {
+        self.byte_fallback
+            && self.inner.id_to_token(id).is_some_and(|t| {
+                t.len() == 6
+                    && t.starts_with("<0x")
+                    && t.ends_with('>')
+                    && t[3..5].bytes().all(|b| b.is_ascii_hexdigit())
+            })
+    }
+}
+
+/// The ids of the special added tokens.
+fn special_ids(inner: &HfTokenizer) -> HashSet<u32> {
+    inner
+        .get_added_tokens_decoder()
+        .into_iter()
+        .filter(|(_, t)| t.special)
+        .map(|(id, _)| id)
+        .collect()
+}
+
+/// Whether the model falls back to `<0xNN>` byte tokens.
+fn byte_fallback(inner: &HfTokenizer) -> bool {
+    matches!(inner.get_model(), ModelWrapper::BPE(bpe) if bpe.byte_fallback)
 }
 
 /// transformers' `clean_up_tokenization`: removes the space that WordPiece-era decoders left

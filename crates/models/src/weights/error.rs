@@ -140,8 +140,12 @@ fn version_hint(version: u32) -> String {
 fn type_hint(dtype: &str) -> &'static str {
     let d = dtype.to_ascii_uppercase();
     let integer = d.starts_with('I') || d.starts_with('U') || d == "BOOL";
-    let quantised = d.starts_with('Q') || d.starts_with("TQ") || d.starts_with("F8") || d.starts_with("F4")
-        || d.starts_with("F6") || d.starts_with("MXFP");
+    let quantised = d.starts_with('Q')
+        || d.starts_with("TQ")
+        || d.starts_with("F8_")
+        || d.starts_with("F6_")
+        || d == "F4"
+        || d.starts_with("MXFP");
     if integer || quantised {
         "; the checkpoint looks quantised, and quantised checkpoints of this kind are not supported \
          (use an f32/f16/bf16 checkpoint, or a GGUF in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K or Q6_K)"

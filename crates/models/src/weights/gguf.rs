@@ -7,7 +7,7 @@
 //! The file is untrusted input: every read goes through `Cursor`, which checks the bytes are there before slicing,
 //! and every count is checked against the bytes left before anything is allocated for it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::gguf_dequant::{dequantize, GgmlType};
@@ -207,10 +207,10 @@ fn parse_header(path: &Path, bytes: &[u8]) -> Result<Header, WeightError> {
     let alignment = alignment_of(path, &metadata)?;
 
     let mut tensors = Vec::with_capacity(usize::try_from(n_tensors).unwrap_or(0));
-    let mut seen: HashMap<String, ()> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
     for _ in 0..n_tensors {
         let t = cur.tensor_info(alignment)?;
-        if seen.insert(t.name.clone(), ()).is_some() {
+        if !seen.insert(t.name.clone()) {
             return Err(WeightError::DuplicateTensor { path: path.into(), name: t.name, other: path.into() });
         }
         tensors.push(t);
@@ -330,8 +330,7 @@ impl<'a> Cursor<'a> {
     fn string_strict(&mut self, what: &str) -> Result<String, WeightError> {
         let start = self.pos;
         let b = self.string_bytes(what)?;
-        String::from_utf8(b.to_vec())
-            .map_err(|e| bad(self.path, format!("{what} at offset {start} is not UTF-8: {e}")))
+        String::from_utf8(b.to_vec()).map_err(|e| bad(self.path, format!("{what} at offset {start} is not UTF-8: {e}")))
     }
 
     fn value(&mut self, type_id: u32, key: &str, depth: usize) -> Result<GgufValue, WeightError> {
@@ -389,10 +388,11 @@ impl<'a> Cursor<'a> {
         }
         let ggml_type = GgmlType(self.u32(&format!("type of tensor {name:?}"))?);
         let offset = self.u64(&format!("offset of tensor {name:?}"))?;
-        if offset % alignment != 0 {
+        if offset.checked_rem(alignment) != Some(0) {
             return Err(bad(self.path, format!("tensor {name:?} has offset {offset}, not a multiple of {alignment}")));
         }
-        let shape_err = |reason: String| WeightError::ShapeMismatch { path: self.path.into(), tensor: name.clone(), reason };
+        let shape_err =
+            |reason: String| WeightError::ShapeMismatch { path: self.path.into(), tensor: name.clone(), reason };
         let shape = ne
             .iter()
             .rev()
@@ -408,7 +408,7 @@ impl<'a> Cursor<'a> {
             Some((block_len, block_bytes)) => {
                 let (block_len, block_bytes) = (block_len as u64, block_bytes as u64);
                 let row = ne.first().copied().unwrap_or(1);
-                if row % block_len != 0 {
+                if row.checked_rem(block_len) != Some(0) {
                     return Err(shape_err(format!(
                         "ne[0] = {row} is not a multiple of the {}-weight blocks of type {}",
                         block_len,

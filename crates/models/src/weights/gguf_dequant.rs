@@ -99,7 +99,7 @@ const BLOCKS_PER_TASK: usize = 1024;
 /// into a typed error with the file and tensor name. Public so quantised backends can decode a row on demand.
 pub fn dequantize(dtype: &StoredType, bytes: &[u8]) -> Option<Vec<f32>> {
     let (block_len, block_bytes) = readable_layout(dtype)?;
-    if bytes.len() % block_bytes != 0 {
+    if bytes.len().checked_rem(block_bytes) != Some(0) {
         return None;
     }
     let n_values = (bytes.len() / block_bytes).checked_mul(block_len)?;
@@ -117,9 +117,7 @@ pub fn dequantize(dtype: &StoredType, bytes: &[u8]) -> Option<Vec<f32>> {
     };
     let task_values = BLOCKS_PER_TASK * block_len;
     let task_bytes = BLOCKS_PER_TASK * block_bytes;
-    out.par_chunks_mut(task_values)
-        .zip(bytes.par_chunks(task_bytes))
-        .for_each(|(o, b)| decode(b, o));
+    out.par_chunks_mut(task_values).zip(bytes.par_chunks(task_bytes)).for_each(|(o, b)| decode(b, o));
     Some(out)
 }
 
@@ -253,17 +251,17 @@ mod tests {
         let mut b = f16(2.0).to_vec();
         b.extend(&qs);
         let y = dequantize(&StoredType::Q4_0, &b).unwrap();
-        for j in 0..32 {
+        for (j, &got) in y.iter().enumerate() {
             let q = if j < 16 { j as f32 } else { 15.0 - (j - 16) as f32 };
-            assert_eq!(y[j], (q - 8.0) * 2.0, "Q4_0 weight {j}");
+            assert_eq!(got, (q - 8.0) * 2.0, "Q4_0 weight {j}");
         }
         let mut b = f16(0.25).to_vec();
         b.extend(f16(-1.0));
         b.extend(&qs);
         let y = dequantize(&StoredType::Q4_1, &b).unwrap();
-        for j in 0..32 {
+        for (j, &got) in y.iter().enumerate() {
             let q = if j < 16 { j as f32 } else { 15.0 - (j - 16) as f32 };
-            assert_eq!(y[j], q * 0.25 - 1.0, "Q4_1 weight {j}");
+            assert_eq!(got, q * 0.25 - 1.0, "Q4_1 weight {j}");
         }
     }
 
@@ -291,7 +289,7 @@ mod tests {
         for (k, &got) in y.iter().enumerate() {
             let sub = k / 32;
             let i = k % 32;
-            let q = if sub % 2 == 0 { i % 16 } else { 15 - i % 16 };
+            let q = if sub & 1 == 0 { i % 16 } else { 15 - i % 16 };
             let (sc, m) = sm[sub];
             let want = 0.5 * f32::from(sc) * q as f32 - 0.25 * f32::from(m);
             assert_eq!(got, want, "weight {k}");
@@ -311,7 +309,7 @@ mod tests {
             ql[ql_idx] |= (q & 15) << shift;
             qh[32 * half + l] |= (q >> 4) << (2 * quarter);
         }
-        let scales: Vec<i8> = (0..16).map(|i| i as i8 * 9 - 70).collect();
+        let scales: Vec<i8> = (0..16i32).map(|i| (i * 9 - 70) as i8).collect();
         let mut b = ql.to_vec();
         b.extend(qh);
         b.extend(scales.iter().map(|&s| s as u8));

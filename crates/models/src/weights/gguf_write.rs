@@ -46,9 +46,10 @@ impl GgufWriter {
     pub fn to_bytes(&self) -> Result<Vec<u8>, WeightError> {
         let alignment = match self.metadata.iter().rev().find(|(k, _)| k == "general.alignment") {
             None => DEFAULT_ALIGNMENT,
-            Some((_, v)) => v.as_u64().filter(|&a| a > 0).ok_or_else(|| writer_error(format!(
-                "general.alignment {v:?} is not a positive integer"
-            )))?,
+            Some((_, v)) => v
+                .as_u64()
+                .filter(|&a| a > 0)
+                .ok_or_else(|| writer_error(format!("general.alignment {v:?} is not a positive integer")))?,
         };
         let mut out = Vec::new();
         out.extend_from_slice(GGUF_MAGIC);

@@ -4,16 +4,16 @@
 //! fresh `Vec<f32>`, while `raw_bytes` hands out the stored bytes for backends that use the blocks as they are.
 //! Headers come from untrusted files, so every size and offset is checked before it is used (see `gguf.rs`).
 
-mod gguf_dequant;
 mod error;
 mod gguf;
+mod gguf_dequant;
 mod gguf_value;
 mod gguf_write;
 mod safetensors;
 
-pub use gguf_dequant::{dequantize, GgmlType};
 pub use error::WeightError;
 pub use gguf::{GgufFile, GgufTensor};
+pub use gguf_dequant::{dequantize, GgmlType};
 pub use gguf_value::{GgufValue, GgufValueType};
 pub use gguf_write::GgufWriter;
 pub use safetensors::SafetensorsSource;
@@ -105,8 +105,8 @@ pub trait WeightSource: Send + Sync {
     fn raw_bytes(&self, name: &str) -> Result<&[u8], WeightError>;
 }
 
-/// Opens a weight file or model directory by looking at what it is: a `.gguf` file, a `.safetensors` file, or a
-/// directory of safetensors. The CLI calls this so users can point at either kind.
+/// Opens a weight file or model directory by looking at what it is: a GGUF file (by its magic or extension), a
+/// safetensors file, or a directory of safetensors. The CLI calls this so users can point at either kind.
 pub fn open(path: &Path) -> Result<Box<dyn WeightSource>, WeightError> {
     if path.is_dir() {
         return Ok(Box::new(SafetensorsSource::open_dir(path)?));
@@ -114,17 +114,25 @@ pub fn open(path: &Path) -> Result<Box<dyn WeightSource>, WeightError> {
     if !path.exists() {
         return Err(WeightError::NotFound { path: path.to_path_buf(), what: "weight file".into() });
     }
-    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+    // Sniff rather than trust the extension: GGUF files are often renamed (".bin", no extension).
+    let mut magic = [0u8; 4];
+    let is_gguf = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok_and(|()| &magic == b"GGUF");
+    if is_gguf || path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
         Ok(Box::new(GgufFile::open(path)?))
     } else {
         Ok(Box::new(SafetensorsSource::open_files(&[path.to_path_buf()])?))
     }
 }
 
-/// Converts little-endian f16 bytes to f32 (shared by both formats).
+/// Converts little-endian f16 bytes to f32 (shared by both formats). A 256 KiB table of all 65536 values keeps this
+/// memory-bound, as fast as the bf16 path, whether or not the CPU converts f16 in hardware.
 fn f16_bytes_to_f32(bytes: &[u8], out: &mut [f32]) {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| (0..=u16::MAX).map(|b| half::f16::from_bits(b).to_f32()).collect());
     for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-        *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+        *o = table[usize::from(u16::from_le_bytes([c[0], c[1]]))];
     }
 }
 
@@ -181,16 +189,12 @@ mod tests {
     #[test]
     fn half_conversions() {
         let mut out = [0f32; 3];
-        let bytes: Vec<u8> = [1.0f32, -2.5, 65504.0]
-            .iter()
-            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
-            .collect();
+        let bytes: Vec<u8> =
+            [1.0f32, -2.5, 65504.0].iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
         f16_bytes_to_f32(&bytes, &mut out);
         assert_eq!(out, [1.0, -2.5, 65504.0]);
-        let bytes: Vec<u8> = [1.0f32, -3.0, 0.15625]
-            .iter()
-            .flat_map(|&v| half::bf16::from_f32(v).to_le_bytes())
-            .collect();
+        let bytes: Vec<u8> =
+            [1.0f32, -3.0, 0.15625].iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect();
         bf16_bytes_to_f32(&bytes, &mut out);
         assert_eq!(out, [1.0, -3.0, 0.15625]);
     }

@@ -126,9 +126,14 @@ impl SafetensorsSource {
         files.dedup();
         let source = Self::open_files(&files)?;
         for (name, file) in &wanted {
-            let held = source.tensors.get(name).is_some_and(|e| source.shards.get(e.shard).is_some_and(|s| &s.path == file));
+            let held =
+                source.tensors.get(name).is_some_and(|e| source.shards.get(e.shard).is_some_and(|s| &s.path == file));
             if !held {
-                return Err(WeightError::MissingInShard { index: index.into(), shard: file.clone(), name: name.clone() });
+                return Err(WeightError::MissingInShard {
+                    index: index.into(),
+                    shard: file.clone(),
+                    name: name.clone(),
+                });
             }
         }
         Ok(source)
@@ -142,9 +147,10 @@ impl SafetensorsSource {
             let (header_len, metadata) = SafeTensors::read_metadata(backing.bytes())
                 .map_err(|e| WeightError::BadHeader { path: path.clone(), reason: format!("safetensors: {e}") })?;
             // read_metadata checked 8 + header_len + data length == file length, so these cannot overflow.
-            let data_start = header_len
-                .checked_add(8)
-                .ok_or_else(|| WeightError::BadHeader { path: path.clone(), reason: "header length overflows".into() })?;
+            let data_start = header_len.checked_add(8).ok_or_else(|| WeightError::BadHeader {
+                path: path.clone(),
+                reason: "header length overflows".into(),
+            })?;
             for (name, info) in metadata.tensors() {
                 let (s, e) = info.data_offsets;
                 let range = data_start.checked_add(s).zip(data_start.checked_add(e));
@@ -252,7 +258,8 @@ mod tests {
 
     #[test]
     fn garbage_is_a_bad_header() {
-        for bytes in [&b""[..], b"\x05\0\0\0\0\0\0\0{}", b"\xff\xff\xff\xff\xff\xff\xff\xff", b"\x02\0\0\0\0\0\0\0{}"] {
+        for bytes in [&b""[..], b"\x05\0\0\0\0\0\0\0{}", b"\xff\xff\xff\xff\xff\xff\xff\xff", b"\x02\0\0\0\0\0\0\0{}x"]
+        {
             let err = SafetensorsSource::parse(bytes).err();
             assert!(matches!(err, Some(WeightError::BadHeader { .. })), "{bytes:?}: {err:?}");
         }

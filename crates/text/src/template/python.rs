@@ -147,7 +147,7 @@ fn json_float(f: f64) -> String {
 }
 
 /// Python's `repr(float)`: the shortest digits that round-trip, positional for exponents in
-/// -5..16 and scientific (`1e-05`, `1e+16`) outside.
+/// -4..16 and scientific (`1e-05`, `1e+16`) outside.
 pub(crate) fn float_repr(f: f64) -> String {
     if f.is_nan() {
         return "nan".into();
@@ -167,7 +167,7 @@ pub(crate) fn float_repr(f: f64) -> String {
         None => ("", mantissa),
     };
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if (-5..16).contains(&exp) {
+    if (-4..16).contains(&exp) {
         let point = exp + 1; // digits before the decimal point
         let body = if point <= 0 {
             format!("0.{}{}", "0".repeat((-point) as usize), digits)

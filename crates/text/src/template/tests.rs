@@ -195,3 +195,31 @@ fn from_dir_prefers_jinja_then_json_then_tokenizer_config() {
     assert!(ChatTemplate::from_dir(&dir).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn operators_and_filters_like_python() {
+    let src = "{{ 'a' + 'b' }}|{{ [1,2] + [3] }}|{{ 'a b  c'.split() }}|{{ 'a,b'.split(',', 1) }}|\
+               {{ {'a':1}.keys()|list }}|{{ 3/2 }}|{{ 4/2 }}|{{ 7//2 }}|{{ 'Hi'.upper() }}|{{ 'x'|string }}";
+    assert_eq!(
+        render(src, &ChatContext::default()).unwrap(),
+        "ab|[1, 2, 3]|['a', 'b', 'c']|['a', 'b']|['a']|1.5|2.0|3|HI|x"
+    );
+    let ctx =
+        with_messages(json!([{"role": "u", "content": {"a": "it's", "b": 1.5}}, {"role": "v"}]));
+    let src = "{{ messages[0].content }}|{{ 1 in [1,2] }}|{{ 'ab' in 'cabd' }}|\
+               {{ messages|selectattr('role','equalto','u')|list|length }}|{{ messages|map(attribute='role')|join(',') }}";
+    assert_eq!(
+        render(src, &ctx).unwrap(),
+        "{'a': \"it's\", 'b': 1.5}|True|True|1|u,v"
+    );
+}
+
+#[test]
+fn comments_and_indented_blocks() {
+    let src =
+        "  {#- c -#}\n  {% if true %}\n  x\n  {% endif %}\n  {{ 'y' }}  \n  {# comment #}\n  z";
+    assert_eq!(
+        render(src, &ChatContext::default()).unwrap(),
+        "  x\n  y  \n  z"
+    );
+}

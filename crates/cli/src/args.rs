@@ -1,0 +1,78 @@
+//! Command-line arguments.
+
+use clap::{Args, Parser, Subcommand};
+
+/// kvad: a local LLM engine.
+#[derive(Parser, Debug)]
+#[command(name = "kvad", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate a reply to one prompt; tokens stream to stdout, a summary goes to stderr.
+    Run(RunArgs),
+    /// Talk with a model; the conversation is kept until you leave (/exit) or reset it (/reset).
+    Chat(ModelArgs),
+    /// List the architectures and the backends that run each.
+    Arch,
+}
+
+/// What model, on what backend, sampled how.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// A directory in HF layout, a .gguf file, or an alias.
+    #[arg(default_value = kvad_hub::DEFAULT_ALIAS)]
+    pub model: String,
+    /// A system message (chat models).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling threshold.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Keep only the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Drop tokens below this fraction of the most likely one.
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// HF-style repetition penalty (1: none).
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// OpenAI-style presence penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// OpenAI-style frequency penalty.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Seed for sampling.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8 or gpu-q4.
+    #[arg(long, default_value = "cpu-f32")]
+    pub backend: String,
+    /// Worker threads (default: physical cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// `kvad run`.
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    #[arg(short, long)]
+    pub prompt: String,
+    /// Print the top-N alternatives with log-probabilities for each token to stderr.
+    #[arg(long)]
+    pub logprobs: Option<usize>,
+}

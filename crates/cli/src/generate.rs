@@ -1,0 +1,179 @@
+//! `kvad run` and `kvad chat` in-process: resolve, load, template, generate, stream.
+
+use crate::args::{ModelArgs, RunArgs};
+use anyhow::{bail, Context, Result};
+use kvad_engine::{generate as gen, open_model, GenStats, GenerateRequest, OpenedModel, SamplingParams};
+use kvad_tensor::BackendKind;
+use kvad_text::{ChatContext, IncrementalDecoder};
+use serde_json::{json, Value};
+use std::io::{BufRead, Write};
+
+fn load(args: &ModelArgs) -> Result<OpenedModel> {
+    let backend: BackendKind = args.backend.parse()?;
+    if backend != BackendKind::CpuF32 {
+        bail!("backend {backend} is not built yet in this version; cpu-f32 is");
+    }
+    let threads = kvad_tensor::cpu::pool::init(args.threads);
+    let resolved = kvad_hub::resolve(&args.model)?;
+    if let Some(note) = &resolved.source_note {
+        eprintln!("kvad: {note}");
+    }
+    let t = std::time::Instant::now();
+    let m = open_model(&resolved.path).with_context(|| format!("loading {}", resolved.path.display()))?;
+    for n in &m.notes {
+        eprintln!("kvad: {n}");
+    }
+    let c = m.model.config();
+    eprintln!(
+        "kvad: {} ({}, {} layers, {:.0} M params) on {backend}, {threads} threads, loaded in {:.2}s",
+        args.model,
+        c.arch_name,
+        c.n_layers,
+        c.param_count() as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(m)
+}
+
+fn params(a: &ModelArgs, logprobs: Option<usize>) -> SamplingParams {
+    SamplingParams {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repetition_penalty: a.repetition_penalty,
+        presence_penalty: a.presence_penalty,
+        frequency_penalty: a.frequency_penalty,
+        seed: a.seed,
+        top_logprobs: logprobs,
+    }
+}
+
+/// Renders the conversation with the model's own template (chat models) or returns the plain prompt ids.
+fn prompt_ids(m: &OpenedModel, messages: &[Value], plain: &str) -> Result<Vec<u32>> {
+    match &m.template {
+        Some(t) => {
+            let ctx = ChatContext {
+                messages: messages.to_vec(),
+                tools: None,
+                add_generation_prompt: true,
+                bos_token: m.tokenizer.bos_token().unwrap_or_default().to_string(),
+                eos_token: m.tokenizer.eos_token().unwrap_or_default().to_string(),
+                extra: Default::default(),
+            };
+            let text = t.render(&ctx)?;
+            Ok(m.tokenizer.encode(&text, false)?)
+        }
+        None => Ok(m.tokenizer.encode(plain, true)?),
+    }
+}
+
+/// Generates and streams one reply; returns its text (without the stop token) and the stats.
+fn stream(m: &OpenedModel, prompt: Vec<u32>, a: &ModelArgs, logprobs: Option<usize>) -> Result<(String, GenStats)> {
+    let stop = m.stop_ids();
+    let req = GenerateRequest { prompt, params: params(a, logprobs), max_tokens: a.max_tokens, stop_ids: stop.clone() };
+    let mut dec = IncrementalDecoder::new(&m.tokenizer, true);
+    let mut text = String::new();
+    let mut out = std::io::stdout().lock();
+    let mut err: Option<anyhow::Error> = None;
+    let stats = gen(m.model.as_ref(), &req, |s| {
+        if logprobs.is_some() {
+            let alts: Vec<String> = s
+                .top
+                .iter()
+                .map(|(id, lp)| format!("{:?} {lp:.3}", m.tokenizer.id_to_token(*id).unwrap_or_default()))
+                .collect();
+            eprintln!("[{} {:.3}] {}", s.id, s.logprob, alts.join(" | "));
+        }
+        if stop.contains(&s.id) {
+            return true;
+        }
+        match dec.push(s.id) {
+            Ok(Some(delta)) => {
+                text.push_str(&delta);
+                let _ = out.write_all(delta.as_bytes());
+                let _ = out.flush();
+                true
+            }
+            Ok(None) => true,
+            Err(e) => {
+                err = Some(e.into());
+                false
+            }
+        }
+    })?;
+    if let Some(e) = err {
+        return Err(e);
+    }
+    let rest = dec.finish()?;
+    text.push_str(&rest);
+    let _ = writeln!(out, "{rest}");
+    Ok((text, stats))
+}
+
+fn summary(s: &GenStats) {
+    eprintln!(
+        "kvad: prompt {} tokens at {:.1} tok/s · reply {} tokens at {:.1} tok/s · {:?}",
+        s.prompt_tokens,
+        s.prefill_tps(),
+        s.generated,
+        s.decode_tps(),
+        s.finish
+    );
+}
+
+fn with_system(system: &Option<String>) -> Vec<Value> {
+    system.iter().map(|s| json!({"role": "system", "content": s})).collect()
+}
+
+/// `kvad run`.
+pub fn run(a: RunArgs) -> Result<()> {
+    let m = load(&a.model)?;
+    let mut messages = with_system(&a.model.system);
+    messages.push(json!({"role": "user", "content": a.prompt}));
+    let ids = prompt_ids(&m, &messages, &a.prompt)?;
+    let (_, stats) = stream(&m, ids, &a.model, a.logprobs)?;
+    summary(&stats);
+    Ok(())
+}
+
+/// `kvad chat`: a read-reply loop that keeps the conversation.
+pub fn chat(a: ModelArgs) -> Result<()> {
+    let m = load(&a)?;
+    if m.template.is_none() {
+        bail!("{} has no chat template: it is a completion model; use `kvad run` instead", a.model);
+    }
+    let mut messages = with_system(&a.system);
+    eprintln!("kvad: chatting with {} (type /exit to leave, /reset to start over)", a.model);
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                messages = with_system(&a.system);
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(json!({"role": "user", "content": line}));
+        let ids = prompt_ids(&m, &messages, line)?;
+        let (reply, stats) = stream(&m, ids, &a, None)?;
+        summary(&stats);
+        messages.push(json!({"role": "assistant", "content": reply}));
+    }
+    Ok(())
+}
+
+/// `kvad arch`.
+pub fn arch() {
+    println!("{:<8} {:<55} BACKENDS", "ARCH", "COVERS");
+    println!("{:<8} {:<55} cpu-f32", "gpt2", "GPT-2");
+    println!("{:<8} {:<55} cpu-f32", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2");
+}

@@ -1,0 +1,108 @@
+//! One generation from start to end: read the prompt into an empty cache, then sample token after token.
+//!
+//! The prompt's last token is always run by itself, after the rest of the prompt: that row's logits are then
+//! computed by the same kernel shape whether the prompt arrived whole, in chunks, or after a cached prefix, so the
+//! first sampled token does not depend on how the prompt was read.
+
+use crate::sampler::{Sampled, Sampler, SamplingParams};
+use crate::EngineError;
+use kvad_models::{CausalLm, LogitsMode, SeqInput};
+use std::time::{Duration, Instant};
+
+/// Prompt tokens read per forward pass: big enough that matrix products run as GEMMs, small enough to bound
+/// activation memory.
+pub const PREFILL_CHUNK: usize = 256;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Prompt token ids (already templated).
+    pub prompt: Vec<u32>,
+    /// Sampling parameters.
+    pub params: SamplingParams,
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Token ids that end the reply (not included in it).
+    pub stop_ids: Vec<u32>,
+}
+
+/// Why the reply ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token, or the caller said stop.
+    Stop,
+    /// `max_tokens` or the context's end.
+    Length,
+}
+
+/// What a generation did, for the summary line and usage.
+#[derive(Debug, Clone)]
+pub struct GenStats {
+    /// Prompt tokens read.
+    pub prompt_tokens: usize,
+    /// Tokens generated (the stop token included when one ended the reply).
+    pub generated: usize,
+    /// Time to read the prompt and produce the first token's logits.
+    pub prefill: Duration,
+    /// Time of the decode steps after the first token.
+    pub decode: Duration,
+    /// Why it ended.
+    pub finish: FinishReason,
+}
+
+impl GenStats {
+    /// Prompt tokens per second.
+    pub fn prefill_tps(&self) -> f64 {
+        self.prompt_tokens as f64 / self.prefill.as_secs_f64().max(1e-9)
+    }
+
+    /// Generated tokens per second after the first.
+    pub fn decode_tps(&self) -> f64 {
+        self.generated.saturating_sub(1) as f64 / self.decode.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Generates a reply. `on_token` sees every sampled token (stop tokens included) and returns false to stop early.
+pub fn generate(
+    model: &dyn CausalLm,
+    req: &GenerateRequest,
+    mut on_token: impl FnMut(&Sampled) -> bool,
+) -> Result<GenStats, EngineError> {
+    req.params.validate()?;
+    let ctx = model.config().max_position;
+    if req.prompt.is_empty() {
+        return Err(EngineError::BadRequest("the prompt is empty: nothing to continue".into()));
+    }
+    if req.prompt.len() >= ctx {
+        return Err(EngineError::BadRequest(format!(
+            "the prompt is {} tokens; the model's context is {ctx}",
+            req.prompt.len()
+        )));
+    }
+    let mut kv = model.new_cache();
+    let mut sampler = Sampler::new(req.params.clone());
+    let t0 = Instant::now();
+    let (head, last) = req.prompt.split_at(req.prompt.len() - 1);
+    for chunk in head.chunks(PREFILL_CHUNK) {
+        model.forward(&mut [SeqInput { tokens: chunk, kv: &mut kv }], LogitsMode::None)?;
+    }
+    let mut logits = model.forward(&mut [SeqInput { tokens: last, kv: &mut kv }], LogitsMode::Last)?;
+    let prefill = t0.elapsed();
+    let t1 = Instant::now();
+    let mut reply: Vec<u32> = Vec::new();
+    let mut finish = FinishReason::Length;
+    while reply.len() < req.max_tokens {
+        let s = sampler.sample(&logits[0], &req.prompt, &reply);
+        reply.push(s.id);
+        let go_on = on_token(&s);
+        if req.stop_ids.contains(&s.id) || !go_on {
+            finish = FinishReason::Stop;
+            break;
+        }
+        if reply.len() == req.max_tokens || kv.len() + 1 >= ctx {
+            break;
+        }
+        logits = model.forward(&mut [SeqInput { tokens: &[s.id], kv: &mut kv }], LogitsMode::Last)?;
+    }
+    Ok(GenStats { prompt_tokens: req.prompt.len(), generated: reply.len(), prefill, decode: t1.elapsed(), finish })
+}

@@ -1,0 +1,98 @@
+//! Opening a model from its files: weights, tokenizer and chat template together, whichever format they are in.
+
+use crate::EngineError;
+use kvad_models::weights::GgufFile;
+use kvad_models::{load_model, CausalLm, ModelFiles};
+use kvad_text::{ChatTemplate, GgufVocab, Tokenizer};
+use std::path::Path;
+
+/// Chat models get their template applied; completion models read the prompt as plain text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// The model ships a chat template.
+    Chat,
+    /// No chat template.
+    Completion,
+}
+
+/// A model ready to generate.
+pub struct OpenedModel {
+    /// The network.
+    pub model: Box<dyn CausalLm>,
+    /// Its tokenizer.
+    pub tokenizer: Tokenizer,
+    /// Its own chat template, when it has one.
+    pub template: Option<ChatTemplate>,
+    /// Lines the loader wants printed.
+    pub notes: Vec<String>,
+}
+
+impl OpenedModel {
+    /// Chat or completion.
+    pub fn kind(&self) -> ModelKind {
+        if self.template.is_some() {
+            ModelKind::Chat
+        } else {
+            ModelKind::Completion
+        }
+    }
+
+    /// Ids that end a reply: the tokenizer's and the config's end-of-sequence ids.
+    pub fn stop_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.tokenizer.eos_ids().to_vec();
+        ids.extend(&self.model.config().eos_token_ids);
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// Loads a model directory (HF layout) or a GGUF file.
+pub fn open_model(path: &Path) -> Result<OpenedModel, EngineError> {
+    let files = ModelFiles::detect(path)?;
+    let loaded = load_model(&files)?;
+    let (tokenizer, template) = match (&files, &loaded.gguf) {
+        (ModelFiles::Gguf(_), Some(g)) => {
+            let vocab = gguf_vocab(g);
+            let tok = Tokenizer::from_gguf_vocab(&vocab)?;
+            let tpl = vocab.chat_template.as_deref().map(ChatTemplate::new).transpose()?;
+            (tok, tpl)
+        }
+        _ => (Tokenizer::from_dir(path)?, ChatTemplate::from_dir(path)?),
+    };
+    let vocab = loaded.model.config().vocab_size;
+    if tokenizer.vocab_size() > vocab {
+        return Err(EngineError::BadRequest(format!(
+            "the tokenizer has {} tokens but the model's embedding has {vocab}",
+            tokenizer.vocab_size()
+        )));
+    }
+    Ok(OpenedModel { model: loaded.model, tokenizer, template, notes: loaded.notes })
+}
+
+/// The tokenizer part of a GGUF's metadata, as plain data for the text crate.
+pub fn gguf_vocab(g: &GgufFile) -> GgufVocab {
+    let s = |k: &str| g.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    let id = |k: &str| g.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
+    let b = |k: &str| g.get(k).and_then(|v| v.as_bool());
+    GgufVocab {
+        model: s("tokenizer.ggml.model").unwrap_or_default(),
+        pre: s("tokenizer.ggml.pre"),
+        tokens: g.get("tokenizer.ggml.tokens").and_then(|v| v.as_string_array()).unwrap_or_default(),
+        scores: g.get("tokenizer.ggml.scores").and_then(|v| v.as_f32_array()),
+        token_types: g
+            .get("tokenizer.ggml.token_type")
+            .and_then(|v| v.as_i64_array())
+            .map(|a| a.into_iter().map(|x| x as i32).collect()),
+        merges: g.get("tokenizer.ggml.merges").and_then(|v| v.as_string_array()),
+        bos: id("tokenizer.ggml.bos_token_id"),
+        eos: id("tokenizer.ggml.eos_token_id"),
+        unk: id("tokenizer.ggml.unknown_token_id"),
+        pad: id("tokenizer.ggml.padding_token_id"),
+        add_bos: b("tokenizer.ggml.add_bos_token"),
+        add_eos: b("tokenizer.ggml.add_eos_token"),
+        chat_template: s("tokenizer.chat_template"),
+        add_space_prefix: b("tokenizer.ggml.add_space_prefix"),
+        architecture: s("general.architecture"),
+    }
+}

@@ -108,6 +108,19 @@ def main():
         g["data_offset"] = int(t.data_offset)
         g["n_bytes"] = int(t.n_bytes)
 
+    # second, independent dequantiser: transformers' torch implementation must agree bit for bit
+    try:
+        import torch
+        from transformers.integrations.gguf import dequant as tdq
+        for t in r.tensors:
+            if int(t.tensor_type) in tdq.GGML_BLOCK:
+                raw = torch.from_numpy(np.ascontiguousarray(t.data).view(np.uint8).reshape(-1).copy())
+                v = tdq.dequantize(raw, int(t.tensor_type)).numpy()
+                assert np.array_equal(v, np.array(tensors[t.name]["values"], dtype=np.float32)), t.name
+                tensors[t.name]["cross_checked_with_transformers_dequant"] = True
+    except ImportError:
+        pass
+
     md = {}
     for k, f in r.fields.items():
         if k.startswith("GGUF."):

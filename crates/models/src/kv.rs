@@ -35,7 +35,7 @@ impl SeqKv {
             return;
         }
         for l in &mut self.layers {
-            let dim = if self.len == 0 { 0 } else { l.k.len() / self.len };
+            let dim = l.k.len().checked_div(self.len).unwrap_or(0);
             l.k.truncate(n * dim);
             l.v.truncate(n * dim);
         }

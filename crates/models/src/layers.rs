@@ -91,7 +91,8 @@ impl Rope {
                     let out = if wavelen < high_wavelen || wavelen > low_wavelen {
                         scaled
                     } else {
-                        let smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        let smooth =
+                            (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
                         (1.0 - smooth) * scaled / factor + smooth * scaled
                     };
                     *f = out as f32;
@@ -113,6 +114,15 @@ impl Rope {
     }
 }
 
+/// Where each sequence's new rows are: how many, and the cache length before this pass.
+#[derive(Debug, Clone)]
+pub struct Spans {
+    /// New tokens per sequence.
+    pub counts: Vec<usize>,
+    /// Cache length per sequence before this pass (the position of its first new token).
+    pub starts: Vec<usize>,
+}
+
 /// Geometry of one attention layer.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnShape {
@@ -132,13 +142,12 @@ pub struct AttnShape {
 pub fn attention(
     shape: AttnShape,
     layer: usize,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    qkv: (&[f32], &[f32], &[f32]),
     caches: &mut [&mut SeqKv],
-    counts: &[usize],
-    starts: &[usize],
+    spans: &Spans,
 ) -> Vec<f32> {
+    let (q, k, v) = qkv;
+    let (counts, starts) = (&spans.counts, &spans.starts);
     let hd = shape.head_dim;
     let q_dim = shape.n_heads * hd;
     let kv_dim = shape.n_kv_heads * hd;

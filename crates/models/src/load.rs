@@ -25,16 +25,25 @@ pub enum ModelFiles {
 impl ModelFiles {
     /// Classifies a path: a `.gguf` file, or a directory with config.json.
     pub fn detect(path: &Path) -> Result<Self, ModelError> {
-        let meta = std::fs::metadata(path).map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
+        let meta =
+            std::fs::metadata(path).map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
         if meta.is_dir() {
             if !path.join("config.json").is_file() {
-                return Err(ModelError::refused("config.json", path.join("config.json").display(), "a model directory needs a config.json"));
+                return Err(ModelError::refused(
+                    "config.json",
+                    path.join("config.json").display(),
+                    "a model directory needs a config.json",
+                ));
             }
             Ok(ModelFiles::HfDir(path.to_path_buf()))
         } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             Ok(ModelFiles::Gguf(path.to_path_buf()))
         } else {
-            Err(ModelError::refused("model path", path.display(), "expected a directory in HF layout or a .gguf file (.bin and other formats are not read)"))
+            Err(ModelError::refused(
+                "model path",
+                path.display(),
+                "expected a directory in HF layout or a .gguf file (.bin and other formats are not read)",
+            ))
         }
     }
 }
@@ -54,9 +63,10 @@ pub fn load_model(files: &ModelFiles) -> Result<LoadedModel, ModelError> {
     match files {
         ModelFiles::HfDir(dir) => {
             let path = dir.join("config.json");
-            let text = std::fs::read_to_string(&path).map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
-            let json: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| ModelError::Json { path: path.display().to_string(), msg: e.to_string() })?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
+            let json: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| ModelError::Json { path: path.display().to_string(), msg: e.to_string() })?;
             let cfg = ModelConfig::from_hf_json(&json)?;
             let src = SafetensorsSource::open_dir(dir)?;
             let mut notes = Vec::new();
@@ -71,15 +81,21 @@ pub fn load_model(files: &ModelFiles) -> Result<LoadedModel, ModelError> {
             let gguf = GgufFile::open(path)?;
             let cfg = crate::config::gguf::config_from_gguf(&gguf)?;
             let mut notes = Vec::new();
-            let permute = (gguf.get("general.architecture").and_then(|v| v.as_str()) == Some("llama")).then_some((cfg.n_heads, cfg.n_kv_heads));
+            let permute = (gguf.get("general.architecture").and_then(|v| v.as_str()) == Some("llama"))
+                .then_some((cfg.n_heads, cfg.n_kv_heads));
             let model = build(cfg, &gguf, Some(GgufNames { permute }), &mut notes)?;
             Ok(LoadedModel { model, notes, gguf: Some(gguf) })
         }
     }
 }
 
-fn build(cfg: ModelConfig, src: &dyn WeightSource, gguf: Option<GgufNames>, notes: &mut Vec<String>) -> Result<Box<dyn CausalLm>, ModelError> {
-    if matches!(cfg.rope_scaling, Some(_)) {
+fn build(
+    cfg: ModelConfig,
+    src: &dyn WeightSource,
+    gguf: Option<GgufNames>,
+    notes: &mut Vec<String>,
+) -> Result<Box<dyn CausalLm>, ModelError> {
+    if cfg.rope_scaling.is_some() {
         notes.push("applies Llama 3's RoPE scaling to the frequency table".into());
     }
     let mut t = Tensors { src, gguf, used: BTreeSet::new(), notes: Vec::new() };
@@ -100,11 +116,18 @@ pub(crate) fn check_batch(cfg: &ModelConfig, batch: &[SeqInput<'_>]) -> Result<V
     let mut positions = Vec::new();
     for s in batch {
         if s.kv.layers.len() != cfg.n_layers {
-            return Err(ModelError::BadInput(format!("cache has {} layers, model {}", s.kv.layers.len(), cfg.n_layers)));
+            return Err(ModelError::BadInput(format!(
+                "cache has {} layers, model {}",
+                s.kv.layers.len(),
+                cfg.n_layers
+            )));
         }
         for (i, &tok) in s.tokens.iter().enumerate() {
             if tok as usize >= cfg.vocab_size {
-                return Err(ModelError::BadInput(format!("token id {tok} is past the vocabulary ({})", cfg.vocab_size)));
+                return Err(ModelError::BadInput(format!(
+                    "token id {tok} is past the vocabulary ({})",
+                    cfg.vocab_size
+                )));
             }
             let pos = s.kv.len() + i;
             if pos >= cfg.max_position {
@@ -238,7 +261,11 @@ impl Tensors<'_> {
         }
         let Some(info) = self.src.info(&self.source_name(name)) else { return Ok(None) };
         if info.shape != [cfg.vocab_size, cfg.hidden] {
-            return Err(ModelError::refused(name, format!("{:?}", info.shape), format!("a tied head must have the embedding's shape [{}, {}]", cfg.vocab_size, cfg.hidden)));
+            return Err(ModelError::refused(
+                name,
+                format!("{:?}", info.shape),
+                format!("a tied head must have the embedding's shape [{}, {}]", cfg.vocab_size, cfg.hidden),
+            ));
         }
         let w = self.get(name, &[cfg.vocab_size, cfg.hidden])?;
         let emb_name = match cfg.arch {
@@ -256,7 +283,9 @@ impl Tensors<'_> {
 
     /// Refuses tensors the architecture did not read (buffers transformers never loads are skipped by name).
     fn finish(self) -> Result<(), ModelError> {
-        let ignorable = |n: &str| n.ends_with("rotary_emb.inv_freq") || n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias");
+        let ignorable = |n: &str| {
+            n.ends_with("rotary_emb.inv_freq") || n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")
+        };
         for name in self.src.tensor_names() {
             if !self.used.contains(&name) && !ignorable(&name) {
                 return Err(ModelError::refused("tensor", &name, "the architecture does not use this tensor"));

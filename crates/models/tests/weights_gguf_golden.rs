@@ -158,3 +158,37 @@ fn same(got: &GgufValue, want: &Value) -> bool {
         _ => false,
     }
 }
+
+/// Every other GGUF under fixtures/ (models converted by the reference tools, tokenizer-only files) opens, and every
+/// tensor in it loads to finite values of the declared size.
+#[test]
+fn every_fixture_gguf_loads() {
+    let mut found = Vec::new();
+    let mut stack = vec![fixtures()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "gguf") {
+                found.push(p);
+            }
+        }
+    }
+    assert!(
+        found.iter().any(|p| p.ends_with("models/llama-gguf/model.gguf")),
+        "no model GGUF under fixtures; `{MAKE}`"
+    );
+    for path in found {
+        let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        for name in file.tensor_names() {
+            let info = file.info(&name).unwrap();
+            if !info.dtype.is_readable() {
+                continue;
+            }
+            let values = file.load_f32(&name).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(values.len(), info.numel(), "{}: {name}", path.display());
+            assert!(values.iter().all(|v| v.is_finite()), "{}: {name} has non-finite values", path.display());
+        }
+    }
+}

@@ -77,10 +77,7 @@ pub struct BackendParseError(pub String);
 impl FromStr for BackendKind {
     type Err = BackendParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        BackendKind::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| BackendParseError(s.to_string()))
+        BackendKind::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| BackendParseError(s.to_string()))
     }
 }
 

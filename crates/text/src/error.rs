@@ -72,17 +72,11 @@ pub enum TextError {
 impl TextError {
     /// Wraps a `tokenizers` error with what we were doing when it happened.
     pub(crate) fn tokenizers(context: impl Into<String>, err: impl std::fmt::Display) -> Self {
-        TextError::Tokenizers {
-            context: context.into(),
-            message: err.to_string(),
-        }
+        TextError::Tokenizers { context: context.into(), message: err.to_string() }
     }
 
     /// Wraps an I/O error with the path it concerns.
     pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
-        TextError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        TextError::Io { path: path.to_path_buf(), source }
     }
 }

@@ -20,12 +20,7 @@ pub(crate) fn read_optional_json(path: &Path) -> Result<Option<Value>, TextError
     let Some(text) = read_optional_text(path)? else {
         return Ok(None);
     };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|source| TextError::Json {
-            path: path.to_path_buf(),
-            source,
-        })
+    serde_json::from_str(&text).map(Some).map_err(|source| TextError::Json { path: path.to_path_buf(), source })
 }
 
 /// A special token as tokenizer_config.json spells it: a string, or an object with `content`.
@@ -60,10 +55,7 @@ mod tests {
     #[test]
     fn token_content_accepts_both_spellings() {
         assert_eq!(token_content(Some(&json!("<s>"))), Some("<s>".into()));
-        assert_eq!(
-            token_content(Some(&json!({"content": "</s>", "special": true}))),
-            Some("</s>".into())
-        );
+        assert_eq!(token_content(Some(&json!({"content": "</s>", "special": true}))), Some("</s>".into()));
         assert_eq!(token_content(Some(&json!(null))), None);
         assert_eq!(token_content(None), None);
     }
@@ -75,10 +67,7 @@ mod tests {
             {"name": "default", "template": "D"}
         ]});
         assert_eq!(chat_template_field(&c), Some("D".into()));
-        assert_eq!(
-            chat_template_field(&json!({"chat_template": "S"})),
-            Some("S".into())
-        );
+        assert_eq!(chat_template_field(&json!({"chat_template": "S"})), Some("S".into()));
         assert_eq!(chat_template_field(&json!({})), None);
     }
 

@@ -35,14 +35,7 @@ pub struct IncrementalDecoder<'a> {
 impl<'a> IncrementalDecoder<'a> {
     /// A decoder with no ids yet; `skip_special` as in [`Tokenizer::decode`].
     pub fn new(tokenizer: &'a Tokenizer, skip_special: bool) -> Self {
-        IncrementalDecoder {
-            tokenizer,
-            skip_special,
-            ids: Vec::new(),
-            prefix: 0,
-            read: 0,
-            in_byte_run: false,
-        }
+        IncrementalDecoder { tokenizer, skip_special, ids: Vec::new(), prefix: 0, read: 0, in_byte_run: false }
     }
 
     /// Adds one id; returns the new text it completes, or `None` while a character is still
@@ -86,9 +79,7 @@ impl<'a> IncrementalDecoder<'a> {
     /// The text after the last emitted delta, if the window decodes to more than before.
     fn pending(&self) -> Result<Option<String>, TextError> {
         let window = &self.ids[self.prefix..];
-        let before = self
-            .tokenizer
-            .decode(&window[..self.read - self.prefix], self.skip_special)?;
+        let before = self.tokenizer.decode(&window[..self.read - self.prefix], self.skip_special)?;
         let now = self.tokenizer.decode(window, self.skip_special)?;
         Ok(match now.strip_prefix(before.as_str()) {
             Some(rest) if !rest.is_empty() => Some(rest.to_string()),

@@ -47,8 +47,8 @@ impl Tokenizer {
     /// and EOS tokens, `add_bos_token`/`add_eos_token` and the chat template, as transformers
     /// reads them.
     pub fn from_file(path: &Path) -> Result<Self, TextError> {
-        let mut inner = HfTokenizer::from_file(path)
-            .map_err(|e| TextError::tokenizers(path.display().to_string(), e))?;
+        let mut inner =
+            HfTokenizer::from_file(path).map_err(|e| TextError::tokenizers(path.display().to_string(), e))?;
         let config_path = path.with_file_name("tokenizer_config.json");
         let config = read_optional_json(&config_path)?.unwrap_or(Value::Null);
 
@@ -64,18 +64,10 @@ impl Tokenizer {
         let add_eos = config.get("add_eos_token").and_then(Value::as_bool);
         if add_bos.is_some() || add_eos.is_some() {
             // transformers rebuilds the post-processor when the config states either flag.
-            let p = bos_eos_processor(
-                bos.as_ref(),
-                eos.as_ref(),
-                add_bos.unwrap_or(false),
-                add_eos.unwrap_or(false),
-            )?;
+            let p = bos_eos_processor(bos.as_ref(), eos.as_ref(), add_bos.unwrap_or(false), add_eos.unwrap_or(false))?;
             inner.with_post_processor(Some(p));
         }
-        let clean_up_spaces = config
-            .get("clean_up_tokenization_spaces")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let clean_up_spaces = config.get("clean_up_tokenization_spaces").and_then(Value::as_bool).unwrap_or(false);
         Ok(Tokenizer {
             bos,
             eos_ids: eos.iter().map(|(_, id)| *id).collect(),
@@ -136,10 +128,7 @@ impl Tokenizer {
     /// Text to ids. `add_special_tokens` adds what the post-processor adds (BOS for most
     /// SentencePiece models); special tokens written in the text always map to their ids.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TextError> {
-        let enc = self
-            .inner
-            .encode_fast(text, add_special_tokens)
-            .map_err(|e| TextError::tokenizers("encode", e))?;
+        let enc = self.inner.encode_fast(text, add_special_tokens).map_err(|e| TextError::tokenizers("encode", e))?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -150,16 +139,9 @@ impl Tokenizer {
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(TextError::UnknownTokenId { id, vocab_size });
         }
-        let text = self
-            .inner
-            .decode(ids, skip_special)
-            .map_err(|e| TextError::tokenizers("decode", e))?;
+        let text = self.inner.decode(ids, skip_special).map_err(|e| TextError::tokenizers("decode", e))?;
         let is_bpe = matches!(self.inner.get_model(), ModelWrapper::BPE(_));
-        Ok(if self.clean_up_spaces && !is_bpe {
-            clean_up_tokenization(&text)
-        } else {
-            text
-        })
+        Ok(if self.clean_up_spaces && !is_bpe { clean_up_tokenization(&text) } else { text })
     }
 
     /// Number of ids, added tokens included: the size the embedding table must cover.
@@ -228,12 +210,7 @@ impl Tokenizer {
 
 /// The ids of the special added tokens.
 fn special_ids(inner: &HfTokenizer) -> HashSet<u32> {
-    inner
-        .get_added_tokens_decoder()
-        .into_iter()
-        .filter(|(_, t)| t.special)
-        .map(|(id, _)| id)
-        .collect()
+    inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect()
 }
 
 /// Whether the model falls back to `<0xNN>` byte tokens.
@@ -266,9 +243,6 @@ mod tests {
 
     #[test]
     fn clean_up_matches_transformers() {
-        assert_eq!(
-            clean_up_tokenization("Hello , world . I 'm here ! don 't"),
-            "Hello, world. I'm here! don 't"
-        );
+        assert_eq!(clean_up_tokenization("Hello , world . I 'm here ! don 't"), "Hello, world. I'm here! don 't");
     }
 }

@@ -19,8 +19,7 @@ fn template_source(case: &Value) -> String {
     let dir = root().join("fixtures/templates");
     for candidate in [dir.join(t), dir.join(format!("{t}.jinja"))] {
         if candidate.is_file() {
-            return std::fs::read_to_string(&candidate)
-                .unwrap_or_else(|e| panic!("{}: {e}", candidate.display()));
+            return std::fs::read_to_string(&candidate).unwrap_or_else(|e| panic!("{}: {e}", candidate.display()));
         }
     }
     assert!(
@@ -44,10 +43,7 @@ fn clock_for(case: &Value, top: &Value) -> Clock {
     };
     let parsed = NaiveDateTime::parse_from_str(now, "%Y-%m-%dT%H:%M:%S%.f")
         .or_else(|_| NaiveDateTime::parse_from_str(now, "%Y-%m-%d %H:%M:%S%.f"))
-        .or_else(|_| {
-            NaiveDate::parse_from_str(now, "%Y-%m-%d")
-                .map(|d| d.and_hms_opt(0, 0, 0).unwrap_or_default())
-        })
+        .or_else(|_| NaiveDate::parse_from_str(now, "%Y-%m-%d").map(|d| d.and_hms_opt(0, 0, 0).unwrap_or_default()))
         .unwrap_or_else(|e| panic!("bad `now` {now:?}: {e}"));
     Arc::new(move || parsed)
 }
@@ -69,10 +65,7 @@ fn context(case: &Value) -> ChatContext {
         Some(Value::Array(t)) => Some(t),
         _ => None,
     };
-    let add_generation_prompt = vars
-        .remove("add_generation_prompt")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
+    let add_generation_prompt = vars.remove("add_generation_prompt").and_then(|v| v.as_bool()).unwrap_or(false);
     let text = |v: Option<Value>| v.and_then(|v| v.as_str().map(str::to_string));
     ChatContext {
         messages,
@@ -96,8 +89,7 @@ fn templates_match_goldens() {
     for case in &cases {
         let name = case["name"].as_str().unwrap_or("?");
         let source = template_source(case);
-        let result = ChatTemplate::with_clock(&source, clock_for(case, &top))
-            .and_then(|t| t.render(&context(case)));
+        let result = ChatTemplate::with_clock(&source, clock_for(case, &top)).and_then(|t| t.render(&context(case)));
         let problem = match (case.get("rendered").and_then(Value::as_str), result) {
             (Some(want), Ok(got)) if got == want => None,
             (Some(want), Ok(got)) => Some(format!("rendered {got:?}, want {want:?}")),
@@ -105,8 +97,7 @@ fn templates_match_goldens() {
             (None, Ok(got)) => Some(format!("rendered {got:?}, want error {:?}", case["error"])),
             (None, Err(e)) => {
                 let want = case["error"].as_str().unwrap_or("");
-                (!e.to_string().contains(want))
-                    .then(|| format!("error {e}, want one containing {want:?}"))
+                (!e.to_string().contains(want)).then(|| format!("error {e}, want one containing {want:?}"))
             }
         };
         if let Some(p) = problem {

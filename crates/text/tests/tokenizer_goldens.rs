@@ -37,14 +37,10 @@ fn check_goldens(tok: &Tokenizer, golden: &str, what: &str) {
             problems.push(format!("ids: got {got:?}, want {want:?}"));
         }
         if got_special != want_special {
-            problems.push(format!(
-                "ids_with_special: got {got_special:?}, want {want_special:?}"
-            ));
+            problems.push(format!("ids_with_special: got {got_special:?}, want {want_special:?}"));
         }
         if got_decoded != want_decoded {
-            problems.push(format!(
-                "decoded: got {got_decoded:?}, want {want_decoded:?}"
-            ));
+            problems.push(format!("decoded: got {got_decoded:?}, want {want_decoded:?}"));
         }
         // Streaming the ids must give the same text as decoding them at once.
         let mut d = IncrementalDecoder::new(tok, false);
@@ -60,24 +56,14 @@ fn check_goldens(tok: &Tokenizer, golden: &str, what: &str) {
             failures.push(format!("case {i} {text:?}: {}", problems.join("; ")));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{what}: {} of {} cases differ; first: {}",
-        failures.len(),
-        cases.len(),
-        failures[0]
-    );
+    assert!(failures.is_empty(), "{what}: {} of {} cases differ; first: {}", failures.len(), cases.len(), failures[0]);
 }
 
 #[test]
 fn smollm2_tokenizer_json_matches_goldens() {
     let path = fixture("fixtures/tokenizers/smollm2/tokenizer.json");
     let tok = Tokenizer::from_file(&path).expect("load tokenizer.json");
-    check_goldens(
-        &tok,
-        "fixtures/goldens/tokenizer/smollm2.json",
-        "smollm2 tokenizer.json",
-    );
+    check_goldens(&tok, "fixtures/goldens/tokenizer/smollm2.json", "smollm2 tokenizer.json");
     assert_eq!(tok.bos_token(), Some("<|im_start|>"));
     assert_eq!(tok.bos_id(), Some(1));
     assert_eq!(tok.eos_ids(), &[2]);
@@ -100,11 +86,7 @@ fn smollm2_gguf_vocab_matches_goldens() {
     assert_eq!(tok.bos_id(), Some(1));
     assert_eq!(tok.eos_ids(), &[2]);
     assert!(tok.chat_template().is_some());
-    check_goldens(
-        &tok,
-        "fixtures/goldens/tokenizer/smollm2.json",
-        "smollm2 GGUF vocab",
-    );
+    check_goldens(&tok, "fixtures/goldens/tokenizer/smollm2.json", "smollm2 GGUF vocab");
 }
 
 #[test]
@@ -113,15 +95,8 @@ fn spm_gguf_vocab_matches_goldens() {
     let vocab = vocab_from_gguf(&path).expect("read GGUF metadata");
     let tok = Tokenizer::from_gguf_vocab(&vocab).expect("convert");
     let g = load_json("fixtures/goldens/tokenizer/spm.json");
-    assert_eq!(
-        tok.vocab_size() as u64,
-        g["vocab_size"].as_u64().unwrap_or(0)
-    );
+    assert_eq!(tok.vocab_size() as u64, g["vocab_size"].as_u64().unwrap_or(0));
     assert_eq!(tok.bos_id(), Some(1));
     assert_eq!(tok.eos_ids(), &[2]);
-    check_goldens(
-        &tok,
-        "fixtures/goldens/tokenizer/spm.json",
-        "spm GGUF vocab",
-    );
+    check_goldens(&tok, "fixtures/goldens/tokenizer/spm.json", "spm GGUF vocab");
 }

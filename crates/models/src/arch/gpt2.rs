@@ -6,7 +6,7 @@
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::SeqKv;
-use crate::layers::{attention, final_logits, AttnShape, Linear};
+use crate::layers::{attention, final_logits, AttnShape, Linear, Spans};
 use crate::load::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::{matmul_t, ops};
@@ -84,7 +84,7 @@ impl CausalLm for Gpt2 {
         let c = &self.cfg;
         let e = c.hidden;
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let starts: Vec<usize> = batch.iter().map(|s| s.kv.len()).collect();
+        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.kv.len()).collect() };
         let rows: usize = counts.iter().sum();
         let positions = crate::load::check_batch(c, batch)?;
         let mut x = Vec::with_capacity(rows * e);
@@ -106,7 +106,7 @@ impl CausalLm for Gpt2 {
                 k.extend_from_slice(&r[e..2 * e]);
                 v.extend_from_slice(&r[2 * e..]);
             }
-            let att = attention(shape, li, &q, &k, &v, &mut caches, &counts, &starts);
+            let att = attention(shape, li, (&q, &k, &v), &mut caches, &spans);
             ops::add_inplace(&mut x, &b.c_proj.forward(&att, rows));
             ops::layer_norm(&x, &b.ln2.0, &b.ln2.1, c.norm_eps, &mut hbuf);
             let mut f = b.fc.forward(&hbuf, rows);

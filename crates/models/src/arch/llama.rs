@@ -7,7 +7,7 @@
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::SeqKv;
-use crate::layers::{attention, AttnShape, Linear, Rope};
+use crate::layers::{attention, AttnShape, Linear, Rope, Spans};
 use crate::load::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
@@ -91,7 +91,7 @@ impl CausalLm for Llama {
         let c = &self.cfg;
         let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let starts: Vec<usize> = batch.iter().map(|s| s.kv.len()).collect();
+        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.kv.len()).collect() };
         let rows: usize = counts.iter().sum();
         let positions = crate::load::check_batch(c, batch)?;
         let mut x = Vec::with_capacity(rows * h);
@@ -129,7 +129,7 @@ impl CausalLm for Llama {
                     ops::rope_half(head, cos, sin);
                 }
             }
-            let att = attention(shape, li, &q, &k, &v, &mut caches, &counts, &starts);
+            let att = attention(shape, li, (&q, &k, &v), &mut caches, &spans);
             ops::add_inplace(&mut x, &l.o.forward(&att, rows));
             ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
             let gu = l.gate_up.forward(&hbuf, rows);
@@ -154,4 +154,3 @@ impl CausalLm for Llama {
         }))
     }
 }
-

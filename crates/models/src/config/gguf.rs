@@ -12,16 +12,25 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig, ModelError> {
     let arch = g
         .get("general.architecture")
         .and_then(|v| v.as_str())
-        .ok_or_else(|| ModelError::refused("general.architecture", "missing", "a GGUF model must name its architecture"))?
+        .ok_or_else(|| {
+            ModelError::refused("general.architecture", "missing", "a GGUF model must name its architecture")
+        })?
         .to_string();
     let Some(&(_, qkv_bias, qk_norm)) = LLAMA_LIKE.iter().find(|(a, _, _)| *a == arch) else {
-        return Err(ModelError::refused("general.architecture", &arch, "GGUF files of llama, qwen2 and qwen3 are read"));
+        return Err(ModelError::refused(
+            "general.architecture",
+            &arch,
+            "GGUF files of llama, qwen2 and qwen3 are read",
+        ));
     };
     let key = |k: &str| format!("{arch}.{k}");
     let uint = |k: &str| -> Result<Option<usize>, ModelError> {
         match g.get(&key(k)) {
             None => Ok(None),
-            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| ModelError::refused(key(k), format!("{v:?}"), "expected an unsigned integer")),
+            Some(v) => v
+                .as_u64()
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| ModelError::refused(key(k), format!("{v:?}"), "expected an unsigned integer")),
         }
     };
     let need = |k: &str| -> Result<usize, ModelError> {
@@ -37,25 +46,35 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig, ModelError> {
     let head_dim = uint("attention.key_length")?.unwrap_or(hidden / n_heads);
     if let Some(rd) = uint("rope.dimension_count")? {
         if rd != head_dim {
-            return Err(ModelError::refused(key("rope.dimension_count"), rd, format!("partial RoPE is not supported (head width {head_dim})")));
+            return Err(ModelError::refused(
+                key("rope.dimension_count"),
+                rd,
+                format!("partial RoPE is not supported (head width {head_dim})"),
+            ));
         }
     }
     if let Some(t) = g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
         if t != "none" {
-            return Err(ModelError::refused(key("rope.scaling.type"), t, "only Llama 3's rope scaling (rope_freqs.weight) is supported"));
+            return Err(ModelError::refused(
+                key("rope.scaling.type"),
+                t,
+                "only Llama 3's rope scaling (rope_freqs.weight) is supported",
+            ));
         }
     }
     let rope_scaling = match g.info("rope_freqs.weight") {
         Some(_) => Some(RopeScaling::Divisors(g.load_f32("rope_freqs.weight")?)),
         None => None,
     };
-    let embd = g.info("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { name: "token_embd.weight".into() })?;
+    let embd =
+        g.info("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { name: "token_embd.weight".into() })?;
     let vocab_size = match uint("vocab_size")? {
         Some(v) => v,
         None => embd.shape.first().copied().unwrap_or(0),
     };
     let id = |k: &str| g.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
-    let mut eos: Vec<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| id(k)).collect();
+    let mut eos: Vec<u32> =
+        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| id(k)).collect();
     eos.dedup();
     let cfg = ModelConfig {
         arch: ArchKind::Llama,
@@ -80,7 +99,11 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig, ModelError> {
     };
     if let Some(RopeScaling::Divisors(d)) = &cfg.rope_scaling {
         if d.len() != head_dim / 2 {
-            return Err(ModelError::refused("rope_freqs.weight", format!("{} values", d.len()), format!("expected head_dim/2 = {}", head_dim / 2)));
+            return Err(ModelError::refused(
+                "rope_freqs.weight",
+                format!("{} values", d.len()),
+                format!("expected head_dim/2 = {}", head_dim / 2),
+            ));
         }
     }
     cfg.check_dims()?;

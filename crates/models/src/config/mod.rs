@@ -137,24 +137,36 @@ impl ModelConfig {
         }
         let name = archs[0].clone();
         if NOT_YET.contains(&name.as_str()) {
-            return Err(ModelError::refused("architectures", &name, "this architecture is not implemented in this build yet"));
+            return Err(ModelError::refused(
+                "architectures",
+                &name,
+                "this architecture is not implemented in this build yet",
+            ));
         }
         let dtype = get(cfg, "torch_dtype").or_else(|| get(cfg, "dtype"));
         if let Some(d) = dtype {
             let s = d.as_str().unwrap_or_default();
             if !matches!(s, "bfloat16" | "float32" | "float16") {
-                return Err(ModelError::refused("torch_dtype", d, "only bfloat16, float32 and float16 checkpoints are read"));
+                return Err(ModelError::refused(
+                    "torch_dtype",
+                    d,
+                    "only bfloat16, float32 and float16 checkpoints are read",
+                ));
             }
         }
         if get(cfg, "quantization_config").is_some() {
             return Err(ModelError::refused(
                 "quantization_config",
-                get(cfg, "quantization_config").map(|q| q.get("quant_method").cloned().unwrap_or(Value::Null)).unwrap_or_default(),
+                get(cfg, "quantization_config")
+                    .map(|q| q.get("quant_method").cloned().unwrap_or(Value::Null))
+                    .unwrap_or_default(),
                 "quantised safetensors checkpoints are refused; look for a bf16 or f16 publication",
             ));
         }
         let config = match name.as_str() {
-            "LlamaForCausalLM" | "MistralForCausalLM" | "Qwen2ForCausalLM" | "Qwen3ForCausalLM" => llama_family(cfg, &name)?,
+            "LlamaForCausalLM" | "MistralForCausalLM" | "Qwen2ForCausalLM" | "Qwen3ForCausalLM" => {
+                llama_family(cfg, &name)?
+            }
             "GPT2LMHeadModel" => gpt2(cfg)?,
             _ => {
                 return Err(ModelError::refused(
@@ -184,14 +196,14 @@ impl ModelConfig {
                 return Err(ModelError::refused(field, v, format!("out of bounds (1..={max})")));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(ModelError::refused(
                 "num_key_value_heads",
                 self.n_kv_heads,
                 format!("must divide num_attention_heads ({})", self.n_heads),
             ));
         }
-        if self.arch == ArchKind::Llama && self.head_dim % 2 != 0 {
+        if self.arch == ArchKind::Llama && !self.head_dim.is_multiple_of(2) {
             return Err(ModelError::refused("head_dim", self.head_dim, "RoPE needs an even head width"));
         }
         if self.arch == ArchKind::Gpt2 && self.n_heads * self.head_dim != self.hidden {
@@ -237,7 +249,9 @@ fn rope_params(cfg: &Value) -> Result<(f64, Option<RopeScaling>), ModelError> {
     // transformers 5 writes `rope_parameters`; 4.x wrote `rope_theta` and `rope_scaling`.
     let params = get(cfg, "rope_parameters");
     let theta = match params.and_then(|p| get(p, "rope_theta")) {
-        Some(v) => v.as_f64().ok_or_else(|| ModelError::refused("rope_parameters.rope_theta", v, "expected a number"))?,
+        Some(v) => {
+            v.as_f64().ok_or_else(|| ModelError::refused("rope_parameters.rope_theta", v, "expected a number"))?
+        }
         None => f64_field(cfg, "rope_theta")?.unwrap_or(10000.0),
     };
     if !(theta.is_finite() && theta > 0.0) {
@@ -253,9 +267,9 @@ fn rope_params(cfg: &Value) -> Result<(f64, Option<RopeScaling>), ModelError> {
         "default" => Ok((theta, None)),
         "llama3" => {
             let num = |k: &str| -> Result<f64, ModelError> {
-                get(scaling, k)
-                    .and_then(Value::as_f64)
-                    .ok_or_else(|| ModelError::refused(format!("{field}.{k}"), "missing", "llama3 rope scaling needs it"))
+                get(scaling, k).and_then(Value::as_f64).ok_or_else(|| {
+                    ModelError::refused(format!("{field}.{k}"), "missing", "llama3 rope scaling needs it")
+                })
             };
             let s = RopeScaling::Llama3 {
                 factor: num("factor")?,
@@ -264,17 +278,19 @@ fn rope_params(cfg: &Value) -> Result<(f64, Option<RopeScaling>), ModelError> {
                 original_max_position: num("original_max_position_embeddings")?,
             };
             if let RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } = &s {
-                if !(*factor > 0.0 && *high_freq_factor > *low_freq_factor && *low_freq_factor > 0.0 && *original_max_position > 0.0) {
+                if !(*factor > 0.0
+                    && *high_freq_factor > *low_freq_factor
+                    && *low_freq_factor > 0.0
+                    && *original_max_position > 0.0)
+                {
                     return Err(ModelError::refused(field, scaling, "inconsistent llama3 scaling factors"));
                 }
             }
             Ok((theta, Some(s)))
         }
-        other => Err(ModelError::refused(
-            format!("{field}.rope_type"),
-            other,
-            "only Llama 3's rope scaling is supported",
-        )),
+        other => {
+            Err(ModelError::refused(format!("{field}.rope_type"), other, "only Llama 3's rope scaling is supported"))
+        }
     }
 }
 
@@ -346,7 +362,9 @@ fn gpt2(cfg: &Value) -> Result<ModelConfig, ModelError> {
     if n_heads == 0 {
         return Err(ModelError::refused("n_head", 0, "must be positive"));
     }
-    if bool_field(cfg, "scale_attn_by_inverse_layer_idx") == Some(true) || bool_field(cfg, "reorder_and_upcast_attn") == Some(true) {
+    if bool_field(cfg, "scale_attn_by_inverse_layer_idx") == Some(true)
+        || bool_field(cfg, "reorder_and_upcast_attn") == Some(true)
+    {
         return Err(ModelError::refused("scale_attn_by_inverse_layer_idx", true, "not supported"));
     }
     Ok(ModelConfig {

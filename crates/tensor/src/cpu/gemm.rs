@@ -232,7 +232,10 @@ mod tests {
                 for j in 0..m {
                     let want: f64 = (0..k).map(|i| x[r * k + i] as f64 * w[j * k + i] as f64).sum();
                     let got = out[r * m + j] as f64;
-                    assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "n{n} k{k} m{m} r{r} j{j}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                        "n{n} k{k} m{m} r{r} j{j}: {got} vs {want}"
+                    );
                 }
             }
         }

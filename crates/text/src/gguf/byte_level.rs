@@ -21,7 +21,8 @@ use crate::TextError;
 /// Llama 3's split: contractions, letters with one leading non-letter, numbers in threes.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 2's split: as Llama 3's but numbers one digit at a time.
-const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen 3.5's split: Qwen 2's with combining marks kept inside words.
 const QWEN35_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Mistral's tekken split: cased words, single digits.
@@ -32,8 +33,8 @@ const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\
 /// The split regex for a `tokenizer.ggml.pre` name, or `None` for ByteLevel's GPT-2 regex.
 pub(crate) fn split_regex(pre: &str) -> Option<&'static str> {
     Some(match pre {
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3_SPLIT,
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2"
+        | "jina-v5-nano" | "dbrx" | "smaug-bpe" => LLAMA3_SPLIT,
         "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "megrez" => QWEN2_SPLIT,
         "qwen35" => QWEN35_SPLIT,
         "tekken" => TEKKEN_SPLIT,
@@ -99,23 +100,13 @@ pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
         .continuing_subword_prefix(String::new())
         .end_of_word_suffix(String::new())
         .build()
-        .map_err(|e| {
-            TextError::tokenizers("byte-level BPE from tokenizer.ggml.tokens/merges", e)
-        })?;
+        .map_err(|e| TextError::tokenizers("byte-level BPE from tokenizer.ggml.tokens/merges", e))?;
     let mut tokenizer = HfTokenizer::new(bpe);
     let pre: PreTokenizerWrapper = match v.pre.as_deref().and_then(split_regex) {
         Some(regex) => {
-            let split = Split::new(
-                SplitPattern::Regex(regex.to_string()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| TextError::tokenizers("tokenizer.ggml.pre split regex", e))?;
-            Sequence::new(vec![
-                split.into(),
-                ByteLevel::new(false, true, false).into(),
-            ])
-            .into()
+            let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
+                .map_err(|e| TextError::tokenizers("tokenizer.ggml.pre split regex", e))?;
+            Sequence::new(vec![split.into(), ByteLevel::new(false, true, false).into()]).into()
         }
         None => ByteLevel::new(false, true, true).into(),
     };

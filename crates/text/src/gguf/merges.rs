@@ -72,9 +72,7 @@ pub(crate) fn derive_merges<S: BuildHasher>(
     } else {
         all.sort_by(key);
     }
-    all.into_iter()
-        .map(|c| (c.left.to_string(), c.right.to_string()))
-        .collect()
+    all.into_iter().map(|c| (c.left.to_string(), c.right.to_string())).collect()
 }
 
 #[cfg(test)]
@@ -83,11 +81,7 @@ mod tests {
 
     fn vocab_of(tokens: &[&str]) -> (Vec<String>, HashMap<String, u32>) {
         let owned: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
-        let map = owned
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let map = owned.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         (owned, map)
     }
 
@@ -96,15 +90,9 @@ mod tests {
         let (tokens, vocab) = vocab_of(&["a", "b", "c", "ab", "abc", "bc"]);
         let scores = [0.0, 0.0, 0.0, -1.0, -3.0, -2.0];
         let merges = derive_merges(&tokens, &scores, &vocab, true);
-        let pairs: Vec<(&str, &str)> = merges
-            .iter()
-            .map(|(l, r)| (l.as_str(), r.as_str()))
-            .collect();
+        let pairs: Vec<(&str, &str)> = merges.iter().map(|(l, r)| (l.as_str(), r.as_str())).collect();
         // "ab" (-1) first, then "bc" (-2), then both cuts of "abc" (-3): longer left half first.
-        assert_eq!(
-            pairs,
-            vec![("a", "b"), ("b", "c"), ("ab", "c"), ("a", "bc")]
-        );
+        assert_eq!(pairs, vec![("a", "b"), ("b", "c"), ("ab", "c"), ("a", "bc")]);
     }
 
     #[test]
@@ -112,13 +100,7 @@ mod tests {
         let (tokens, vocab) = vocab_of(&["x", "y", "z", "yz", "xy"]);
         let ranks: Vec<f64> = (0..tokens.len()).map(|i| i as f64).collect();
         let merges = derive_merges(&tokens, &ranks, &vocab, false);
-        assert_eq!(
-            merges,
-            vec![
-                ("y".to_string(), "z".to_string()),
-                ("x".to_string(), "y".to_string())
-            ]
-        );
+        assert_eq!(merges, vec![("y".to_string(), "z".to_string()), ("x".to_string(), "y".to_string())]);
     }
 
     #[test]

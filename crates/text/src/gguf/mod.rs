@@ -94,19 +94,13 @@ pub(crate) fn convert(v: &GgufVocab) -> Result<Converted, TextError> {
     let add_eos = v.add_eos.unwrap_or(false) && eos.is_some();
     let processor = bos_eos_processor(bos.as_ref(), eos.as_ref(), add_bos, add_eos)?;
     tokenizer.with_post_processor(Some(processor));
-    Ok(Converted {
-        tokenizer,
-        bos,
-        eos,
-    })
+    Ok(Converted { tokenizer, bos, eos })
 }
 
 /// Rejects ids and array lengths that do not fit the token list.
 fn validate(v: &GgufVocab) -> Result<(), TextError> {
     if v.tokens.is_empty() {
-        return Err(TextError::MissingField {
-            field: "tokenizer.ggml.tokens".into(),
-        });
+        return Err(TextError::MissingField { field: "tokenizer.ggml.tokens".into() });
     }
     let n = v.tokens.len();
     for (field, id) in [
@@ -148,12 +142,10 @@ fn file_merges(merges: &[String]) -> Result<Vec<(String, String)>, TextError> {
     merges
         .iter()
         .map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| TextError::InvalidField {
-                    field: "tokenizer.ggml.merges".into(),
-                    value: format!("{m:?} has no space between its two parts"),
-                })
+            m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| TextError::InvalidField {
+                field: "tokenizer.ggml.merges".into(),
+                value: format!("{m:?} has no space between its two parts"),
+            })
         })
         .collect()
 }
@@ -164,17 +156,9 @@ fn file_merges(merges: &[String]) -> Result<Vec<(String, String)>, TextError> {
 ///
 /// In a byte-level vocabulary a control token spelled outside the byte alphabet is a llama.cpp
 /// mislabel and is skipped, as transformers does.
-fn add_marked_tokens(
-    tokenizer: &mut HfTokenizer,
-    v: &GgufVocab,
-    byte_level: bool,
-) -> Result<(), TextError> {
+fn add_marked_tokens(tokenizer: &mut HfTokenizer, v: &GgufVocab, byte_level: bool) -> Result<(), TextError> {
     let alphabet = byte_level.then(byte_level::alphabet);
-    let in_alphabet = |t: &str| {
-        alphabet
-            .as_ref()
-            .is_none_or(|a| t.chars().all(|c| a.contains(&c)))
-    };
+    let in_alphabet = |t: &str| alphabet.as_ref().is_none_or(|a| t.chars().all(|c| a.contains(&c)));
     let types = v.token_types.as_deref().unwrap_or(&[]);
     let mut added: HashSet<&str> = HashSet::new();
 
@@ -203,9 +187,9 @@ fn add_marked_tokens(
             AddedToken::from(t.clone(), false).normalized(false)
         })
         .collect();
-    tokenizer.add_tokens(user).map_err(|e| {
-        TextError::tokenizers("user-defined tokens of tokenizer.ggml.token_type", e)
-    })?;
+    tokenizer
+        .add_tokens(user)
+        .map_err(|e| TextError::tokenizers("user-defined tokens of tokenizer.ggml.token_type", e))?;
 
     let mut named = Vec::new();
     for id in [v.bos, v.eos, v.unk, v.pad].into_iter().flatten() {
@@ -214,9 +198,7 @@ fn add_marked_tokens(
             named.push(AddedToken::from(t.to_string(), true));
         }
     }
-    tokenizer
-        .add_tokens(named)
-        .map_err(|e| TextError::tokenizers("bos/eos/unk/pad tokens", e))?;
+    tokenizer.add_tokens(named).map_err(|e| TextError::tokenizers("bos/eos/unk/pad tokens", e))?;
     Ok(())
 }
 

@@ -24,12 +24,7 @@ const SPACE: char = '▁';
 
 /// Builds the SentencePiece-style tokenizer (model, pre-tokenizer or normalizer, decoder).
 pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
-    let vocab: Vocab = v
-        .tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
+    let vocab: Vocab = v.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     let merges = match (&v.merges, &v.scores) {
         (Some(m), _) => file_merges(m)?,
         (None, Some(scores)) => {
@@ -55,26 +50,16 @@ pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
         let space = SPACE.to_string();
         let normalizer = NormalizerSequence::new(vec![
             Prepend::new(space.clone()).into(),
-            Replace::new(" ", space)
-                .map_err(|e| TextError::tokenizers("phi3 normalizer", e))?
-                .into(),
+            Replace::new(" ", space).map_err(|e| TextError::tokenizers("phi3 normalizer", e))?.into(),
         ]);
-        tokenizer
-            .with_normalizer(Some(normalizer))
-            .map_err(|e| TextError::tokenizers("phi3 normalizer", e))?;
+        tokenizer.with_normalizer(Some(normalizer)).map_err(|e| TextError::tokenizers("phi3 normalizer", e))?;
     } else {
-        let scheme = if add_prefix_space {
-            PrependScheme::First
-        } else {
-            PrependScheme::Never
-        };
+        let scheme = if add_prefix_space { PrependScheme::First } else { PrependScheme::Never };
         tokenizer.with_pre_tokenizer(Some(Metaspace::new(SPACE, scheme, false)));
     }
 
     let mut steps: Vec<DecoderWrapper> = vec![
-        Replace::new(SPACE.to_string(), " ")
-            .map_err(|e| TextError::tokenizers("SentencePiece decoder", e))?
-            .into(),
+        Replace::new(SPACE.to_string(), " ").map_err(|e| TextError::tokenizers("SentencePiece decoder", e))?.into(),
         ByteFallback::new().into(),
         Fuse::new().into(),
     ];

@@ -42,14 +42,7 @@ pub(crate) fn tiny_spm() -> GgufVocab {
         types.push(6);
         scores.push(0.0);
     }
-    for (t, s) in [
-        ("▁", -1.0),
-        ("h", -2.0),
-        ("i", -3.0),
-        ("▁h", -4.0),
-        ("▁hi", -5.0),
-        ("o", -6.0),
-    ] {
+    for (t, s) in [("▁", -1.0), ("h", -2.0), ("i", -3.0), ("▁h", -4.0), ("▁hi", -5.0), ("o", -6.0)] {
         tokens.push(t.into());
         types.push(1);
         scores.push(s);
@@ -68,11 +61,7 @@ pub(crate) fn tiny_spm() -> GgufVocab {
 
 #[test]
 fn unknown_model_names_the_field_and_value() {
-    let v = GgufVocab {
-        model: "rwkv".into(),
-        tokens: vec!["a".into()],
-        ..Default::default()
-    };
+    let v = GgufVocab { model: "rwkv".into(), tokens: vec!["a".into()], ..Default::default() };
     let err = Tokenizer::from_gguf_vocab(&v).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.model"), "{err}");
     assert!(err.contains("rwkv"), "{err}");
@@ -178,8 +167,5 @@ fn spm_without_scores_or_merges_is_an_error() {
 fn decode_rejects_unknown_ids() {
     let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
     let err = t.decode(&[1_000_000], false).unwrap_err();
-    assert!(matches!(
-        err,
-        TextError::UnknownTokenId { id: 1_000_000, .. }
-    ));
+    assert!(matches!(err, TextError::UnknownTokenId { id: 1_000_000, .. }));
 }

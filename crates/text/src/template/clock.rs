@@ -36,9 +36,7 @@ mod tests {
 
     #[test]
     fn formats_like_python() {
-        let t = NaiveDate::from_ymd_opt(2024, 7, 5)
-            .and_then(|d| d.and_hms_opt(9, 3, 0))
-            .unwrap();
+        let t = NaiveDate::from_ymd_opt(2024, 7, 5).and_then(|d| d.and_hms_opt(9, 3, 0)).unwrap();
         assert_eq!(strftime(&t, "%d %b %Y").as_deref(), Some("05 Jul 2024"));
         assert_eq!(strftime(&t, "%Y-%m-%d").as_deref(), Some("2024-07-05"));
         assert_eq!(strftime(&t, "%B %-d, %Y").as_deref(), Some("July 5, 2024"));

@@ -36,9 +36,7 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate")
-            .field("source_len", &self.source.len())
-            .finish_non_exhaustive()
+        f.debug_struct("ChatTemplate").field("source_len", &self.source.len()).finish_non_exhaustive()
     }
 }
 
@@ -80,23 +78,13 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", move |format: String| {
-            clock::strftime(&clock(), &format)
-                .map(Value::from)
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidOperation,
-                        format!("strftime_now: unsupported format {format:?}"),
-                    )
-                })
+            clock::strftime(&clock(), &format).map(Value::from).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidOperation, format!("strftime_now: unsupported format {format:?}"))
+            })
         });
         env.add_template_owned(NAME, source::rewrite_generation_tags(source))
-            .map_err(|e| TextError::TemplateSyntax {
-                message: describe(&e),
-            })?;
-        Ok(ChatTemplate {
-            env,
-            source: source.to_string(),
-        })
+            .map_err(|e| TextError::TemplateSyntax { message: describe(&e) })?;
+        Ok(ChatTemplate { env, source: source.to_string() })
     }
 
     /// Finds the template of a Hugging Face model directory: chat_template.jinja, else
@@ -106,14 +94,10 @@ impl ChatTemplate {
     pub fn from_dir(dir: &Path) -> Result<Option<Self>, TextError> {
         let mut source = read_optional_text(&dir.join("chat_template.jinja"))?;
         if source.is_none() {
-            source = read_optional_json(&dir.join("chat_template.json"))?
-                .as_ref()
-                .and_then(chat_template_field);
+            source = read_optional_json(&dir.join("chat_template.json"))?.as_ref().and_then(chat_template_field);
         }
         if source.is_none() {
-            source = read_optional_json(&dir.join("tokenizer_config.json"))?
-                .as_ref()
-                .and_then(chat_template_field);
+            source = read_optional_json(&dir.join("tokenizer_config.json"))?.as_ref().and_then(chat_template_field);
         }
         source.map(|s| Self::new(&s)).transpose()
     }
@@ -128,26 +112,11 @@ impl ChatTemplate {
         }
         let messages: Vec<Json> = ctx.messages.iter().map(normalize_message).collect();
         vars.insert("messages".into(), Json::Array(messages));
-        vars.insert(
-            "tools".into(),
-            ctx.tools.clone().map(Json::Array).unwrap_or(Json::Null),
-        );
+        vars.insert("tools".into(), ctx.tools.clone().map(Json::Array).unwrap_or(Json::Null));
         vars.entry("documents").or_insert(Json::Null);
-        vars.insert(
-            "add_generation_prompt".into(),
-            Json::Bool(ctx.add_generation_prompt),
-        );
-        let template = self
-            .env
-            .get_template(NAME)
-            .map_err(|e| TextError::TemplateRender {
-                message: describe(&e),
-            })?;
-        template
-            .render(Value::from_serialize(&vars))
-            .map_err(|e| TextError::TemplateRender {
-                message: describe(&e),
-            })
+        vars.insert("add_generation_prompt".into(), Json::Bool(ctx.add_generation_prompt));
+        let template = self.env.get_template(NAME).map_err(|e| TextError::TemplateRender { message: describe(&e) })?;
+        template.render(Value::from_serialize(&vars)).map_err(|e| TextError::TemplateRender { message: describe(&e) })
     }
 
     /// Whether the template reads `tools`, i.e. can describe tools to the model.
@@ -168,15 +137,9 @@ fn normalize_message(message: &Json) -> Json {
     let Json::Object(fields) = message else {
         return message.clone();
     };
-    let fields: Map<String, Json> = fields
-        .iter()
-        .filter(|(_, v)| !v.is_null())
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let reasoning = ["reasoning_content", "thinking", "reasoning"]
-        .iter()
-        .find_map(|k| fields.get(*k))
-        .cloned();
+    let fields: Map<String, Json> =
+        fields.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let reasoning = ["reasoning_content", "thinking", "reasoning"].iter().find_map(|k| fields.get(*k)).cloned();
     let Some(reasoning) = reasoning else {
         return Json::Object(fields);
     };
@@ -212,27 +175,16 @@ fn describe(err: &Error) -> String {
 
 /// `raise_exception(message)`: fails the render with the template's message.
 fn raise_exception(message: String) -> Result<Value, Error> {
-    Err(Error::new(
-        ErrorKind::InvalidOperation,
-        format!("{RAISED}{message}"),
-    ))
+    Err(Error::new(ErrorKind::InvalidOperation, format!("{RAISED}{message}")))
 }
 
 /// Prints values as jinja2 does (Python's `str()`): `True`, `None`, `['a', 1]`, `1e-05`.
-fn python_formatter(
-    out: &mut minijinja::Output,
-    state: &minijinja::State,
-    value: &Value,
-) -> Result<(), Error> {
-    let pythonic = matches!(
-        value.kind(),
-        ValueKind::None | ValueKind::Bool | ValueKind::Number | ValueKind::Seq | ValueKind::Map
-    );
+fn python_formatter(out: &mut minijinja::Output, state: &minijinja::State, value: &Value) -> Result<(), Error> {
+    let pythonic =
+        matches!(value.kind(), ValueKind::None | ValueKind::Bool | ValueKind::Number | ValueKind::Seq | ValueKind::Map);
     if pythonic {
         if let Ok(json) = serde_json::to_value(value) {
-            return out
-                .write_str(&python_str(&json))
-                .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()));
+            return out.write_str(&python_str(&json)).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()));
         }
     }
     minijinja::escape_formatter(out, state, value)
@@ -240,12 +192,7 @@ fn python_formatter(
 
 /// transformers' `tojson` filter: `json.dumps(x, ensure_ascii=False, indent=None,
 /// separators=None, sort_keys=False)`; the first two may be positional, the rest are keywords.
-fn tojson(
-    value: &Value,
-    ensure_ascii: Option<Value>,
-    indent: Option<Value>,
-    kwargs: Kwargs,
-) -> Result<Value, Error> {
+fn tojson(value: &Value, ensure_ascii: Option<Value>, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     let pick = |positional: Option<Value>, name: &str| -> Result<Option<Value>, Error> {
         Ok(kwargs.get::<Option<Value>>(name)?.or(positional))
     };
@@ -255,12 +202,7 @@ fn tojson(
     let sort_keys = pick(None, "sort_keys")?;
     kwargs.assert_all_used()?;
 
-    let bad = |what: &str, v: &Value| {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            format!("tojson: bad {what}: {v}"),
-        )
-    };
+    let bad = |what: &str, v: &Value| Error::new(ErrorKind::InvalidOperation, format!("tojson: bad {what}: {v}"));
     let indent = match indent.filter(|v| !v.is_none() && !v.is_undefined()) {
         None => None,
         Some(v) if v.kind() == ValueKind::String => Some(v.as_str().unwrap_or("").to_string()),
@@ -290,12 +232,8 @@ fn tojson(
         separators,
         sort_keys: sort_keys.is_some_and(|v| v.is_true()),
     };
-    let json = serde_json::to_value(value).map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            format!("tojson: value is not JSON serializable: {e}"),
-        )
-    })?;
+    let json = serde_json::to_value(value)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: value is not JSON serializable: {e}")))?;
     Ok(Value::from_safe_string(json_dumps(&json, &opts)))
 }
 

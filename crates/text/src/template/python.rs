@@ -29,11 +29,7 @@ pub(crate) fn json_dumps(value: &Json, opts: &DumpOptions) -> String {
         (item.to_string(), ": ".to_string())
     });
     let mut out = String::new();
-    let w = Writer {
-        opts,
-        item_sep: &item_sep,
-        key_sep: &key_sep,
-    };
+    let w = Writer { opts, item_sep: &item_sep, key_sep: &key_sep };
     w.value(&mut out, value, 0);
     out
 }
@@ -180,11 +176,7 @@ pub(crate) fn float_repr(f: f64) -> String {
         format!("{sign}{body}")
     } else {
         let (first, rest) = digits.split_at(1);
-        let frac = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
+        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
         let esign = if exp < 0 { '-' } else { '+' };
         format!("{sign}{first}{frac}e{esign}{:02}", exp.abs())
     }
@@ -242,11 +234,7 @@ fn repr_into(out: &mut String, v: &Json) {
 
 /// Python's `repr(str)`: single quotes unless the text has `'` and no `"`.
 fn string_repr(out: &mut String, s: &str) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     out.push(quote);
     for c in s.chars() {
         match c {
@@ -275,33 +263,21 @@ mod tests {
     #[test]
     fn dumps_like_python_defaults() {
         let v = json!({"b": 1, "a": [1.5, "é\"\n", null, true], "c": {}});
-        assert_eq!(
-            json_dumps(&v, &DumpOptions::default()),
-            r#"{"b": 1, "a": [1.5, "é\"\n", null, true], "c": {}}"#
-        );
+        assert_eq!(json_dumps(&v, &DumpOptions::default()), r#"{"b": 1, "a": [1.5, "é\"\n", null, true], "c": {}}"#);
     }
 
     #[test]
     fn dumps_with_indent_and_options() {
         let v = json!({"b": [1, 2], "a": "x"});
-        let opts = DumpOptions {
-            indent: Some("  ".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            json_dumps(&v, &opts),
-            "{\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": \"x\"\n}"
-        );
+        let opts = DumpOptions { indent: Some("  ".into()), ..Default::default() };
+        assert_eq!(json_dumps(&v, &opts), "{\n  \"b\": [\n    1,\n    2\n  ],\n  \"a\": \"x\"\n}");
         let opts = DumpOptions {
             sort_keys: true,
             separators: Some((",".into(), ":".into())),
             ensure_ascii: true,
             ..Default::default()
         };
-        assert_eq!(
-            json_dumps(&json!({"b": "é😀", "a": 1}), &opts),
-            r#"{"a":1,"b":"\u00e9\ud83d\ude00"}"#
-        );
+        assert_eq!(json_dumps(&json!({"b": "é😀", "a": 1}), &opts), r#"{"a":1,"b":"\u00e9\ud83d\ude00"}"#);
     }
 
     #[test]
@@ -327,9 +303,6 @@ mod tests {
         assert_eq!(python_str(&json!(true)), "True");
         assert_eq!(python_str(&json!(null)), "None");
         assert_eq!(python_str(&json!("it's")), "it's");
-        assert_eq!(
-            python_str(&json!(["a", "it's", 1, 2.0, {"k": false}])),
-            r#"['a', "it's", 1, 2.0, {'k': False}]"#
-        );
+        assert_eq!(python_str(&json!(["a", "it's", 1, 2.0, {"k": false}])), r#"['a', "it's", 1, 2.0, {'k': False}]"#);
     }
 }

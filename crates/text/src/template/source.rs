@@ -29,11 +29,7 @@ pub(crate) fn rewrite_generation_tags(src: &str) -> String {
             Some(r) => {
                 let open = &inner[..inner.len() - inner.trim_start_matches(['-', '+']).len()];
                 let trimmed_end = inner.trim_end();
-                let close = if trimmed_end.ends_with(['-', '+']) {
-                    &trimmed_end[trimmed_end.len() - 1..]
-                } else {
-                    ""
-                };
+                let close = if trimmed_end.ends_with(['-', '+']) { &trimmed_end[trimmed_end.len() - 1..] } else { "" };
                 out.push_str(&format!("{{%{open} {r} {close}%}}"));
             }
             None => out.push_str(whole),
@@ -64,10 +60,7 @@ mod tests {
             rewrite_generation_tags("a{% generation %}b{%- endgeneration -%}c"),
             "a{% if true %}b{%- endif -%}c"
         );
-        assert_eq!(
-            rewrite_generation_tags("{% if x %}{{ y }}{% endif %}"),
-            "{% if x %}{{ y }}{% endif %}"
-        );
+        assert_eq!(rewrite_generation_tags("{% if x %}{{ y }}{% endif %}"), "{% if x %}{{ y }}{% endif %}");
         assert_eq!(rewrite_generation_tags("{% if"), "{% if");
     }
 

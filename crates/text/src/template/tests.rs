@@ -12,17 +12,14 @@ fn render(src: &str, ctx: &ChatContext) -> Result<String, TextError> {
 }
 
 fn with_messages(messages: Json) -> ChatContext {
-    ChatContext {
-        messages: messages.as_array().cloned().unwrap_or_default(),
-        ..Default::default()
-    }
+    ChatContext { messages: messages.as_array().cloned().unwrap_or_default(), ..Default::default() }
 }
 
 #[test]
 fn blocks_trim_and_lstrip() {
-    let src = "{% for m in messages %}\n    {% if m.role == 'user' %}\nU:{{ m.content }}\n    {% endif %}\n{% endfor %}\n";
-    let ctx =
-        with_messages(json!([{"role": "user", "content": "hi"}, {"role": "x", "content": "no"}]));
+    let src =
+        "{% for m in messages %}\n    {% if m.role == 'user' %}\nU:{{ m.content }}\n    {% endif %}\n{% endfor %}\n";
+    let ctx = with_messages(json!([{"role": "user", "content": "hi"}, {"role": "x", "content": "no"}]));
     assert_eq!(render(src, &ctx).unwrap(), "U:hi\n");
 }
 
@@ -38,26 +35,15 @@ fn raise_exception_fails_with_the_message() {
 
 #[test]
 fn strftime_now_reads_the_injected_clock() {
-    let fixed = chrono::NaiveDate::from_ymd_opt(2024, 9, 26)
-        .and_then(|d| d.and_hms_opt(12, 0, 0))
-        .unwrap();
-    let t = ChatTemplate::with_clock(
-        "Today: {{ strftime_now('%d %b %Y') }}",
-        Arc::new(move || fixed),
-    )
-    .unwrap();
-    assert_eq!(
-        t.render(&ChatContext::default()).unwrap(),
-        "Today: 26 Sep 2024"
-    );
+    let fixed = chrono::NaiveDate::from_ymd_opt(2024, 9, 26).and_then(|d| d.and_hms_opt(12, 0, 0)).unwrap();
+    let t = ChatTemplate::with_clock("Today: {{ strftime_now('%d %b %Y') }}", Arc::new(move || fixed)).unwrap();
+    assert_eq!(t.render(&ChatContext::default()).unwrap(), "Today: 26 Sep 2024");
 }
 
 #[test]
 fn tojson_is_python_json_dumps() {
     let ctx = ChatContext {
-        tools: Some(vec![
-            json!({"name": "f", "desc": "<é>", "n": 1.0, "args": {"b": 1, "a": [true, null]}}),
-        ]),
+        tools: Some(vec![json!({"name": "f", "desc": "<é>", "n": 1.0, "args": {"b": 1, "a": [true, null]}})]),
         ..Default::default()
     };
     assert_eq!(
@@ -69,11 +55,7 @@ fn tojson_is_python_json_dumps() {
         "{\n  \"b\": 1,\n  \"a\": [\n    true,\n    null\n  ]\n}"
     );
     assert_eq!(
-        render(
-            "{{ tools[0].args|tojson(sort_keys=true, separators=(',', ':')) }}",
-            &ctx
-        )
-        .unwrap(),
+        render("{{ tools[0].args|tojson(sort_keys=true, separators=(',', ':')) }}", &ctx).unwrap(),
         r#"{"a":[true,null],"b":1}"#
     );
 }
@@ -82,11 +64,7 @@ fn tojson_is_python_json_dumps() {
 fn values_print_like_python() {
     let ctx = with_messages(json!([{"role": "user", "content": ["a", 1, 2.5, true, null]}]));
     assert_eq!(
-        render(
-            "{{ messages[0].content }}|{{ true }}|{{ none }}|{{ 0.00001 }}",
-            &ctx
-        )
-        .unwrap(),
+        render("{{ messages[0].content }}|{{ true }}|{{ none }}|{{ 0.00001 }}", &ctx).unwrap(),
         "['a', 1, 2.5, True, None]|True|None|1e-05"
     );
 }
@@ -94,14 +72,10 @@ fn values_print_like_python() {
 #[test]
 fn python_string_and_dict_methods() {
     let ctx = with_messages(json!([{"role": "user", "content": "  a,b,c  "}]));
-    let src =
-        "{{ messages[0].content.strip() }}|{{ messages[0].content.strip().split(',')|length }}|\
+    let src = "{{ messages[0].content.strip() }}|{{ messages[0].content.strip().split(',')|length }}|\
                {{ messages[0].role.startswith('us') }}|{{ messages[0].get('missing', 'd') }}|\
                {% for k, v in messages[0].items() %}{{ k }}={{ v|trim }};{% endfor %}";
-    assert_eq!(
-        render(src, &ctx).unwrap(),
-        "a,b,c|3|True|d|role=user;content=a,b,c;"
-    );
+    assert_eq!(render(src, &ctx).unwrap(), "a,b,c|3|True|d|role=user;content=a,b,c;");
 }
 
 #[test]
@@ -134,17 +108,14 @@ fn extra_variables_and_special_tokens() {
 
 #[test]
 fn generation_blocks_render_their_body() {
-    let src =
-        "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}";
+    let src = "{% for m in messages %}{% generation %}{{ m.content }}{% endgeneration %}{% endfor %}";
     let ctx = with_messages(json!([{"role": "assistant", "content": "x"}]));
     assert_eq!(render(src, &ctx).unwrap(), "x");
 }
 
 #[test]
 fn reasoning_fields_are_aliased_and_nulls_dropped() {
-    let ctx = with_messages(
-        json!([{"role": "assistant", "content": "c", "reasoning": "r", "tool_calls": null}]),
-    );
+    let ctx = with_messages(json!([{"role": "assistant", "content": "c", "reasoning": "r", "tool_calls": null}]));
     let src = "{{ messages[0]|tojson }}";
     assert_eq!(
         render(src, &ctx).unwrap(),
@@ -160,12 +131,8 @@ fn syntax_errors_are_typed() {
 
 #[test]
 fn supports_tools_reads_the_source() {
-    assert!(ChatTemplate::new("{% if tools %}x{% endif %}")
-        .unwrap()
-        .supports_tools());
-    assert!(!ChatTemplate::new("{{ messages }}")
-        .unwrap()
-        .supports_tools());
+    assert!(ChatTemplate::new("{% if tools %}x{% endif %}").unwrap().supports_tools());
+    assert!(!ChatTemplate::new("{{ messages }}").unwrap().supports_tools());
 }
 
 #[test]
@@ -179,13 +146,7 @@ fn from_dir_prefers_jinja_then_json_then_tokenizer_config() {
         r#"{"chat_template": [{"name": "default", "template": "C"}, {"name": "rag", "template": "R"}]}"#,
     )
     .unwrap();
-    let src = |d: &Path| {
-        ChatTemplate::from_dir(d)
-            .unwrap()
-            .unwrap()
-            .source()
-            .to_string()
-    };
+    let src = |d: &Path| ChatTemplate::from_dir(d).unwrap().unwrap().source().to_string();
     assert_eq!(src(&dir), "C");
     std::fs::write(dir.join("chat_template.json"), r#"{"chat_template": "J"}"#).unwrap();
     assert_eq!(src(&dir), "J");
@@ -204,22 +165,14 @@ fn operators_and_filters_like_python() {
         render(src, &ChatContext::default()).unwrap(),
         "ab|[1, 2, 3]|['a', 'b', 'c']|['a', 'b']|['a']|1.5|2.0|3|HI|x"
     );
-    let ctx =
-        with_messages(json!([{"role": "u", "content": {"a": "it's", "b": 1.5}}, {"role": "v"}]));
+    let ctx = with_messages(json!([{"role": "u", "content": {"a": "it's", "b": 1.5}}, {"role": "v"}]));
     let src = "{{ messages[0].content }}|{{ 1 in [1,2] }}|{{ 'ab' in 'cabd' }}|\
                {{ messages|selectattr('role','equalto','u')|list|length }}|{{ messages|map(attribute='role')|join(',') }}";
-    assert_eq!(
-        render(src, &ctx).unwrap(),
-        "{'a': \"it's\", 'b': 1.5}|True|True|1|u,v"
-    );
+    assert_eq!(render(src, &ctx).unwrap(), "{'a': \"it's\", 'b': 1.5}|True|True|1|u,v");
 }
 
 #[test]
 fn comments_and_indented_blocks() {
-    let src =
-        "  {#- c -#}\n  {% if true %}\n  x\n  {% endif %}\n  {{ 'y' }}  \n  {# comment #}\n  z";
-    assert_eq!(
-        render(src, &ChatContext::default()).unwrap(),
-        "  x\n  y  \n  z"
-    );
+    let src = "  {#- c -#}\n  {% if true %}\n  x\n  {% endif %}\n  {{ 'y' }}  \n  {# comment #}\n  z";
+    assert_eq!(render(src, &ChatContext::default()).unwrap(), "  x\n  y  \n  z");
 }

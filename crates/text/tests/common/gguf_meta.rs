@@ -94,9 +94,7 @@ impl<R: Read> Reader<R> {
 /// Reads every metadata key/value pair of a GGUF file.
 pub fn read_metadata(path: &Path) -> Result<HashMap<String, Meta>, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut r = Reader {
-        r: BufReader::new(file),
-    };
+    let mut r = Reader { r: BufReader::new(file) };
     if &r.bytes::<4>()? != b"GGUF" {
         return Err(format!("{} is not a GGUF file", path.display()));
     }

@@ -15,10 +15,7 @@ pub fn root() -> PathBuf {
 /// make it when it is missing.
 pub fn fixture(rel: &str) -> PathBuf {
     let p = root().join(rel);
-    assert!(
-        p.exists(),
-        "missing {rel}: make the goldens with `bash scripts/reference/make_all.sh`"
-    );
+    assert!(p.exists(), "missing {rel}: make the goldens with `bash scripts/reference/make_all.sh`");
     p
 }
 
@@ -26,10 +23,7 @@ pub fn fixture(rel: &str) -> PathBuf {
 pub fn smollm2_gguf() -> PathBuf {
     let rel = ".models/SmolLM2-135M-Instruct.Q4_1.gguf";
     let p = root().join(rel);
-    assert!(
-        p.exists(),
-        "missing {rel}: download it with `bash scripts/setup-test-model.sh`"
-    );
+    assert!(p.exists(), "missing {rel}: download it with `bash scripts/setup-test-model.sh`");
     p
 }
 

@@ -33,7 +33,7 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Nucleus sampling threshold.
     #[arg(long, default_value_t = 1.0)]
@@ -48,10 +48,10 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = 1.0)]
     pub repetition_penalty: f32,
     /// OpenAI-style presence penalty.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub presence_penalty: f32,
     /// OpenAI-style frequency penalty.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Seed for sampling.
     #[arg(long)]

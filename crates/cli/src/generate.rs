@@ -12,16 +12,13 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
     // Everything the user typed is checked before the (slow) load.
     params(args, None).validate()?;
     let backend: BackendKind = args.backend.parse()?;
-    if backend != BackendKind::CpuF32 {
-        bail!("backend {backend} is not built yet in this version; cpu-f32 is");
-    }
     let threads = kvad_tensor::cpu::pool::init(args.threads);
     let resolved = kvad_hub::resolve(&args.model)?;
     if let Some(note) = &resolved.source_note {
         eprintln!("kvad: {note}");
     }
     let t = std::time::Instant::now();
-    let m = open_model(&resolved.path).with_context(|| format!("loading {}", resolved.path.display()))?;
+    let m = open_model(&resolved.path, backend).with_context(|| format!("loading {}", resolved.path.display()))?;
     for n in &m.notes {
         eprintln!("kvad: {n}");
     }

@@ -3,6 +3,7 @@
 use crate::EngineError;
 use kvad_models::weights::GgufFile;
 use kvad_models::{load_model, CausalLm, ModelFiles};
+use kvad_tensor::BackendKind;
 use kvad_text::{ChatTemplate, GgufVocab, Tokenizer};
 use std::path::Path;
 
@@ -25,6 +26,8 @@ pub struct OpenedModel {
     pub template: Option<ChatTemplate>,
     /// Lines the loader wants printed.
     pub notes: Vec<String>,
+    /// The backend it runs on.
+    pub backend: BackendKind,
 }
 
 impl OpenedModel {
@@ -47,8 +50,11 @@ impl OpenedModel {
     }
 }
 
-/// Loads a model directory (HF layout) or a GGUF file.
-pub fn open_model(path: &Path) -> Result<OpenedModel, EngineError> {
+/// Loads a model directory (HF layout) or a GGUF file on a backend.
+pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, EngineError> {
+    if backend != BackendKind::CpuF32 {
+        return Err(EngineError::BadRequest(format!("backend {backend} is not built yet in this version; cpu-f32 is")));
+    }
     let files = ModelFiles::detect(path)?;
     let loaded = load_model(&files)?;
     let (tokenizer, template) = match (&files, &loaded.gguf) {
@@ -67,7 +73,7 @@ pub fn open_model(path: &Path) -> Result<OpenedModel, EngineError> {
             tokenizer.vocab_size()
         )));
     }
-    Ok(OpenedModel { model: loaded.model, tokenizer, template, notes: loaded.notes })
+    Ok(OpenedModel { model: loaded.model, tokenizer, template, notes: loaded.notes, backend })
 }
 
 /// The tokenizer part of a GGUF's metadata, as plain data for the text crate.

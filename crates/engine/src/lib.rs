@@ -3,6 +3,7 @@
 //! It owns everything stateful about a generation (the KV cache, the sampler's generator, the ids so far) so the
 //! model stays a pure function of its inputs. The scheduler (queue, fairness, batching) lands here too.
 
+pub mod bench;
 pub mod generate;
 pub mod open;
 pub mod sampler;

@@ -2,7 +2,7 @@
 
 use crate::EngineError;
 use kvad_models::weights::GgufFile;
-use kvad_models::{load_model, CausalLm, ModelFiles};
+use kvad_models::{load_model_with, CacheUse, CausalLm, LoadOptions, ModelFiles};
 use kvad_tensor::BackendKind;
 use kvad_text::{ChatTemplate, GgufVocab, Tokenizer};
 use std::path::Path;
@@ -28,6 +28,8 @@ pub struct OpenedModel {
     pub notes: Vec<String>,
     /// The backend it runs on.
     pub backend: BackendKind,
+    /// What the quantised cache did for this load.
+    pub cache: CacheUse,
 }
 
 impl OpenedModel {
@@ -52,11 +54,14 @@ impl OpenedModel {
 
 /// Loads a model directory (HF layout) or a GGUF file on a backend.
 pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, EngineError> {
-    if backend != BackendKind::CpuF32 {
-        return Err(EngineError::BadRequest(format!("backend {backend} is not built yet in this version; cpu-f32 is")));
+    if backend.device() == kvad_tensor::Device::Gpu {
+        return Err(EngineError::BadRequest(format!(
+            "backend {backend} is not built yet in this version; cpu-f32, cpu-q8 and cpu-q4 are"
+        )));
     }
     let files = ModelFiles::detect(path)?;
-    let loaded = load_model(&files)?;
+    let opts = LoadOptions { backend, cache_dir: Some(kvad_hub::kvad_cache_dir()) };
+    let loaded = load_model_with(&files, &opts)?;
     let (tokenizer, template) = match (&files, &loaded.gguf) {
         (ModelFiles::Gguf(_), Some(g)) => {
             let vocab = gguf_vocab(g);
@@ -73,7 +78,7 @@ pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, Engi
             tokenizer.vocab_size()
         )));
     }
-    Ok(OpenedModel { model: loaded.model, tokenizer, template, notes: loaded.notes, backend })
+    Ok(OpenedModel { model: loaded.model, tokenizer, template, notes: loaded.notes, backend, cache: loaded.cache })
 }
 
 /// The tokenizer part of a GGUF's metadata, as plain data for the text crate.

@@ -2,63 +2,65 @@
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::kv::SeqKv;
-use kvad_tensor::cpu::{matmul_t, ops};
-use rayon::prelude::*;
+use kvad_tensor::cpu::{ops, QMatrix};
 
-/// A linear layer `y = x·Wᵀ + b`, weights `[out, in]` row-major in f32.
+/// A linear layer `y = x·Wᵀ + b`, weights `[out, in]` in the backend's storage format.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    w: Vec<f32>,
+    w: QMatrix,
     b: Option<Vec<f32>>,
-    out: usize,
-    inp: usize,
 }
 
 impl Linear {
-    /// Wraps weights already checked to be `out × inp`.
-    pub fn new(w: Vec<f32>, b: Option<Vec<f32>>, out: usize, inp: usize) -> Self {
-        debug_assert_eq!(w.len(), out * inp);
-        Linear { w, b, out, inp }
-    }
-
-    /// Stacks several layers with the same input width into one (q/k/v, gate/up), so one pass reads all of them.
-    pub fn stack(parts: Vec<Linear>) -> Self {
-        let inp = parts[0].inp;
-        let out = parts.iter().map(|p| p.out).sum();
-        let any_bias = parts.iter().any(|p| p.b.is_some());
-        let mut w = Vec::with_capacity(out * inp);
-        let mut b = Vec::with_capacity(if any_bias { out } else { 0 });
-        for p in parts {
-            debug_assert_eq!(p.inp, inp);
-            w.extend_from_slice(&p.w);
-            if any_bias {
-                match &p.b {
-                    Some(pb) => b.extend_from_slice(pb),
-                    None => b.extend(std::iter::repeat_n(0.0, p.out)),
-                }
-            }
-        }
-        Linear { w, b: any_bias.then_some(b), out, inp }
+    /// Wraps a checked matrix and optional bias.
+    pub fn new(w: QMatrix, b: Option<Vec<f32>>) -> Self {
+        Linear { w, b }
     }
 
     /// Output width.
     pub fn out_dim(&self) -> usize {
-        self.out
+        self.w.rows()
+    }
+
+    /// The weights.
+    pub fn matrix(&self) -> &QMatrix {
+        &self.w
+    }
+
+    /// The bias.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.b.as_deref()
+    }
+
+    /// Bytes of weights and bias.
+    pub fn bytes(&self) -> usize {
+        self.w.bytes().len() + self.b.as_ref().map_or(0, |b| b.len() * 4)
     }
 
     /// `rows` input rows to `rows × out`.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        let mut y = vec![0f32; rows * self.out];
-        matmul_t(x, rows, self.inp, &self.w, self.out, &mut y);
+        let mut y = vec![0f32; rows * self.w.rows()];
+        self.w.matmul(x, rows, &mut y);
         if let Some(b) = &self.b {
             ops::add_bias(&mut y, b);
         }
         y
     }
+}
 
-    /// The weights, for a tied embedding.
-    pub fn weights(&self) -> &[f32] {
-        &self.w
+/// Token embeddings in the backend's storage format; a lookup dequantises one row.
+#[derive(Debug, Clone)]
+pub struct Embedding(pub QMatrix);
+
+impl Embedding {
+    /// Appends the rows of `tokens` to `out`.
+    pub fn lookup(&self, tokens: &[u32], out: &mut Vec<f32>) {
+        let h = self.0.cols();
+        for &t in tokens {
+            let start = out.len();
+            out.resize(start + h, 0.0);
+            self.0.dequantize_row(t as usize, &mut out[start..]);
+        }
     }
 }
 
@@ -170,7 +172,7 @@ pub fn attention(
     let group = shape.n_heads / shape.n_kv_heads;
     let mut out = vec![0f32; row0 * q_dim];
     let caches_ro: Vec<&SeqKv> = caches.iter().map(|c| &**c).collect();
-    out.par_chunks_mut(hd).enumerate().for_each(|(idx, o)| {
+    kvad_tensor::cpu::pool::for_each_piece_mut(&mut out, hd, |idx, o| {
         let (row, h) = (idx / shape.n_heads, idx % shape.n_heads);
         let (s, pos) = jobs[row];
         let l = &caches_ro[s].layers[layer];
@@ -183,9 +185,7 @@ pub fn attention(
         ops::softmax_inplace(&mut scores);
         for (j, &p) in (lo..=pos).zip(&scores) {
             let vv = &l.v[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-            for (a, &b) in o.iter_mut().zip(vv) {
-                *a += p * b;
-            }
+            ops::axpy(o, p, vv);
         }
     });
     out
@@ -213,17 +213,17 @@ pub enum Head<'a> {
     /// `lm_head.weight`.
     Linear(&'a Linear),
     /// The tied embedding, `[vocab, hidden]`.
-    Tied(&'a [f32]),
+    Tied(&'a Embedding),
 }
 
 impl Head<'_> {
     /// Logits for `n` normed rows.
-    pub fn forward(&self, x: &[f32], n: usize, hidden: usize, vocab: usize) -> Vec<f32> {
+    pub fn forward(&self, x: &[f32], n: usize) -> Vec<f32> {
         match self {
             Head::Linear(l) => l.forward(x, n),
             Head::Tied(e) => {
-                let mut y = vec![0f32; n * vocab];
-                matmul_t(x, n, hidden, e, vocab, &mut y);
+                let mut y = vec![0f32; n * e.0.rows()];
+                e.0.matmul(x, n, &mut y);
                 y
             }
         }

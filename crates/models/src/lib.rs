@@ -10,12 +10,14 @@ pub mod error;
 pub mod kv;
 pub mod layers;
 pub mod load;
+pub mod qcache;
+mod tensors;
 pub mod weights;
 
 pub use config::{ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use kv::SeqKv;
-pub use load::{load_model, ModelFiles};
+pub use load::{load_model, load_model_with, CacheUse, LoadOptions, LoadedModel, ModelFiles};
 
 /// Which rows of a forward pass need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,4 +48,6 @@ pub trait CausalLm: Send + Sync {
     /// Runs the new tokens of every sequence and returns, per sequence, the logits the mode asks for
     /// (`rows × vocab`, flattened).
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Bytes of weights held (mapped or owned), for memory accounting.
+    fn weight_bytes(&self) -> usize;
 }

@@ -6,10 +6,10 @@
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::SeqKv;
-use crate::layers::{attention, final_logits, AttnShape, Linear, Spans};
-use crate::load::Tensors;
+use crate::layers::{attention, final_logits, AttnShape, Embedding, Head, Linear, Spans};
+use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
-use kvad_tensor::cpu::{matmul_t, ops};
+use kvad_tensor::cpu::ops;
 
 struct Block {
     ln1: (Vec<f32>, Vec<f32>),
@@ -23,23 +23,11 @@ struct Block {
 /// GPT-2 with f32 weights on the CPU.
 pub struct Gpt2 {
     cfg: ModelConfig,
-    wte: Vec<f32>,
+    wte: Embedding,
     wpe: Vec<f32>,
     blocks: Vec<Block>,
     ln_f: (Vec<f32>, Vec<f32>),
-}
-
-/// Reads a `Conv1D` weight `[inp, out]` and its bias into a `[out, inp]` linear.
-fn conv1d(t: &mut Tensors<'_>, name: &str, inp: usize, out: usize) -> Result<Linear, ModelError> {
-    let w = t.get(&format!("{name}.weight"), &[inp, out])?;
-    let mut wt = vec![0f32; inp * out];
-    for i in 0..inp {
-        for o in 0..out {
-            wt[o * inp + i] = w[i * out + o];
-        }
-    }
-    let b = t.get(&format!("{name}.bias"), &[out])?;
-    Ok(Linear::new(wt, Some(b), out, inp))
+    head: Option<Linear>,
 }
 
 impl Gpt2 {
@@ -48,32 +36,47 @@ impl Gpt2 {
         let p = if t.has("transformer.wte.weight") { "transformer." } else { "" };
         let (e, ff) = (cfg.hidden, cfg.intermediate);
         let ln = |t: &mut Tensors<'_>, name: &str| -> Result<(Vec<f32>, Vec<f32>), ModelError> {
-            Ok((t.get(&format!("{name}.weight"), &[e])?, t.get(&format!("{name}.bias"), &[e])?))
+            Ok((t.vector(&format!("{name}.weight"), &[e])?, t.vector(&format!("{name}.bias"), &[e])?))
         };
-        let wte = t.get(&format!("{p}wte.weight"), &[cfg.vocab_size, e])?;
-        let wpe = t.get(&format!("{p}wpe.weight"), &[cfg.max_position, e])?;
+        let wte = t.embedding(t.embedding_name(&cfg), cfg.vocab_size, e)?;
+        let wpe = t.vector(&format!("{p}wpe.weight"), &[cfg.max_position, e])?;
         let mut blocks = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let b = format!("{p}h.{i}");
             blocks.push(Block {
                 ln1: ln(t, &format!("{b}.ln_1"))?,
-                c_attn: conv1d(t, &format!("{b}.attn.c_attn"), e, 3 * e)?,
-                c_proj: conv1d(t, &format!("{b}.attn.c_proj"), e, e)?,
+                c_attn: t.conv1d(&format!("{b}.attn.c_attn"), e, 3 * e)?,
+                c_proj: t.conv1d(&format!("{b}.attn.c_proj"), e, e)?,
                 ln2: ln(t, &format!("{b}.ln_2"))?,
-                fc: conv1d(t, &format!("{b}.mlp.c_fc"), e, ff)?,
-                proj: conv1d(t, &format!("{b}.mlp.c_proj"), ff, e)?,
+                fc: t.conv1d(&format!("{b}.mlp.c_fc"), e, ff)?,
+                proj: t.conv1d(&format!("{b}.mlp.c_proj"), ff, e)?,
             });
         }
         let ln_f = ln(t, &format!("{p}ln_f"))?;
-        // GPT-2's head is the embedding; a shipped lm_head.weight must match it (checked by the loader).
-        t.head(&cfg)?;
-        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f })
+        // GPT-2's head is the embedding; a shipped lm_head.weight of another shape is refused by the loader.
+        let head = t.head(&cfg, &wte)?;
+        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f, head })
     }
 }
 
 impl CausalLm for Gpt2 {
     fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| {
+                b.c_attn.bytes()
+                    + b.c_proj.bytes()
+                    + b.fc.bytes()
+                    + b.proj.bytes()
+                    + (b.ln1.0.len() + b.ln2.0.len()) * 8
+            })
+            .sum();
+        blocks + self.wte.0.bytes().len() + self.wpe.len() * 4 + self.head.as_ref().map_or(0, Linear::bytes)
     }
 
     fn new_cache(&self) -> SeqKv {
@@ -88,10 +91,11 @@ impl CausalLm for Gpt2 {
         let rows: usize = counts.iter().sum();
         let positions = crate::load::check_batch(c, batch)?;
         let mut x = Vec::with_capacity(rows * e);
-        let toks = batch.iter().flat_map(|s| s.tokens.iter());
-        for (&tok, &pos) in toks.zip(&positions) {
-            let (t, p) = (tok as usize, pos);
-            x.extend(self.wte[t * e..(t + 1) * e].iter().zip(&self.wpe[p * e..(p + 1) * e]).map(|(a, b)| a + b));
+        for s in batch.iter() {
+            self.wte.lookup(s.tokens, &mut x);
+        }
+        for (row, &p) in x.chunks_exact_mut(e).zip(&positions) {
+            ops::add_inplace(row, &self.wpe[p * e..(p + 1) * e]);
         }
         let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_heads, head_dim: c.head_dim, window: None };
         let mut caches: Vec<&mut SeqKv> = batch.iter_mut().map(|s| &mut *s.kv).collect();
@@ -119,9 +123,8 @@ impl CausalLm for Gpt2 {
         Ok(final_logits(&x, e, &counts, mode, |rows, n| {
             let mut normed = vec![0f32; n * e];
             ops::layer_norm(rows, &self.ln_f.0, &self.ln_f.1, c.norm_eps, &mut normed);
-            let mut y = vec![0f32; n * c.vocab_size];
-            matmul_t(&normed, n, e, &self.wte, c.vocab_size, &mut y);
-            y
+            let head = self.head.as_ref().map_or(Head::Tied(&self.wte), Head::Linear);
+            head.forward(&normed, n)
         }))
     }
 }

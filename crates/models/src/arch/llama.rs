@@ -7,8 +7,8 @@
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::SeqKv;
-use crate::layers::{attention, AttnShape, Linear, Rope, Spans};
-use crate::load::Tensors;
+use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans};
+use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
 
@@ -28,7 +28,7 @@ struct Layer {
 /// A llama-family model with f32 weights on the CPU.
 pub struct Llama {
     cfg: ModelConfig,
-    embed: Vec<f32>,
+    embed: Embedding,
     layers: Vec<Layer>,
     norm: Vec<f32>,
     /// None when the head is the embedding.
@@ -40,39 +40,44 @@ impl Llama {
     /// Builds the model from checked tensors.
     pub(crate) fn load(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Self, ModelError> {
         let (h, q, kv, ff) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.intermediate);
-        let embed = t.get("model.embed_tokens.weight", &[cfg.vocab_size, h])?;
+        let embed = t.embedding("model.embed_tokens.weight", cfg.vocab_size, h)?;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = format!("model.layers.{i}");
-            let qkv = Linear::stack(vec![
-                t.linear(&format!("{p}.self_attn.q_proj"), q, h, cfg.qkv_bias)?,
-                t.linear(&format!("{p}.self_attn.k_proj"), kv, h, cfg.qkv_bias)?,
-                t.linear(&format!("{p}.self_attn.v_proj"), kv, h, cfg.qkv_bias)?,
-            ]);
+            let a = format!("{p}.self_attn");
+            let qkv = t.stacked(
+                &format!("{a}.qkv_proj"),
+                &[(&format!("{a}.q_proj"), q), (&format!("{a}.k_proj"), kv), (&format!("{a}.v_proj"), kv)],
+                h,
+                cfg.qkv_bias,
+            )?;
             let (q_norm, k_norm) = if cfg.qk_norm {
                 (
-                    Some(t.get(&format!("{p}.self_attn.q_norm.weight"), &[cfg.head_dim])?),
-                    Some(t.get(&format!("{p}.self_attn.k_norm.weight"), &[cfg.head_dim])?),
+                    Some(t.vector(&format!("{a}.q_norm.weight"), &[cfg.head_dim])?),
+                    Some(t.vector(&format!("{a}.k_norm.weight"), &[cfg.head_dim])?),
                 )
             } else {
                 (None, None)
             };
+            let m = format!("{p}.mlp");
             layers.push(Layer {
-                attn_norm: t.get(&format!("{p}.input_layernorm.weight"), &[h])?,
+                attn_norm: t.vector(&format!("{p}.input_layernorm.weight"), &[h])?,
                 qkv,
                 q_norm,
                 k_norm,
-                o: t.linear(&format!("{p}.self_attn.o_proj"), h, q, false)?,
-                mlp_norm: t.get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_up: Linear::stack(vec![
-                    t.linear(&format!("{p}.mlp.gate_proj"), ff, h, false)?,
-                    t.linear(&format!("{p}.mlp.up_proj"), ff, h, false)?,
-                ]),
-                down: t.linear(&format!("{p}.mlp.down_proj"), h, ff, false)?,
+                o: t.linear(&format!("{a}.o_proj"), h, q, false)?,
+                mlp_norm: t.vector(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                gate_up: t.stacked(
+                    &format!("{m}.gate_up_proj"),
+                    &[(&format!("{m}.gate_proj"), ff), (&format!("{m}.up_proj"), ff)],
+                    h,
+                    false,
+                )?,
+                down: t.linear(&format!("{m}.down_proj"), h, ff, false)?,
             });
         }
-        let norm = t.get("model.norm.weight", &[h])?;
-        let head = t.head(&cfg)?;
+        let norm = t.vector("model.norm.weight", &[h])?;
+        let head = t.head(&cfg, &embed)?;
         let rope = Rope::new(&cfg);
         Ok(Llama { cfg, embed, layers, norm, head, rope })
     }
@@ -81,6 +86,18 @@ impl Llama {
 impl CausalLm for Llama {
     fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let norms = l.attn_norm.len() + l.mlp_norm.len() + l.q_norm.as_ref().map_or(0, Vec::len) * 2;
+                l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + norms * 4
+            })
+            .sum();
+        layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
     }
 
     fn new_cache(&self) -> SeqKv {
@@ -96,9 +113,7 @@ impl CausalLm for Llama {
         let positions = crate::load::check_batch(c, batch)?;
         let mut x = Vec::with_capacity(rows * h);
         for s in batch.iter() {
-            for &tok in s.tokens {
-                x.extend_from_slice(&self.embed[tok as usize * h..(tok as usize + 1) * h]);
-            }
+            self.embed.lookup(s.tokens, &mut x);
         }
         let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
         let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd, window: c.sliding_window };
@@ -150,7 +165,7 @@ impl CausalLm for Llama {
         Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
             let mut normed = vec![0f32; n * h];
             ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
-            head.forward(&normed, n, h, c.vocab_size)
+            head.forward(&normed, n)
         }))
     }
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 pub mod gguf;
 
 /// The architecture families kvad implements: one file each under `arch/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ArchKind {
     /// Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2: pre-norm decoder, RMSNorm, RoPE, SwiGLU, GQA.
     Llama,
@@ -16,7 +16,7 @@ pub enum ArchKind {
 }
 
 /// Llama 3's RoPE frequency scaling.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum RopeScaling {
     /// The `llama3` rule, from config.json's `rope_scaling`.
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: f64 },
@@ -25,7 +25,7 @@ pub enum RopeScaling {
 }
 
 /// Everything the architecture code needs, in one place, whichever file format it came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ModelConfig {
     /// The family that runs it.
     pub arch: ArchKind,

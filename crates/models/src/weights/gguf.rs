@@ -76,12 +76,12 @@ impl GgufFile {
     /// Maps and parses a GGUF file. Tensor data is not touched until it is asked for.
     pub fn open(path: &Path) -> Result<Self, WeightError> {
         let map = map_file(path)?;
-        Self::from_backing(path.to_path_buf(), Backing::Mapped(map))
+        Self::from_backing(path.to_path_buf(), Backing::Mapped(std::sync::Arc::new(map)))
     }
 
     /// Parses a GGUF image held in memory (tests, fuzzing, files fetched into a buffer). Errors name `<memory>`.
     pub fn parse(bytes: &[u8]) -> Result<Self, WeightError> {
-        Self::from_backing(PathBuf::from("<memory>"), Backing::Owned(bytes.to_vec()))
+        Self::from_backing(PathBuf::from("<memory>"), Backing::Owned(std::sync::Arc::new(bytes.to_vec())))
     }
 
     /// The metadata value under `key`.
@@ -97,6 +97,12 @@ impl GgufFile {
     /// One tensor's header entry.
     pub fn tensor(&self, name: &str) -> Option<&GgufTensor> {
         self.by_name.get(name).and_then(|&i| self.tensors.get(i))
+    }
+
+    /// Everything after the header: the tensor data, padding included (kvad's cache checksums it).
+    pub fn data_section(&self) -> &[u8] {
+        let bytes = self.backing.bytes();
+        usize::try_from(self.data_offset).ok().and_then(|o| bytes.get(o..)).unwrap_or(&[])
     }
 
     /// The file this was read from (`<memory>` for `parse`).
@@ -153,6 +159,12 @@ impl WeightSource for GgufFile {
             tensor: t.name.clone(),
             reason: format!("{} bytes is not a whole number of {dtype} blocks", bytes.len()),
         })
+    }
+
+    fn raw_shared(&self, name: &str) -> Result<kvad_tensor::cpu::Bytes, WeightError> {
+        let bytes = self.raw_bytes(name)?;
+        let start = bytes.as_ptr() as usize - self.backing.bytes().as_ptr() as usize;
+        Ok(self.backing.share(start..start + bytes.len()))
     }
 
     fn raw_bytes(&self, name: &str) -> Result<&[u8], WeightError> {

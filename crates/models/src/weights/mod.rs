@@ -103,6 +103,10 @@ pub trait WeightSource: Send + Sync {
     fn load_f32(&self, name: &str) -> Result<Vec<f32>, WeightError>;
     /// The raw stored bytes (for later quantised backends that use GGUF blocks as they are).
     fn raw_bytes(&self, name: &str) -> Result<&[u8], WeightError>;
+    /// The raw stored bytes as a shared handle on the mapped file: a matrix built from it costs no copy.
+    fn raw_shared(&self, name: &str) -> Result<kvad_tensor::cpu::Bytes, WeightError> {
+        Ok(kvad_tensor::cpu::Bytes::Owned(std::sync::Arc::new(self.raw_bytes(name)?.to_vec())))
+    }
 }
 
 /// Opens a weight file or model directory by looking at what it is: a GGUF file (by its magic or extension), a
@@ -152,8 +156,8 @@ fn f32_bytes_to_f32(bytes: &[u8], out: &mut [f32]) {
 
 /// Where a parsed file's bytes live: a map of the file, or a buffer handed to a `parse` constructor (tests, fuzzing).
 enum Backing {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
+    Mapped(std::sync::Arc<memmap2::Mmap>),
+    Owned(std::sync::Arc<Vec<u8>>),
 }
 
 impl Backing {
@@ -162,6 +166,15 @@ impl Backing {
             Backing::Mapped(m) => m,
             Backing::Owned(v) => v,
         }
+    }
+
+    /// A shared handle on a range of the buffer, so a matrix can borrow it without a copy.
+    fn share(&self, range: std::ops::Range<usize>) -> kvad_tensor::cpu::Bytes {
+        let buf: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = match self {
+            Backing::Mapped(m) => m.clone(),
+            Backing::Owned(v) => v.clone(),
+        };
+        kvad_tensor::cpu::Bytes::Shared(buf, range)
     }
 }
 

@@ -84,14 +84,14 @@ impl SafetensorsSource {
     pub fn open_files(paths: &[PathBuf]) -> Result<Self, WeightError> {
         let shards = paths
             .iter()
-            .map(|p| Ok((p.clone(), Backing::Mapped(map_file(p)?))))
+            .map(|p| Ok((p.clone(), Backing::Mapped(std::sync::Arc::new(map_file(p)?)))))
             .collect::<Result<Vec<_>, WeightError>>()?;
         Self::from_shards(shards)
     }
 
     /// One safetensors image held in memory (tests, fuzzing). Errors name `<memory>`.
     pub fn parse(bytes: &[u8]) -> Result<Self, WeightError> {
-        Self::from_shards(vec![(PathBuf::from("<memory>"), Backing::Owned(bytes.to_vec()))])
+        Self::from_shards(vec![(PathBuf::from("<memory>"), Backing::Owned(std::sync::Arc::new(bytes.to_vec())))])
     }
 
     /// The `.safetensors` files in the directory that `open_dir` did not read.

@@ -1,212 +1,186 @@
-//! `out = x · wᵀ`: the product every linear layer is, with weights stored row-major as `[out, in]` (PyTorch's
-//! layout), so one output is one contiguous dot product and a weight row is read once for all rows of `x`.
+//! Prefill's matrix–matrix product: `out[n, m] = x[n, k] · Wᵀ` for any stored format, with f32 activations.
 //!
-//! Work is split over output columns in contiguous chunks, one per task, so each thread streams its own slice of
-//! the weights and writes its own part of every output row.
+//! Work is split over panels of 16 output columns. For each panel and each slice of 256 inputs, the weights are
+//! dequantised once into an f32 buffer laid out `[k][16]` (16 KiB, it stays in L1), then a 6×16 register tile
+//! walks all rows of `x` over it: 12 accumulators, two weight loads and six broadcasts per step of k, twelve FMAs.
+//! Dequantising costs once per panel, not once per row, so f32 activations keep their precision at GEMM speed.
 
-use rayon::prelude::*;
+use super::matrix::{QMatrix, SyncPtr};
+use super::pool;
+use super::quant::dequantize_row;
+#[cfg(test)]
+use super::quant::QType;
 
-/// Columns of the output handled per task: large enough to amortise dispatch, small enough to balance two cores.
-const COLS_PER_TASK: usize = 64;
+/// Output columns per panel (two AVX2 registers).
+const NR: usize = 16;
+/// Rows of `x` per register tile.
+const MR: usize = 6;
+/// Inputs per panel slice: 256 × 16 f32 = 16 KiB.
+const KC: usize = 256;
 
-/// `out[n, m] = x[n, k] · w[m, k]ᵀ`.
-///
-/// # Panics
-/// When a slice is shorter than its stated shape: callers own the shapes, and a mismatch is a bug, not input.
-pub fn matmul_t(x: &[f32], n: usize, k: usize, w: &[f32], m: usize, out: &mut [f32]) {
-    assert!(x.len() >= n * k && w.len() >= m * k && out.len() >= n * m, "matmul_t shapes");
-    if n == 0 || m == 0 {
-        return;
-    }
-    // Each task computes a block of columns for every row into its own buffer, then rows are scattered. For one
-    // row (decode) the block is the output slice itself.
-    if n == 1 {
-        out[..m].par_chunks_mut(COLS_PER_TASK).enumerate().for_each(|(t, o)| {
-            let c0 = t * COLS_PER_TASK;
-            dot_rows(&x[..k], &w[c0 * k..(c0 + o.len()) * k], k, o);
-        });
-        return;
-    }
-    let tasks: Vec<(usize, Vec<f32>)> = (0..m.div_ceil(COLS_PER_TASK))
-        .into_par_iter()
-        .map(|t| {
-            let c0 = t * COLS_PER_TASK;
-            let cols = COLS_PER_TASK.min(m - c0);
-            let mut block = vec![0f32; n * cols];
-            tile(x, n, k, &w[c0 * k..(c0 + cols) * k], cols, &mut block);
-            (c0, block)
+/// Whether this processor has AVX2, FMA and F16C (checked once).
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::env::var_os("KVAD_NO_SIMD").is_none()
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
         })
-        .collect();
-    for (c0, block) in tasks {
-        let cols = block.len() / n;
-        for r in 0..n {
-            out[r * m + c0..r * m + c0 + cols].copy_from_slice(&block[r * cols..(r + 1) * cols]);
-        }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
-/// One input row against `out.len()` weight rows.
-fn dot_rows(x: &[f32], w: &[f32], k: usize, out: &mut [f32]) {
+/// `out[n, w.rows] = x[n, w.cols] · wᵀ`.
+pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let (m, k) = (w.rows(), w.cols());
+    let panels = m.div_ceil(NR);
+    let tasks = (pool::threads() * 8).min(panels);
+    let o = SyncPtr(out.as_mut_ptr());
+    pool::parallel_for(tasks, |t| {
+        let mut buf = vec![0f32; KC * NR];
+        let mut row = vec![0f32; k];
+        let mut acc = vec![0f32; n * NR];
+        let mut panel = vec![0f32; NR * k];
+        for p in pool::chunk(panels, tasks, t) {
+            let j0 = p * NR;
+            let cols = NR.min(m - j0);
+            acc.iter_mut().for_each(|v| *v = 0.0);
+            // Dequantise the panel's rows once, whole, then walk k in slices.
+            for c in 0..cols {
+                dequantize_row(w.qtype(), w.row(j0 + c), &mut row);
+                panel[c * k..(c + 1) * k].copy_from_slice(&row);
+            }
+            let mut k0 = 0;
+            while k0 < k {
+                let kc = KC.min(k - k0);
+                for kk in 0..kc {
+                    for c in 0..NR {
+                        buf[kk * NR + c] = if c < cols { panel[c * k + k0 + kk] } else { 0.0 };
+                    }
+                }
+                let mut i0 = 0;
+                while i0 < n {
+                    let rows = MR.min(n - i0);
+                    tile(&x[i0 * k + k0..], k, &buf, kc, &mut acc[i0 * NR..], rows);
+                    i0 += rows;
+                }
+                k0 += kc;
+            }
+            for i in 0..n {
+                // SAFETY: each task writes only its own panels' columns of every row.
+                let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
+                dst.copy_from_slice(&acc[i * NR..i * NR + cols]);
+            }
+        }
+    });
+}
+
+/// `acc[r][0..16] += Σ_k x[r][k] · buf[k][0..16]` for `rows` ≤ 6 rows of `x` (row stride `ldx`).
+fn tile(x: &[f32], ldx: usize, buf: &[f32], kc: usize, acc: &mut [f32], rows: usize) {
     #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: the processor has AVX2 and FMA (checked above); slices are bounds-checked inside.
-        unsafe { avx::dot_rows(x, w, k, out) };
+    if has_avx2() {
+        // SAFETY: AVX2/FMA present; `x` holds `rows` rows of stride `ldx` with at least `kc` values each,
+        // `buf` holds kc × 16 and `acc` rows × 16.
+        unsafe {
+            match rows {
+                6 => avx::tile::<6>(x, ldx, buf, kc, acc),
+                5 => avx::tile::<5>(x, ldx, buf, kc, acc),
+                4 => avx::tile::<4>(x, ldx, buf, kc, acc),
+                3 => avx::tile::<3>(x, ldx, buf, kc, acc),
+                2 => avx::tile::<2>(x, ldx, buf, kc, acc),
+                _ => avx::tile::<1>(x, ldx, buf, kc, acc),
+            }
+        }
         return;
     }
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = dot_scalar(x, &w[j * k..(j + 1) * k]);
-    }
-}
-
-/// Many input rows against a block of weight rows: `out[n, cols]`.
-fn tile(x: &[f32], n: usize, k: usize, w: &[f32], cols: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if avx2() {
-        // SAFETY: as in `dot_rows`.
-        unsafe { avx::tile(x, n, k, w, cols, out) };
-        return;
-    }
-    for r in 0..n {
-        for j in 0..cols {
-            out[r * cols + j] = dot_scalar(&x[r * k..(r + 1) * k], &w[j * k..(j + 1) * k]);
+    for r in 0..rows {
+        for kk in 0..kc {
+            let a = x[r * ldx + kk];
+            for c in 0..NR {
+                acc[r * NR + c] += a * buf[kk * NR + c];
+            }
         }
     }
 }
 
-/// The scalar reference dot product (also the fallback without AVX2).
-pub fn dot_scalar(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        for l in 0..8 {
-            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+/// The scalar reference product over dequantised rows.
+pub fn gemm_ref(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let (m, k) = (w.rows(), w.cols());
+    let mut row = vec![0f32; k];
+    for j in 0..m {
+        dequantize_row(w.qtype(), w.row(j), &mut row);
+        for i in 0..n {
+            out[i * m + j] = row.iter().zip(&x[i * k..(i + 1) * k]).map(|(a, b)| a * b).sum();
         }
     }
-    let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..a.len() {
-        s += a[i] * b[i];
+}
+
+/// Sum of the 8 lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// `x · w` over `k` floats (w may be unaligned).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_f32(x: *const f32, w: *const f32, k: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let k32 = k / 32 * 32;
+    let (mut a, mut b, mut c, mut d) =
+        (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i < k32 {
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(w.add(i)), a);
+        b = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i + 8)), _mm256_loadu_ps(w.add(i + 8)), b);
+        c = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i + 16)), _mm256_loadu_ps(w.add(i + 16)), c);
+        d = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i + 24)), _mm256_loadu_ps(w.add(i + 24)), d);
+        i += 32;
+    }
+    let mut s = hsum(_mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
+    while i < k {
+        s += *x.add(i) * std::ptr::read_unaligned(w.add(i));
+        i += 1;
     }
     s
 }
 
 #[cfg(target_arch = "x86_64")]
-fn avx2() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-}
-
-#[cfg(target_arch = "x86_64")]
 mod avx {
+    use super::NR;
     use std::arch::x86_64::*;
 
-    #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let hi = _mm256_extractf128_ps(v, 1);
-        let lo = _mm256_castps256_ps128(v);
-        let s = _mm_add_ps(hi, lo);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
-    }
-
-    /// Four weight rows at a time share each load of `x`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn dot_rows(x: &[f32], w: &[f32], k: usize, out: &mut [f32]) {
-        let m = out.len();
-        assert!(x.len() >= k && w.len() >= m * k);
-        let k8 = k / 8 * 8;
+    pub(super) unsafe fn tile<const R: usize>(x: &[f32], ldx: usize, buf: &[f32], kc: usize, acc: &mut [f32]) {
+        assert!(buf.len() >= kc * NR && acc.len() >= R * NR && x.len() >= (R - 1) * ldx + kc);
+        let mut c0 = [_mm256_setzero_ps(); R];
+        let mut c1 = [_mm256_setzero_ps(); R];
         let xp = x.as_ptr();
-        let mut j = 0;
-        while j + 4 <= m {
-            let w0 = w.as_ptr().add(j * k);
-            let (w1, w2, w3) = (w0.add(k), w0.add(2 * k), w0.add(3 * k));
-            let (mut a0, mut a1, mut a2, mut a3) =
-                (_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps());
-            let mut i = 0;
-            while i < k8 {
-                let xv = _mm256_loadu_ps(xp.add(i));
-                a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w0.add(i)), a0);
-                a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w1.add(i)), a1);
-                a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w2.add(i)), a2);
-                a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w3.add(i)), a3);
-                i += 8;
+        let bp = buf.as_ptr();
+        for kk in 0..kc {
+            let b0 = _mm256_loadu_ps(bp.add(kk * NR));
+            let b1 = _mm256_loadu_ps(bp.add(kk * NR + 8));
+            for r in 0..R {
+                let a = _mm256_broadcast_ss(&*xp.add(r * ldx + kk));
+                c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
+                c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
             }
-            let mut s = [hsum(a0), hsum(a1), hsum(a2), hsum(a3)];
-            for i in k8..k {
-                let xv = *xp.add(i);
-                s[0] += xv * *w0.add(i);
-                s[1] += xv * *w1.add(i);
-                s[2] += xv * *w2.add(i);
-                s[3] += xv * *w3.add(i);
-            }
-            out[j..j + 4].copy_from_slice(&s);
-            j += 4;
         }
-        while j < m {
-            out[j] = dot1(xp, w.as_ptr().add(j * k), k);
-            j += 1;
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn dot1(x: *const f32, w: *const f32, k: usize) -> f32 {
-        let k8 = k / 8 * 8;
-        let mut a = _mm256_setzero_ps();
-        let mut i = 0;
-        while i < k8 {
-            a = _mm256_fmadd_ps(_mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(w.add(i)), a);
-            i += 8;
-        }
-        let mut s = hsum(a);
-        for i in k8..k {
-            s += *x.add(i) * *w.add(i);
-        }
-        s
-    }
-
-    /// Register tile of 4 input rows × 2 weight rows; each weight load serves four rows of `x`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tile(x: &[f32], n: usize, k: usize, w: &[f32], cols: usize, out: &mut [f32]) {
-        assert!(x.len() >= n * k && w.len() >= cols * k && out.len() >= n * cols);
-        let k8 = k / 8 * 8;
-        let mut r = 0;
-        while r < n {
-            let rows = (n - r).min(4);
-            let xr: [*const f32; 4] = std::array::from_fn(|t| x.as_ptr().add((r + t.min(rows - 1)) * k));
-            let mut j = 0;
-            while j < cols {
-                let pair = (cols - j).min(2);
-                let wa = w.as_ptr().add(j * k);
-                let wb = w.as_ptr().add((j + pair - 1) * k);
-                let mut acc = [_mm256_setzero_ps(); 8];
-                let mut i = 0;
-                while i < k8 {
-                    let va = _mm256_loadu_ps(wa.add(i));
-                    let vb = _mm256_loadu_ps(wb.add(i));
-                    for t in 0..4 {
-                        let xv = _mm256_loadu_ps(xr[t].add(i));
-                        acc[2 * t] = _mm256_fmadd_ps(xv, va, acc[2 * t]);
-                        acc[2 * t + 1] = _mm256_fmadd_ps(xv, vb, acc[2 * t + 1]);
-                    }
-                    i += 8;
-                }
-                for t in 0..rows {
-                    let mut sa = hsum(acc[2 * t]);
-                    let mut sb = hsum(acc[2 * t + 1]);
-                    for i in k8..k {
-                        let xv = *xr[t].add(i);
-                        sa += xv * *wa.add(i);
-                        sb += xv * *wb.add(i);
-                    }
-                    out[(r + t) * cols + j] = sa;
-                    if pair == 2 {
-                        out[(r + t) * cols + j + 1] = sb;
-                    }
-                }
-                j += pair;
-            }
-            r += rows;
+        let ap = acc.as_mut_ptr();
+        for r in 0..R {
+            let p = ap.add(r * NR);
+            _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c0[r]));
+            _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_loadu_ps(p.add(8)), c1[r]));
         }
     }
 }
@@ -215,27 +189,28 @@ mod avx {
 mod tests {
     use super::*;
 
-    fn lcg(seed: &mut u64) -> f32 {
-        *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 33) as f32 / (1u64 << 31) as f32 - 0.5
+            })
+            .collect()
     }
 
     #[test]
-    fn matches_scalar_reference_for_odd_shapes() {
-        let mut s = 7u64;
-        for &(n, k, m) in &[(1, 3, 5), (1, 64, 130), (3, 17, 9), (5, 72, 67), (9, 8, 2), (4, 576, 200)] {
-            let x: Vec<f32> = (0..n * k).map(|_| lcg(&mut s)).collect();
-            let w: Vec<f32> = (0..m * k).map(|_| lcg(&mut s)).collect();
-            let mut out = vec![0f32; n * m];
-            matmul_t(&x, n, k, &w, m, &mut out);
-            for r in 0..n {
-                for j in 0..m {
-                    let want: f64 = (0..k).map(|i| x[r * k + i] as f64 * w[j * k + i] as f64).sum();
-                    let got = out[r * m + j] as f64;
-                    assert!(
-                        (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-                        "n{n} k{k} m{m} r{r} j{j}: {got} vs {want}"
-                    );
+    fn matches_reference_for_every_format_and_ragged_shapes() {
+        for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            for &(n, k, m) in &[(2, 32, 5), (7, 64, 17), (13, 288, 33), (6, 576, 16), (37, 320, 40)] {
+                let w = QMatrix::quantize(t, m, k, &data(m * k, (n * m) as u64)).unwrap();
+                let x = data(n * k, 5);
+                let mut got = vec![0f32; n * m];
+                w.matmul(&x, n, &mut got);
+                let mut want = vec![0f32; n * m];
+                gemm_ref(&w, &x, n, &mut want);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!((g - e).abs() <= 1e-4 * (1.0 + e.abs()), "{t:?} n{n} k{k} m{m} [{i}]: {g} vs {e}");
                 }
             }
         }

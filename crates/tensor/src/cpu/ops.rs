@@ -97,7 +97,27 @@ pub fn rope_half(x: &mut [f32], cos: &[f32], sin: &[f32]) {
 
 /// `a · b`, the attention score.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    super::gemm::dot_scalar(a, b)
+    assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        // SAFETY: AVX2/FMA present; both slices hold `a.len()` floats.
+        return unsafe { super::gemm::dot_f32(a.as_ptr(), b.as_ptr(), a.len()) };
+    }
+    let mut acc = [0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    acc.iter().sum::<f32>() + a[chunks * 8..].iter().zip(&b[chunks * 8..]).map(|(x, y)| x * y).sum::<f32>()
+}
+
+/// `out += p · v`, the attention value sum.
+pub fn axpy(out: &mut [f32], p: f32, v: &[f32]) {
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o += p * x;
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,413 @@
+//! Reads tensors by their HF names into the backend's storage formats, checks shapes, and remembers what was used,
+//! so that a tensor the architecture does not use is refused instead of silently ignored.
+//!
+//! A stored tensor whose blocks already match the backend's format is used as it is, borrowed from the mapped file
+//! (no copy); any other is read as f32 and quantised once. Everything built is recorded so the quantised cache can
+//! be written from it, under names that let the next load take every matrix as it is.
+
+use crate::config::{ArchKind, ModelConfig};
+use crate::error::ModelError;
+use crate::layers::{Embedding, Linear};
+use crate::weights::{StoredType, WeightSource};
+use kvad_tensor::cpu::{Bytes, QMatrix, QType};
+use kvad_tensor::BackendKind;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// What a matrix is for, which decides its format: q4 keeps the embedding and head at 8 bits, as their error
+/// reaches every logit directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A projection inside a layer.
+    Layer,
+    /// The token embedding or the output head.
+    Embedding,
+}
+
+/// The format a backend stores a matrix of this role in, when it quantises.
+fn target(backend: BackendKind, role: Role) -> QType {
+    match (backend, role) {
+        (BackendKind::CpuQ8 | BackendKind::GpuQ8, _) => QType::Q8_0,
+        (BackendKind::CpuQ4 | BackendKind::GpuQ4, Role::Layer) => QType::Q4_0,
+        (BackendKind::CpuQ4 | BackendKind::GpuQ4, Role::Embedding) => QType::Q8_0,
+        _ => QType::F32,
+    }
+}
+
+/// Whether stored blocks can be used as they are by this backend for this role.
+fn as_is(backend: BackendKind, role: Role, stored: &StoredType) -> Option<QType> {
+    let t = match stored {
+        StoredType::F32 => QType::F32,
+        StoredType::Q8_0 => QType::Q8_0,
+        StoredType::Q4_0 => QType::Q4_0,
+        StoredType::Q4_1 => QType::Q4_1,
+        _ => return None,
+    };
+    let want = target(backend, role);
+    let ok = t == want || (want == QType::Q4_0 && t == QType::Q4_1);
+    ok.then_some(t)
+}
+
+/// One thing the loader built, for the quantised cache.
+pub(crate) enum Recorded {
+    /// A matrix in its final format.
+    Matrix(QMatrix),
+    /// An f32 vector (norm weights, biases, learned positions).
+    Vector(Vec<f32>, Vec<usize>),
+}
+
+/// How GGUF names and layouts map to HF's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GgufNames {
+    /// `(n_heads, n_kv_heads)` when q/k rows were permuted by llama.cpp's converter.
+    pub(crate) permute: Option<(usize, usize)>,
+}
+
+/// The loader state of one model.
+pub(crate) struct Tensors<'a> {
+    pub(crate) src: &'a dyn WeightSource,
+    pub(crate) gguf: Option<GgufNames>,
+    /// Reading kvad's own quantised cache: names are the recorded keys, formats already final (name → format).
+    pub(crate) cached: Option<HashMap<String, QType>>,
+    pub(crate) backend: BackendKind,
+    pub(crate) used: BTreeSet<String>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) record: Vec<(String, Recorded)>,
+}
+
+impl<'a> Tensors<'a> {
+    /// A loader over a source.
+    pub(crate) fn new(
+        src: &'a dyn WeightSource,
+        gguf: Option<GgufNames>,
+        cached: Option<HashMap<String, QType>>,
+        backend: BackendKind,
+    ) -> Self {
+        Tensors { src, gguf, cached, backend, used: BTreeSet::new(), notes: Vec::new(), record: Vec::new() }
+    }
+
+    fn source_name(&self, hf: &str) -> String {
+        if self.gguf.is_some() {
+            gguf_name(hf)
+        } else {
+            hf.to_string()
+        }
+    }
+
+    /// Whether the checkpoint has a tensor (by HF name).
+    pub(crate) fn has(&self, hf: &str) -> bool {
+        self.src.info(&self.source_name(hf)).is_some()
+    }
+
+    fn permutation(&self, hf: &str) -> Option<usize> {
+        let (nh, nkv) = self.gguf?.permute?;
+        if hf.contains("self_attn.q_proj.") {
+            Some(nh)
+        } else if hf.contains("self_attn.k_proj.") {
+            Some(nkv)
+        } else {
+            None
+        }
+    }
+
+    /// Reads an f32 tensor of the given shape (by HF name), un-permuting llama GGUF q/k rows.
+    pub(crate) fn get(&mut self, hf: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let name = self.source_name(hf);
+        let info = self.src.info(&name).ok_or_else(|| ModelError::MissingTensor { name: name.clone() })?;
+        if info.shape != shape {
+            return Err(ModelError::ShapeMismatch { name, expected: shape.to_vec(), got: info.shape });
+        }
+        let mut data = self.src.load_f32(&name)?;
+        if let Some(heads) = self.permutation(hf) {
+            data = unpermute(&data, heads, data.len() / shape[0]);
+        }
+        self.used.insert(name);
+        Ok(data)
+    }
+
+    /// An f32 vector (norm weight, bias), recorded for the cache.
+    pub(crate) fn vector(&mut self, hf: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let v = self.get(hf, shape)?;
+        self.record.push((hf.to_string(), Recorded::Vector(v.clone(), shape.to_vec())));
+        Ok(v)
+    }
+
+    /// A matrix `[rows, cols]` by HF name, as is when its blocks match, else quantised. Not recorded.
+    fn matrix_unrecorded(&mut self, hf: &str, rows: usize, cols: usize, role: Role) -> Result<QMatrix, ModelError> {
+        if let Some(types) = &self.cached {
+            // kvad's cache: the bytes are the final layout, mapped without a copy.
+            let t = *types.get(hf).ok_or_else(|| ModelError::MissingTensor { name: hf.to_string() })?;
+            let row_bytes = t.row_bytes(cols).unwrap_or(0);
+            let info = self.src.info(hf).ok_or_else(|| ModelError::MissingTensor { name: hf.to_string() })?;
+            if info.shape != [rows, row_bytes] {
+                return Err(ModelError::ShapeMismatch {
+                    name: hf.into(),
+                    expected: vec![rows, row_bytes],
+                    got: info.shape,
+                });
+            }
+            self.used.insert(hf.to_string());
+            return QMatrix::new(t, rows, cols, self.src.raw_shared(hf)?).map_err(|e| matrix_error(hf, e));
+        }
+        let name = self.source_name(hf);
+        let info = self.src.info(&name).ok_or_else(|| ModelError::MissingTensor { name: name.clone() })?;
+        if info.shape != [rows, cols] {
+            return Err(ModelError::ShapeMismatch { name, expected: vec![rows, cols], got: info.shape });
+        }
+        let whole_blocks = cols.is_multiple_of(32);
+        if let Some(t) = as_is(self.backend, role, &info.dtype).filter(|&t| t == QType::F32 || whole_blocks) {
+            let m = match (self.permutation(hf), t) {
+                // f32 as stored: borrowed from the mapped file.
+                (None, QType::F32) => QMatrix::new(t, rows, cols, self.src.raw_shared(&name)?),
+                (None, _) => QMatrix::from_ggml(t, rows, cols, self.src.raw_bytes(&name)?),
+                (Some(heads), _) => {
+                    let raw = self.src.raw_bytes(&name)?;
+                    let rows_unpermuted = unpermute(raw, heads, raw.len() / rows);
+                    if t == QType::F32 {
+                        QMatrix::new(t, rows, cols, Bytes::Owned(Arc::new(rows_unpermuted)))
+                    } else {
+                        QMatrix::from_ggml(t, rows, cols, &rows_unpermuted)
+                    }
+                }
+            };
+            self.used.insert(name.clone());
+            return m.map_err(|e| matrix_error(&name, e));
+        }
+        let w = self.get(hf, &[rows, cols])?;
+        let t = if whole_blocks { target(self.backend, role) } else { QType::F32 };
+        QMatrix::quantize(t, rows, cols, &w).map_err(|e| matrix_error(&name, e))
+    }
+
+    /// A matrix, recorded for the cache under its HF name.
+    pub(crate) fn matrix(&mut self, hf: &str, rows: usize, cols: usize, role: Role) -> Result<QMatrix, ModelError> {
+        let m = self.matrix_unrecorded(hf, rows, cols, role)?;
+        self.record.push((hf.to_string(), Recorded::Matrix(m.clone())));
+        Ok(m)
+    }
+
+    /// A linear layer `prefix.weight` `[out, inp]` with an optional `prefix.bias`.
+    pub(crate) fn linear(&mut self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear, ModelError> {
+        let w = self.matrix(&format!("{prefix}.weight"), out, inp, Role::Layer)?;
+        let b = if bias { Some(self.vector(&format!("{prefix}.bias"), &[out])?) } else { None };
+        Ok(Linear::new(w, b))
+    }
+
+    /// Several linears with one input width stacked into one (q/k/v, gate/up), cached under `key`.
+    pub(crate) fn stacked(
+        &mut self,
+        key: &str,
+        parts: &[(&str, usize)],
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear, ModelError> {
+        let rows: usize = parts.iter().map(|p| p.1).sum();
+        if self.cached.is_some() {
+            let w = self.matrix(&format!("{key}.weight"), rows, inp, Role::Layer)?;
+            let b = if bias { Some(self.vector(&format!("{key}.bias"), &[rows])?) } else { None };
+            return Ok(Linear::new(w, b));
+        }
+        let mut mats = Vec::with_capacity(parts.len());
+        for (prefix, out) in parts {
+            mats.push(self.matrix_unrecorded(&format!("{prefix}.weight"), *out, inp, Role::Layer)?);
+        }
+        // Parts stored in different formats (a mixed GGUF) are brought to the backend's format first.
+        if mats.iter().any(|m| m.qtype() != mats[0].qtype()) {
+            let t = target(self.backend, Role::Layer);
+            for m in mats.iter_mut() {
+                let mut w = vec![0f32; m.rows() * m.cols()];
+                for r in 0..m.rows() {
+                    m.dequantize_row(r, &mut w[r * m.cols()..(r + 1) * m.cols()]);
+                }
+                *m = QMatrix::quantize(t, m.rows(), m.cols(), &w).map_err(|e| matrix_error(key, e))?;
+            }
+        }
+        let w = QMatrix::stack(&mats).map_err(|e| matrix_error(key, e))?;
+        let b = if bias {
+            let mut b = Vec::with_capacity(rows);
+            for (prefix, out) in parts {
+                b.extend(self.get(&format!("{prefix}.bias"), &[*out])?);
+            }
+            self.record.push((format!("{key}.bias"), Recorded::Vector(b.clone(), vec![rows])));
+            Some(b)
+        } else {
+            None
+        };
+        self.record.push((format!("{key}.weight"), Recorded::Matrix(w.clone())));
+        Ok(Linear::new(w, b))
+    }
+
+    /// A GPT-2 `Conv1D` (`[inp, out]`, stored transposed) as a linear `[out, inp]`, cached transposed.
+    pub(crate) fn conv1d(&mut self, name: &str, inp: usize, out: usize) -> Result<Linear, ModelError> {
+        let key = format!("{name}.weight_t");
+        let w = if self.cached.is_some() {
+            self.matrix(&key, out, inp, Role::Layer)?
+        } else {
+            let w = self.get(&format!("{name}.weight"), &[inp, out])?;
+            let mut wt = vec![0f32; inp * out];
+            for i in 0..inp {
+                for o in 0..out {
+                    wt[o * inp + i] = w[i * out + o];
+                }
+            }
+            let t = if inp.is_multiple_of(32) { target(self.backend, Role::Layer) } else { QType::F32 };
+            let m = QMatrix::quantize(t, out, inp, &wt).map_err(|e| matrix_error(name, e))?;
+            self.record.push((key, Recorded::Matrix(m.clone())));
+            m
+        };
+        Ok(Linear::new(w, Some(self.vector(&format!("{name}.bias"), &[out])?)))
+    }
+
+    /// The token embedding.
+    pub(crate) fn embedding(&mut self, hf: &str, vocab: usize, hidden: usize) -> Result<Embedding, ModelError> {
+        Ok(Embedding(self.matrix(hf, vocab, hidden, Role::Embedding)?))
+    }
+
+    /// The output head: its own matrix unless tied. A tied config that ships a head of the embedding's shape runs
+    /// with the shipped head, as transformers does (with a note); one of another shape is refused.
+    pub(crate) fn head(&mut self, cfg: &ModelConfig, embed: &Embedding) -> Result<Option<Linear>, ModelError> {
+        let name = "lm_head.weight";
+        if !cfg.tie_embeddings {
+            let w = self.matrix(name, cfg.vocab_size, cfg.hidden, Role::Embedding)?;
+            return Ok(Some(Linear::new(w, None)));
+        }
+        let Some(info) = self.src.info(&self.source_name(name)) else { return Ok(None) };
+        if info.shape != [cfg.vocab_size, cfg.hidden] {
+            return Err(ModelError::refused(
+                name,
+                format!("{:?}", info.shape),
+                format!("a tied head must have the embedding's shape [{}, {}]", cfg.vocab_size, cfg.hidden),
+            ));
+        }
+        let w = self.matrix(name, cfg.vocab_size, cfg.hidden, Role::Embedding)?;
+        let cached = self.cached.is_some();
+        if cached || w.bytes() != embed.0.bytes() || w.qtype() != embed.0.qtype() {
+            if !cached {
+                self.notes.push("the config ties the head to the embedding but the checkpoint ships a different lm_head.weight: running with the shipped head, as transformers does".into());
+            }
+            return Ok(Some(Linear::new(w, None)));
+        }
+        self.record.pop();
+        Ok(None)
+    }
+
+    /// The name of the embedding tensor for this family (GPT-2 checkpoints name it with or without a prefix).
+    pub(crate) fn embedding_name(&self, cfg: &ModelConfig) -> &'static str {
+        match cfg.arch {
+            ArchKind::Llama => "model.embed_tokens.weight",
+            ArchKind::Gpt2 if self.has("transformer.wte.weight") => "transformer.wte.weight",
+            ArchKind::Gpt2 => "wte.weight",
+        }
+    }
+
+    /// Refuses tensors the architecture did not read (buffers transformers never loads are skipped by name).
+    pub(crate) fn finish(&self) -> Result<(), ModelError> {
+        let ignorable = |n: &str| {
+            n.ends_with("rotary_emb.inv_freq") || n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")
+        };
+        for name in self.src.tensor_names() {
+            if !self.used.contains(&name) && !ignorable(&name) {
+                return Err(ModelError::refused("tensor", &name, "the architecture does not use this tensor"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn matrix_error(name: &str, e: kvad_tensor::cpu::MatrixError) -> ModelError {
+    ModelError::BadInput(format!("tensor {name}: {e}"))
+}
+
+/// HF tensor name to GGUF's.
+pub(crate) fn gguf_name(hf: &str) -> String {
+    let fixed = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
+    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
+    let map = [
+        ("input_layernorm", "attn_norm"),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
+        ("post_attention_layernorm", "ffn_norm"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+    ];
+    for (h, g) in map {
+        if let Some(suffix) = tail.strip_prefix(h) {
+            return format!("blk.{idx}.{g}{suffix}");
+        }
+    }
+    hf.to_string()
+}
+
+/// Undoes llama.cpp's q/k permutation of rows (of any element type): GGUF row `h·d + 2j + s` holds HF row
+/// `h·d + s·d/2 + j`. `row_len` is the elements per row.
+pub(crate) fn unpermute<T: Copy + Default>(w: &[T], heads: usize, row_len: usize) -> Vec<T> {
+    let rows = w.len() / row_len;
+    let d = rows / heads;
+    let half = d / 2;
+    let mut out = vec![T::default(); w.len()];
+    for h in 0..heads {
+        for j in 0..half {
+            for s in 0..2 {
+                let src = h * d + 2 * j + s;
+                let dst = h * d + s * half + j;
+                out[dst * row_len..(dst + 1) * row_len].copy_from_slice(&w[src * row_len..(src + 1) * row_len]);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpermute_inverts_llama_cpp_permutation() {
+        // llama.cpp: w.reshape(heads, 2, d/2, cols).swapaxes(1, 2)
+        let (heads, d, cols) = (2, 4, 3);
+        let hf: Vec<f32> = (0..heads * d * cols).map(|v| v as f32).collect();
+        let mut permuted = vec![0f32; hf.len()];
+        for h in 0..heads {
+            for s in 0..2 {
+                for j in 0..d / 2 {
+                    let src = h * d + s * (d / 2) + j;
+                    let dst = h * d + j * 2 + s;
+                    permuted[dst * cols..(dst + 1) * cols].copy_from_slice(&hf[src * cols..(src + 1) * cols]);
+                }
+            }
+        }
+        assert_eq!(unpermute(&permuted, heads, cols), hf);
+    }
+
+    #[test]
+    fn gguf_names_map_every_layer_tensor() {
+        assert_eq!(gguf_name("model.layers.3.self_attn.q_proj.weight"), "blk.3.attn_q.weight");
+        assert_eq!(gguf_name("model.layers.12.mlp.down_proj.weight"), "blk.12.ffn_down.weight");
+        assert_eq!(gguf_name("model.layers.0.self_attn.k_norm.weight"), "blk.0.attn_k_norm.weight");
+        assert_eq!(gguf_name("lm_head.weight"), "output.weight");
+    }
+
+    #[test]
+    fn blocks_are_used_as_is_only_where_the_backend_stores_that_format() {
+        use BackendKind::*;
+        assert_eq!(as_is(CpuQ8, Role::Layer, &StoredType::Q8_0), Some(QType::Q8_0));
+        assert_eq!(as_is(CpuQ8, Role::Layer, &StoredType::Q4_1), None);
+        assert_eq!(as_is(CpuQ4, Role::Layer, &StoredType::Q4_1), Some(QType::Q4_1));
+        assert_eq!(as_is(CpuQ4, Role::Embedding, &StoredType::Q4_0), None);
+        assert_eq!(as_is(CpuQ4, Role::Embedding, &StoredType::Q8_0), Some(QType::Q8_0));
+        assert_eq!(as_is(CpuF32, Role::Layer, &StoredType::F32), Some(QType::F32));
+        assert_eq!(as_is(CpuF32, Role::Layer, &StoredType::BF16), None);
+    }
+}

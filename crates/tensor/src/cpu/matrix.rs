@@ -1,0 +1,192 @@
+//! A weight matrix in any of the CPU formats, and `y = x·Wᵀ` over it.
+//!
+//! Weights are `[rows = outputs, cols = inputs]`, row-major, each row a whole number of blocks. The bytes are owned
+//! or borrowed from a memory map (the quantised cache, a GGUF file), so a cached model costs no copy to load.
+//! One row of `x` (decode) runs the GEMV kernels, which widen weights to f32 in registers and keep activations in
+//! f32: decode is memory-bound, so precision costs nothing. Several rows (prefill) run the panel GEMM.
+
+use super::quant::QType;
+use super::{gemm, gemv, pool};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Bytes a matrix reads from: its own, or a range of a shared buffer (a memory map).
+#[derive(Clone)]
+pub enum Bytes {
+    /// Owned.
+    Owned(Arc<Vec<u8>>),
+    /// A range of a shared, immutable buffer.
+    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>, Range<usize>),
+}
+
+impl Bytes {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Owned(v) => v,
+            Bytes::Shared(b, r) => &(**b).as_ref()[r.clone()],
+        }
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bytes::Owned(v) => write!(f, "Owned({} bytes)", v.len()),
+            Bytes::Shared(_, r) => write!(f, "Shared({r:?})"),
+        }
+    }
+}
+
+/// A matrix of weights in one storage format.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    qtype: QType,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+    data: Bytes,
+}
+
+/// A matrix whose byte length does not fit its shape and format.
+#[derive(Debug, thiserror::Error)]
+#[error("a {rows}×{cols} {qtype} matrix needs {need} bytes, got {got}")]
+pub struct MatrixError {
+    /// Format.
+    pub qtype: &'static str,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Bytes the shape needs (0 when the columns are not whole blocks).
+    pub need: usize,
+    /// Bytes given.
+    pub got: usize,
+}
+
+impl QMatrix {
+    /// Wraps stored bytes, checking their length against the shape.
+    pub fn new(qtype: QType, rows: usize, cols: usize, data: Bytes) -> Result<Self, MatrixError> {
+        let got = data.as_slice().len();
+        let row_bytes = qtype.row_bytes(cols).unwrap_or(0);
+        let need = row_bytes.saturating_mul(rows);
+        if (row_bytes == 0 && cols > 0) || need != got {
+            return Err(MatrixError {
+                qtype: qtype.name(),
+                rows,
+                cols,
+                need: if row_bytes == 0 { 0 } else { need },
+                got,
+            });
+        }
+        Ok(QMatrix { qtype, rows, cols, row_bytes, data })
+    }
+
+    /// Quantises f32 weights `[rows, cols]` into `qtype`.
+    pub fn quantize(qtype: QType, rows: usize, cols: usize, w: &[f32]) -> Result<Self, MatrixError> {
+        let row_bytes =
+            qtype.row_bytes(cols).ok_or(MatrixError { qtype: qtype.name(), rows, cols, need: 0, got: 0 })?;
+        let mut out = vec![0u8; row_bytes * rows];
+        if w.len() != rows * cols {
+            return Err(MatrixError { qtype: "F32", rows, cols, need: rows * cols * 4, got: w.len() * 4 });
+        }
+        let tasks = pool::threads() * 4;
+        let ptr = SyncPtr(out.as_mut_ptr());
+        pool::parallel_for(tasks.min(rows.max(1)), |t| {
+            for r in pool::chunk(rows, tasks.min(rows.max(1)), t) {
+                // SAFETY: each task writes only its own rows.
+                let o = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r * row_bytes), row_bytes) };
+                super::quant::quantize_row(qtype, &w[r * cols..(r + 1) * cols], o);
+            }
+        });
+        QMatrix::new(qtype, rows, cols, Bytes::Owned(Arc::new(out)))
+    }
+
+    /// Converts GGUF blocks (`rows × cols/32` blocks, GGUF's byte layout) into a matrix, value for value.
+    pub fn from_ggml(qtype: QType, rows: usize, cols: usize, ggml: &[u8]) -> Result<Self, MatrixError> {
+        let row_bytes =
+            qtype.row_bytes(cols).ok_or(MatrixError { qtype: qtype.name(), rows, cols, need: 0, got: 0 })?;
+        let ggml_row =
+            if qtype == QType::F32 { cols * 4 } else { cols / super::quant::BLOCK * qtype.ggml_block_bytes() };
+        if ggml.len() != ggml_row * rows {
+            return Err(MatrixError { qtype: qtype.name(), rows, cols, need: ggml_row * rows, got: ggml.len() });
+        }
+        let mut out = vec![0u8; row_bytes * rows];
+        for (o, g) in out.chunks_exact_mut(row_bytes).zip(ggml.chunks_exact(ggml_row)) {
+            super::quant::from_ggml(qtype, g, o);
+        }
+        QMatrix::new(qtype, rows, cols, Bytes::Owned(Arc::new(out)))
+    }
+
+    /// Stacks matrices of one format and width into one (q/k/v, gate/up), so one pass reads all of them.
+    pub fn stack(parts: &[QMatrix]) -> Result<Self, MatrixError> {
+        let (qtype, cols) = (parts[0].qtype, parts[0].cols);
+        let rows = parts.iter().map(|p| p.rows).sum();
+        let mut out = Vec::with_capacity(parts.iter().map(|p| p.data.as_slice().len()).sum());
+        for p in parts {
+            if p.qtype != qtype || p.cols != cols {
+                return Err(MatrixError { qtype: p.qtype.name(), rows: p.rows, cols: p.cols, need: 0, got: 0 });
+            }
+            out.extend_from_slice(p.data.as_slice());
+        }
+        QMatrix::new(qtype, rows, cols, Bytes::Owned(Arc::new(out)))
+    }
+
+    /// Storage format.
+    pub fn qtype(&self) -> QType {
+        self.qtype
+    }
+
+    /// Output count.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input count.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The stored bytes (for the quantised cache).
+    pub fn bytes(&self) -> &[u8] {
+        self.data.as_slice()
+    }
+
+    /// One stored row.
+    pub fn row(&self, r: usize) -> &[u8] {
+        &self.data.as_slice()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Row `r` as f32 (an embedding lookup).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        super::quant::dequantize_row(self.qtype, self.row(r), &mut out[..self.cols]);
+    }
+
+    /// `out[n, rows] = x[n, cols] · selfᵀ`.
+    ///
+    /// # Panics
+    /// When a slice is shorter than its shape says: callers own the shapes, and a mismatch is a bug, not input.
+    pub fn matmul(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        assert!(x.len() >= n * self.cols && out.len() >= n * self.rows, "matmul shapes");
+        if n == 0 || self.rows == 0 {
+            return;
+        }
+        if n == 1 {
+            gemv::gemv(self, &x[..self.cols], &mut out[..self.rows]);
+        } else {
+            gemm::gemm(self, x, n, out);
+        }
+    }
+}
+
+/// A raw pointer that tasks of one parallel region may share, each writing its own part.
+#[derive(Clone, Copy)]
+pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
+// SAFETY: used only where tasks write disjoint ranges and the region ends before the buffer is touched again.
+unsafe impl<T> Sync for SyncPtr<T> {}
+unsafe impl<T> Send for SyncPtr<T> {}
+impl<T> SyncPtr<T> {
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}

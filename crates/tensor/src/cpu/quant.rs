@@ -1,0 +1,308 @@
+//! Block formats of quantised weights: the numbers are GGUF's (blocks of 32 weights with an f16 scale), the byte
+//! layout is kvad's own, chosen for the decode kernel.
+//!
+//! - `Q8_0`: weight = `d·q`, q an i8.
+//! - `Q4_0`: weight = `d·(q − 8)`, q a nibble.
+//! - `Q4_1`: weight = `d·q + m`, q a nibble.
+//!
+//! A row of `nb = cols/32` blocks is stored as `[nb f16 scales][nb f16 minimums, Q4_1 only][quants]`: eight
+//! scales come in with one load and one conversion, and the quants of a row are one contiguous stream (Q8: 32 bytes
+//! a block; Q4: 16 bytes a block, weight `j` in the low nibble of byte `j`, weight `j + 16` in its high nibble, as
+//! GGUF packs them). GGUF blocks convert to it and back without touching a value ([`from_ggml`], [`to_ggml`]).
+//!
+//! These functions are the reference the SIMD kernels are tested against.
+
+use half::f16;
+
+/// Weights per block.
+pub const BLOCK: usize = 32;
+
+/// How a matrix's weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QType {
+    /// Plain f32.
+    F32,
+    /// 8-bit blocks.
+    Q8_0,
+    /// 4-bit symmetric blocks.
+    Q4_0,
+    /// 4-bit blocks with a minimum.
+    Q4_1,
+}
+
+impl QType {
+    /// Bytes of a row of `cols` weights, or None when `cols` is not a whole number of blocks.
+    pub fn row_bytes(self, cols: usize) -> Option<usize> {
+        if self == QType::F32 {
+            return Some(cols * 4);
+        }
+        cols.is_multiple_of(BLOCK).then(|| {
+            let nb = cols / BLOCK;
+            nb * (self.scale_arrays() * 2 + self.quant_bytes())
+        })
+    }
+
+    /// f16 arrays per row (scales, and minimums for Q4_1).
+    pub(crate) fn scale_arrays(self) -> usize {
+        match self {
+            QType::Q4_1 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Quant bytes per block.
+    pub(crate) fn quant_bytes(self) -> usize {
+        match self {
+            QType::Q8_0 => 32,
+            _ => 16,
+        }
+    }
+
+    /// The name GGUF gives the numbers.
+    pub fn name(self) -> &'static str {
+        match self {
+            QType::F32 => "F32",
+            QType::Q8_0 => "Q8_0",
+            QType::Q4_0 => "Q4_0",
+            QType::Q4_1 => "Q4_1",
+        }
+    }
+
+    /// The inverse of [`QType::name`].
+    pub fn from_name(s: &str) -> Option<QType> {
+        [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1].into_iter().find(|t| t.name() == s)
+    }
+
+    /// Bytes of one GGUF block of this type (34, 18, 20).
+    pub fn ggml_block_bytes(self) -> usize {
+        match self {
+            QType::F32 => 4,
+            QType::Q8_0 => 34,
+            QType::Q4_0 => 18,
+            QType::Q4_1 => 20,
+        }
+    }
+}
+
+/// The parts of one stored row.
+pub(crate) struct RowParts<'a> {
+    pub d: &'a [u8],
+    pub m: &'a [u8],
+    pub q: &'a [u8],
+}
+
+/// Splits a stored row into scales, minimums and quants.
+pub(crate) fn parts(t: QType, row: &[u8], nb: usize) -> RowParts<'_> {
+    let (d, rest) = row.split_at(nb * 2);
+    let (m, q) = if t == QType::Q4_1 { rest.split_at(nb * 2) } else { rest.split_at(0) };
+    RowParts { d, m, q }
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32()
+}
+
+fn put_f16(b: &mut [u8], i: usize, v: f32) {
+    b[2 * i..2 * i + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+}
+
+/// Quantises a row (a multiple of 32 long, or any length for F32) into `out` (`row_bytes` long).
+pub fn quantize_row(t: QType, x: &[f32], out: &mut [u8]) {
+    if t == QType::F32 {
+        for (o, v) in out.chunks_exact_mut(4).zip(x) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        return;
+    }
+    let nb = x.len() / BLOCK;
+    let (d, rest) = out.split_at_mut(nb * 2);
+    let (m, q) = if t == QType::Q4_1 { rest.split_at_mut(nb * 2) } else { rest.split_at_mut(0) };
+    for (b, blk) in x.chunks_exact(BLOCK).enumerate() {
+        match t {
+            QType::Q8_0 => {
+                let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let s = amax / 127.0;
+                let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+                put_f16(d, b, s);
+                for (o, v) in q[b * 32..(b + 1) * 32].iter_mut().zip(blk) {
+                    *o = (v * id).round() as i8 as u8;
+                }
+            }
+            QType::Q4_0 => {
+                // The value of largest magnitude maps to -8, so its sign is kept exactly.
+                let max = blk.iter().fold(0f32, |a, &v| if v.abs() > a.abs() { v } else { a });
+                let s = max / -8.0;
+                let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+                put_f16(d, b, s);
+                for j in 0..16 {
+                    let q0 = ((blk[j] * id + 8.5) as i32).clamp(0, 15) as u8;
+                    let q1 = ((blk[j + 16] * id + 8.5) as i32).clamp(0, 15) as u8;
+                    q[b * 16 + j] = q0 | (q1 << 4);
+                }
+            }
+            QType::Q4_1 => {
+                let lo = blk.iter().copied().fold(f32::INFINITY, f32::min);
+                let hi = blk.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let s = (hi - lo) / 15.0;
+                let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+                put_f16(d, b, s);
+                put_f16(m, b, lo);
+                for j in 0..16 {
+                    let q0 = (((blk[j] - lo) * id + 0.5) as i32).clamp(0, 15) as u8;
+                    let q1 = (((blk[j + 16] - lo) * id + 0.5) as i32).clamp(0, 15) as u8;
+                    q[b * 16 + j] = q0 | (q1 << 4);
+                }
+            }
+            QType::F32 => unreachable!(),
+        }
+    }
+}
+
+/// Dequantises a row of `out.len()` weights.
+pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
+    if t == QType::F32 {
+        for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
+            *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        return;
+    }
+    let nb = out.len() / BLOCK;
+    let p = parts(t, row, nb);
+    for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
+        let d = f16_at(p.d, b);
+        match t {
+            QType::Q8_0 => {
+                for (v, &q) in o.iter_mut().zip(&p.q[b * 32..(b + 1) * 32]) {
+                    *v = d * (q as i8) as f32;
+                }
+            }
+            QType::Q4_0 | QType::Q4_1 => {
+                let (off, m) = if t == QType::Q4_0 { (8, 0.0) } else { (0, f16_at(p.m, b)) };
+                for j in 0..16 {
+                    let byte = p.q[b * 16 + j];
+                    o[j] = d * ((byte & 15) as i32 - off) as f32 + m;
+                    o[j + 16] = d * ((byte >> 4) as i32 - off) as f32 + m;
+                }
+            }
+            QType::F32 => unreachable!(),
+        }
+    }
+}
+
+/// Converts a row of GGUF blocks (`cols/32` blocks of `ggml_block_bytes`) into kvad's layout, value for value.
+pub fn from_ggml(t: QType, ggml: &[u8], out: &mut [u8]) {
+    if t == QType::F32 {
+        out.copy_from_slice(ggml);
+        return;
+    }
+    let bb = t.ggml_block_bytes();
+    let nb = ggml.len() / bb;
+    let qb = t.quant_bytes();
+    let head = if t == QType::Q4_1 { 4 } else { 2 };
+    let (d, rest) = out.split_at_mut(nb * 2);
+    let (m, q) = if t == QType::Q4_1 { rest.split_at_mut(nb * 2) } else { rest.split_at_mut(0) };
+    for (b, blk) in ggml.chunks_exact(bb).enumerate() {
+        d[2 * b..2 * b + 2].copy_from_slice(&blk[..2]);
+        if t == QType::Q4_1 {
+            m[2 * b..2 * b + 2].copy_from_slice(&blk[2..4]);
+        }
+        q[b * qb..(b + 1) * qb].copy_from_slice(&blk[head..head + qb]);
+    }
+}
+
+/// Converts a row of kvad's layout back into GGUF blocks (for tests and export).
+pub fn to_ggml(t: QType, row: &[u8], cols: usize, out: &mut [u8]) {
+    if t == QType::F32 {
+        out.copy_from_slice(row);
+        return;
+    }
+    let nb = cols / BLOCK;
+    let (bb, qb) = (t.ggml_block_bytes(), t.quant_bytes());
+    let head = if t == QType::Q4_1 { 4 } else { 2 };
+    let p = parts(t, row, nb);
+    for (b, blk) in out.chunks_exact_mut(bb).enumerate() {
+        blk[..2].copy_from_slice(&p.d[2 * b..2 * b + 2]);
+        if t == QType::Q4_1 {
+            blk[2..4].copy_from_slice(&p.m[2 * b..2 * b + 2]);
+        }
+        blk[head..head + qb].copy_from_slice(&p.q[b * qb..(b + 1) * qb]);
+    }
+}
+
+/// The scalar reference dot product of a stored row with f32 activations.
+pub fn dot_row_ref(t: QType, row: &[u8], x: &[f32]) -> f32 {
+    let mut w = vec![0f32; x.len()];
+    dequantize_row(t, row, &mut w);
+    w.iter().zip(x).map(|(a, b)| a * b).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 4.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn round_trip_error_is_bounded_by_the_step() {
+        // Q4_0 maps the largest magnitude to -8, so values of the other sign clamp at +7: up to a whole step.
+        for (t, steps) in [(QType::Q8_0, 254.0), (QType::Q4_0, 7.5), (QType::Q4_1, 15.0)] {
+            let x = data(32 * 40, 3);
+            let mut q = vec![0u8; t.row_bytes(x.len()).unwrap()];
+            quantize_row(t, &x, &mut q);
+            let mut y = vec![0f32; x.len()];
+            dequantize_row(t, &q, &mut y);
+            for (bx, by) in x.chunks(32).zip(y.chunks(32)) {
+                let range = bx.iter().fold(0f32, |m, v| m.max(v.abs())) * 2.0;
+                // half a quantisation step, plus f16 rounding of the scale
+                let bound = range / steps * 0.5 * 1.01 + 1e-3 * range;
+                for (a, b) in bx.iter().zip(by) {
+                    assert!((a - b).abs() <= bound, "{t:?}: {a} vs {b} (bound {bound})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_blocks_stay_zero_and_f32_is_exact() {
+        for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            let mut x = vec![0f32; 64];
+            x[40] = 1.5;
+            let mut q = vec![0u8; t.row_bytes(64).unwrap()];
+            quantize_row(t, &x, &mut q);
+            let mut y = vec![9f32; 64];
+            dequantize_row(t, &q, &mut y);
+            assert!(y[..32].iter().all(|&v| v == 0.0), "{t:?}");
+            assert!((y[40] - 1.5).abs() < 0.11, "{t:?} {}", y[40]);
+        }
+    }
+
+    #[test]
+    fn ggml_blocks_convert_both_ways_without_changing_a_value() {
+        for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            let x = data(32 * 7, 11);
+            let mut ours = vec![0u8; t.row_bytes(x.len()).unwrap()];
+            quantize_row(t, &x, &mut ours);
+            let mut ggml = vec![0u8; 7 * t.ggml_block_bytes()];
+            to_ggml(t, &ours, x.len(), &mut ggml);
+            let mut back = vec![0u8; ours.len()];
+            from_ggml(t, &ggml, &mut back);
+            assert_eq!(back, ours, "{t:?}");
+            // and the GGUF block really is GGUF's: scale first, then the quants
+            let mut y = vec![0f32; x.len()];
+            dequantize_row(t, &ours, &mut y);
+            let d = f16::from_le_bytes([ggml[0], ggml[1]]).to_f32();
+            let q0 = if t == QType::Q8_0 { ggml[2] as i8 as f32 } else { 0.0 };
+            if t == QType::Q8_0 {
+                assert_eq!(y[0], d * q0);
+            }
+        }
+    }
+}

@@ -60,7 +60,7 @@ pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, Engi
         )));
     }
     let files = ModelFiles::detect(path)?;
-    let opts = LoadOptions { backend, cache_dir: Some(kvad_hub::kvad_cache_dir()) };
+    let opts = LoadOptions { backend, cache_dir: Some(kvad_hub::kvad_cache_dir()), f32_reference: false };
     let loaded = load_model_with(&files, &opts)?;
     let (tokenizer, template) = match (&files, &loaded.gguf) {
         (ModelFiles::Gguf(_), Some(g)) => {

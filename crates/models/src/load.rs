@@ -56,6 +56,9 @@ pub struct LoadOptions {
     pub backend: BackendKind,
     /// kvad's quantised-cache directory; quantised backends write and map their weights there.
     pub cache_dir: Option<PathBuf>,
+    /// Measurement mode: the backend's quantised weights, dequantised and computed by the f32 kernels, so a
+    /// test can tell the kernels' error apart from the quantisation's. Never cached.
+    pub f32_reference: bool,
 }
 
 /// What the quantised cache did for this load.
@@ -85,14 +88,14 @@ pub struct LoadedModel {
 
 /// Loads and checks a model from its files, in f32 on the CPU.
 pub fn load_model(files: &ModelFiles) -> Result<LoadedModel, ModelError> {
-    load_model_with(files, &LoadOptions { backend: BackendKind::CpuF32, cache_dir: None })
+    load_model_with(files, &LoadOptions { backend: BackendKind::CpuF32, cache_dir: None, f32_reference: false })
 }
 
 /// Loads and checks a model from its files on a backend, through the quantised cache when it has one.
 pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let backend = opts.backend;
     let cache = match (&opts.cache_dir, backend) {
-        (Some(dir), BackendKind::CpuQ8 | BackendKind::CpuQ4) => {
+        (Some(dir), BackendKind::CpuQ8 | BackendKind::CpuQ4) if !opts.f32_reference => {
             Some(qcache::cache_path(&dir.join("quant"), files, backend))
         }
         _ => None,
@@ -132,7 +135,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
             (cfg, Box::new(GgufFile::open(path)?), Some(g))
         }
     };
-    let mut notes: Vec<String> = stale.into_iter().collect();
+    let mut notes: Vec<String> = Vec::new();
     if let ModelFiles::HfDir(dir) = files {
         let st = SafetensorsSource::open_dir(dir)?;
         if !st.files_not_read().is_empty() {
@@ -149,6 +152,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
         .map(|_| (cfg.n_heads, cfg.n_kv_heads));
     let names = gguf.as_ref().map(|_| GgufNames { permute });
     let mut t = Tensors::new(src.as_ref(), names, None, backend);
+    t.f32_reference = opts.f32_reference;
     if names.is_some() && t.has("rope_freqs.weight") {
         t.used.insert("rope_freqs.weight".into());
     }
@@ -162,6 +166,8 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
             Err(e) => CacheUse::WriteFailed(format!("{}: {e}", path.display())),
         },
     };
+    // Said at this load, not kept in the cache file.
+    notes.extend(stale);
     Ok(LoadedModel { model, notes, gguf, cache })
 }
 

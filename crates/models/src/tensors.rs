@@ -73,6 +73,8 @@ pub(crate) struct Tensors<'a> {
     pub(crate) used: BTreeSet<String>,
     pub(crate) notes: Vec<String>,
     pub(crate) record: Vec<(String, Recorded)>,
+    /// Dequantise every quantised matrix to f32 after building it (see `LoadOptions::f32_reference`).
+    pub(crate) f32_reference: bool,
 }
 
 impl<'a> Tensors<'a> {
@@ -83,7 +85,16 @@ impl<'a> Tensors<'a> {
         cached: Option<HashMap<String, QType>>,
         backend: BackendKind,
     ) -> Self {
-        Tensors { src, gguf, cached, backend, used: BTreeSet::new(), notes: Vec::new(), record: Vec::new() }
+        Tensors {
+            src,
+            gguf,
+            cached,
+            backend,
+            used: BTreeSet::new(),
+            notes: Vec::new(),
+            record: Vec::new(),
+            f32_reference: false,
+        }
     }
 
     fn source_name(&self, hf: &str) -> String {
@@ -181,8 +192,21 @@ impl<'a> Tensors<'a> {
     /// A matrix, recorded for the cache under its HF name.
     pub(crate) fn matrix(&mut self, hf: &str, rows: usize, cols: usize, role: Role) -> Result<QMatrix, ModelError> {
         let m = self.matrix_unrecorded(hf, rows, cols, role)?;
+        let m = self.reference(m)?;
         self.record.push((hf.to_string(), Recorded::Matrix(m.clone())));
         Ok(m)
+    }
+
+    /// In f32-reference mode, the matrix dequantised to f32; else the matrix as it is.
+    fn reference(&self, m: QMatrix) -> Result<QMatrix, ModelError> {
+        if !self.f32_reference || m.qtype() == QType::F32 {
+            return Ok(m);
+        }
+        let mut w = vec![0f32; m.rows() * m.cols()];
+        for r in 0..m.rows() {
+            m.dequantize_row(r, &mut w[r * m.cols()..(r + 1) * m.cols()]);
+        }
+        QMatrix::quantize(QType::F32, m.rows(), m.cols(), &w).map_err(|e| matrix_error("reference", e))
     }
 
     /// A linear layer `prefix.weight` `[out, inp]` with an optional `prefix.bias`.
@@ -221,7 +245,7 @@ impl<'a> Tensors<'a> {
                 *m = QMatrix::quantize(t, m.rows(), m.cols(), &w).map_err(|e| matrix_error(key, e))?;
             }
         }
-        let w = QMatrix::stack(&mats).map_err(|e| matrix_error(key, e))?;
+        let w = self.reference(QMatrix::stack(&mats).map_err(|e| matrix_error(key, e))?)?;
         let b = if bias {
             let mut b = Vec::with_capacity(rows);
             for (prefix, out) in parts {
@@ -250,7 +274,7 @@ impl<'a> Tensors<'a> {
                 }
             }
             let t = if inp.is_multiple_of(32) { target(self.backend, Role::Layer) } else { QType::F32 };
-            let m = QMatrix::quantize(t, out, inp, &wt).map_err(|e| matrix_error(name, e))?;
+            let m = self.reference(QMatrix::quantize(t, out, inp, &wt).map_err(|e| matrix_error(name, e))?)?;
             self.record.push((key, Recorded::Matrix(m.clone())));
             m
         };

@@ -1,0 +1,153 @@
+//! The golden fixtures on the quantised CPU backends: logits within a stated tolerance of PyTorch's f32 ones, and
+//! the same through the quantised cache (written on the first load, mapped on the second).
+
+use kvad_models::{load_model_with, CacheUse, CausalLm, LoadOptions, LogitsMode, ModelFiles, SeqInput};
+use kvad_tensor::BackendKind;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn golden(name: &str) -> (ModelFiles, Vec<(Vec<u32>, Vec<Vec<f32>>)>) {
+    let g: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join(format!("fixtures/goldens/models/{name}.json"))).unwrap(),
+    )
+    .unwrap();
+    let src = root().join(g["source"].as_str().unwrap());
+    let files = if src.extension().is_some_and(|e| e == "gguf") {
+        ModelFiles::Gguf(src)
+    } else {
+        ModelFiles::HfDir(src.parent().unwrap().to_path_buf())
+    };
+    let cases = g["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let prompt = c["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+            let logits = c["logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+                .collect();
+            (prompt, logits)
+        })
+        .collect();
+    (files, cases)
+}
+
+/// Largest logit error relative to the spread of the reference logits at that position, over every position.
+fn worst_relative_error(model: &dyn CausalLm, cases: &[(Vec<u32>, Vec<Vec<f32>>)]) -> f32 {
+    let vocab = model.config().vocab_size;
+    let mut worst = 0f32;
+    for (prompt, want) in cases {
+        let mut kv = model.new_cache();
+        let got = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap();
+        for (p, w) in want.iter().enumerate() {
+            let spread =
+                w.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) - w.iter().fold(f32::INFINITY, |a, &b| a.min(b));
+            let err = got[0][p * vocab..(p + 1) * vocab].iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            worst = worst.max(err / spread);
+        }
+    }
+    worst
+}
+
+/// Logits of every prompt position read at once (the GEMM path), then of a continuation read a token at a time
+/// (the GEMV path), concatenated.
+fn logits(model: &dyn CausalLm, prompt: &[u32]) -> Vec<f32> {
+    let mut kv = model.new_cache();
+    let mut out = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap().remove(0);
+    for &t in prompt.iter().take(6) {
+        out.extend(model.forward(&mut [SeqInput { tokens: &[t], kv: &mut kv }], LogitsMode::Last).unwrap().remove(0));
+    }
+    out
+}
+
+fn opts(backend: BackendKind, cache: Option<PathBuf>, f32_reference: bool) -> LoadOptions {
+    LoadOptions { backend, cache_dir: cache, f32_reference }
+}
+
+/// The kernels against f32 arithmetic on the very same (dequantised) weights: what is left is the kernels' own
+/// error (i16 activations in decode, summation order), which must be tiny. This isolates kernel bugs from the
+/// quantisation error the next test measures.
+#[test]
+fn quantised_kernels_equal_f32_arithmetic_on_the_same_weights() {
+    for name in ["llama", "llama-gguf", "mistral", "qwen2", "qwen3", "gpt2"] {
+        let (files, cases) = golden(name);
+        for backend in [BackendKind::CpuQ8, BackendKind::CpuQ4] {
+            let q = load_model_with(&files, &opts(backend, None, false)).unwrap().model;
+            let r = load_model_with(&files, &opts(backend, None, true)).unwrap().model;
+            for (prompt, _) in &cases {
+                let (a, b) = (logits(q.as_ref(), prompt), logits(r.as_ref(), prompt));
+                let spread =
+                    b.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) - b.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+                let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(err <= 2e-3 * spread, "{name} {backend}: kernel error {err} (spread {spread})");
+            }
+        }
+    }
+}
+
+/// Quantisation error against PyTorch's f32 logits, as the largest error over the spread of the logits. These
+/// tiny random models are chaotic (large weights, sharp attention), so 8-bit weights move their logits by several
+/// percent and 4-bit ones by more than half the spread: the bounds below are what was measured, with a margin; the
+/// real model's accuracy is judged by perplexity and greedy agreement (crates/engine/tests).
+const TOL_Q8: f32 = 0.12;
+const TOL_Q4: f32 = 0.75;
+#[test]
+fn every_fixture_runs_at_q8_and_q4_within_tolerance_and_from_the_cache() {
+    let cache = std::env::temp_dir().join(format!("kvad-qtest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    for name in ["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"] {
+        let (files, cases) = golden(name);
+        for (backend, tol) in [(BackendKind::CpuQ8, TOL_Q8), (BackendKind::CpuQ4, TOL_Q4)] {
+            let opts = opts(backend, Some(cache.clone()), false);
+            let first = load_model_with(&files, &opts).unwrap();
+            assert!(matches!(first.cache, CacheUse::Written(_)), "{name} {backend}: {:?}", first.cache);
+            let e1 = worst_relative_error(first.model.as_ref(), &cases);
+            let second = load_model_with(&files, &opts).unwrap();
+            assert!(matches!(second.cache, CacheUse::Mapped(_)), "{name} {backend}: {:?}", second.cache);
+            let e2 = worst_relative_error(second.model.as_ref(), &cases);
+            println!("{name:<12} {backend}: worst logit error {:.4} of the spread", e1);
+            assert!(e1 <= tol, "{name} {backend}: logit error {e1} of the spread exceeds {tol}");
+            assert_eq!(e1, e2, "{name} {backend}: the cached model computes differently");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+#[test]
+fn a_damaged_cache_file_is_detected_and_rebuilt_and_clear_empties_it() {
+    let cache = std::env::temp_dir().join(format!("kvad-qdamage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let (files, cases) = golden("qwen2");
+    let opts = opts(BackendKind::CpuQ8, Some(cache.clone()), false);
+    let CacheUse::Written(path) = load_model_with(&files, &opts).unwrap().cache else { panic!("not written") };
+    let good = std::fs::read(&path).unwrap();
+    let reference = worst_relative_error(load_model_with(&files, &opts).unwrap().model.as_ref(), &cases);
+    // Truncated, a flipped data byte, a flipped header byte: each is noticed, rebuilt, and the result is right.
+    let mut flipped = good.clone();
+    let n = flipped.len();
+    flipped[n - 100] ^= 0x40;
+    let mut header = good.clone();
+    header[20] ^= 0xff;
+    for (what, bytes) in
+        [("truncated", good[..good.len() / 2].to_vec()), ("data byte", flipped), ("header byte", header)]
+    {
+        std::fs::write(&path, &bytes).unwrap();
+        let m = load_model_with(&files, &opts).unwrap();
+        assert!(matches!(m.cache, CacheUse::Written(_)), "{what}: {:?}", m.cache);
+        assert!(m.notes.iter().any(|n| n.contains("cannot be trusted")), "{what}: {:?}", m.notes);
+        assert_eq!(worst_relative_error(m.model.as_ref(), &cases), reference, "{what}");
+        assert!(std::fs::read(&path).unwrap() == good, "{what}: the rebuilt file differs from the first");
+    }
+    assert_eq!(kvad_models::qcache::list(&cache.join("quant")).len(), 1);
+    let (removed, _) = kvad_models::qcache::clear(&cache.join("quant")).unwrap();
+    assert_eq!(removed, 1);
+    assert!(kvad_models::qcache::list(&cache.join("quant")).is_empty());
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -1,0 +1,1 @@
+//! The model index (filled in below).

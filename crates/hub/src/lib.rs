@@ -27,7 +27,7 @@ pub use fetch::{PlannedFile, Progress, Silent};
 pub use pull::{Checks, Hub, Pulled};
 pub use pypi::{ensure_smollm2, smollm2_path, SMOLLM2_FILE, SMOLLM2_PACKAGE};
 pub use repo::{RepoId, RepoRef};
-pub use resolve::{default_model, resolve, resolve_with, set_default_model, Resolved};
+pub use resolve::{default_model, remote_model_type, resolve, resolve_with, set_default_model, Resolved};
 
 /// The alias of the default model.
 pub const DEFAULT_ALIAS: &str = "smollm2-instruct";

@@ -207,6 +207,37 @@ pub fn pull(client: &Client, registry: &str, t: &OllamaTag, progress: &mut dyn P
     Ok(path)
 }
 
+/// Deletes a tag's manifest, and its GGUF when no other tag uses it. Returns the bytes freed.
+pub fn remove(t: &OllamaTag) -> Result<u64, HubError> {
+    let registry = env::ollama_registry();
+    let mp = manifest_path(&registry, t);
+    let raw = std::fs::read(&mp).map_err(|_| HubError::NotCached { what: t.display(), cache: store_dir().display().to_string() })?;
+    std::fs::remove_file(&mp).map_err(|source| HubError::Io { path: mp.display().to_string(), source })?;
+    let Ok(layer) = parse_manifest(&raw, "cached manifest").and_then(|m| model_layer(&m).map(|l| l.digest.clone())) else {
+        return Ok(0);
+    };
+    let still_used = walk(&store_dir().join("manifests")).iter().any(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains(&layer)));
+    if still_used {
+        return Ok(0);
+    }
+    let blob = blob_path(digest_hex(&layer)?);
+    let size = std::fs::metadata(&blob).map(|m| m.len()).unwrap_or(0);
+    let _ = std::fs::remove_file(&blob);
+    Ok(size)
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
 fn sha256_file(p: &Path) -> Result<String, HubError> {
     let mut f = std::fs::File::open(p).map_err(|source| HubError::Io { path: p.display().to_string(), source })?;
     let mut h = Sha256::new();

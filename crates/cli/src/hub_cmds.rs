@@ -251,13 +251,27 @@ pub fn ls(a: LsArgs) -> Result<()> {
         };
         let state = if r.snapshots.iter().any(|(_, ok)| *ok) { "complete" } else { "incomplete" };
         let id = r.repo.to_string();
-        let mark = if kvad_hub::alias::lookup(&default).is_some_and(|x| x.repo == id) || default == id { " (default)" } else { "" };
+        let mark = if kvad_hub::alias::lookup(&default).is_some_and(|x| x.repo == id) || default == id {
+            " (default)"
+        } else {
+            ""
+        };
         println!("{:<50} {:>10}  {:<24} {state}{mark}", id, human(r.size), revs.join(","));
     }
     for (name, size) in &ollama {
-        println!("{:<50} {:>10}  {:<24} complete{}", name, human(*size), "-", if *name == default { " (default)" } else { "" });
+        println!(
+            "{:<50} {:>10}  {:<24} complete{}",
+            name,
+            human(*size),
+            "-",
+            if *name == default { " (default)" } else { "" }
+        );
     }
-    eprintln!("kvad: Hugging Face cache: {}; Ollama tags: {}", cache.root().display(), kvad_hub::ollama::store_dir().display());
+    eprintln!(
+        "kvad: Hugging Face cache: {}; Ollama tags: {}",
+        cache.root().display(),
+        kvad_hub::ollama::store_dir().display()
+    );
     Ok(())
 }
 
@@ -323,10 +337,12 @@ pub fn use_model(a: UseArgs) -> Result<()> {
 pub fn info(a: InfoArgs) -> Result<()> {
     let rr = repo_ref(&a.model)?;
     let hub = Hub::from_env();
-    let cached = hub.cache.commit_for(&rr.repo, &rr.revision).map(|c| hub.cache.snapshot_dir(&rr.repo, &c).join("config.json"));
+    let cached =
+        hub.cache.commit_for(&rr.repo, &rr.revision).map(|c| hub.cache.snapshot_dir(&rr.repo, &c).join("config.json"));
     let (commit, config_path, files) = match cached.filter(|p| p.is_file()) {
         Some(p) if kvad_hub::offline() || repo_is_complete(&p) => {
-            let commit = p.parent().and_then(|d| d.file_name()).map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            let commit =
+                p.parent().and_then(|d| d.file_name()).map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
             (commit, p, None)
         }
         _ => {
@@ -341,7 +357,8 @@ pub fn info(a: InfoArgs) -> Result<()> {
             (info.sha.clone(), p, Some(info.siblings))
         }
     };
-    let cfg: Value = serde_json::from_slice(&std::fs::read(&config_path)?).with_context(|| config_path.display().to_string())?;
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(&config_path)?).with_context(|| config_path.display().to_string())?;
     let verdict = ModelConfig::from_hf_json(&cfg);
     let plan = files.as_ref().map(|s| {
         let names: Vec<String> = s.iter().map(|x| x.rfilename.clone()).collect();
@@ -360,7 +377,14 @@ pub fn info(a: InfoArgs) -> Result<()> {
     match &verdict {
         Ok(c) => println!(
             "  {} ({:?} family): {} layers, hidden {}, {} heads ({} kv), vocab {}, context {}, {:.0} M params",
-            c.arch_name, c.arch, c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.vocab_size, c.max_position,
+            c.arch_name,
+            c.arch,
+            c.n_layers,
+            c.hidden,
+            c.n_heads,
+            c.n_kv_heads,
+            c.vocab_size,
+            c.max_position,
             c.param_count() as f64 / 1e6
         ),
         Err(e) => println!("  this build cannot run it: {e}"),
@@ -373,7 +397,10 @@ pub fn info(a: InfoArgs) -> Result<()> {
                     WeightRule::Index => "the shards model.safetensors.index.json names".into(),
                     WeightRule::All(v) => v.join(", "),
                 };
-                println!("  pull would fetch: config.json, {}, {weights}", p.tokenizer_files.iter().chain(&p.extras).cloned().collect::<Vec<_>>().join(", "));
+                println!(
+                    "  pull would fetch: config.json, {}, {weights}",
+                    p.tokenizer_files.iter().chain(&p.extras).cloned().collect::<Vec<_>>().join(", ")
+                );
             }
             Err(e) => println!("  pull would refuse it: {e}"),
         }
@@ -399,7 +426,8 @@ fn mem_total() -> Option<u64> {
 /// A search result's status: `chat`/`completion` and the precision it fits at, or why it cannot run.
 fn status(hit: &kvad_hub::api::SearchHit, mem: Option<u64>) -> (bool, String) {
     let cfg = hit.config.clone().unwrap_or_default();
-    let archs: Vec<&str> = cfg["architectures"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let archs: Vec<&str> =
+        cfg["architectures"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let Some(arch) = archs.first() else {
         return (false, "cannot run: its config names no architecture".into());
     };
@@ -408,7 +436,10 @@ fn status(hit: &kvad_hub::api::SearchHit, mem: Option<u64>) -> (bool, String) {
     }
     let params = hit.safetensors.as_ref().map(|s| s["parameters"].clone()).unwrap_or_default();
     let Some(dtypes) = params.as_object().filter(|o| !o.is_empty()) else {
-        return (false, "cannot run: no safetensors weights (GGUF and .bin are not read; an Ollama tag serves GGUF)".into());
+        return (
+            false,
+            "cannot run: no safetensors weights (GGUF and .bin are not read; an Ollama tag serves GGUF)".into(),
+        );
     };
     let odd: Vec<&String> = dtypes.keys().filter(|k| !matches!(k.as_str(), "F32" | "F16" | "BF16")).collect();
     if !odd.is_empty() {
@@ -420,7 +451,9 @@ fn status(hit: &kvad_hub::api::SearchHit, mem: Option<u64>) -> (bool, String) {
     let need = n * 4;
     match mem {
         Some(m) if need <= m => (true, format!("{kind} · fits at f32 ({} of {})", human(need), human(m))),
-        Some(m) => (false, format!("{kind} · too big here: f32 needs {} and this machine has {}", human(need), human(m))),
+        Some(m) => {
+            (false, format!("{kind} · too big here: f32 needs {} and this machine has {}", human(need), human(m)))
+        }
         None => (true, format!("{kind} · {} at f32 (this machine's memory is unknown)", human(need))),
     }
 }
@@ -431,10 +464,17 @@ pub fn search(a: SearchArgs) -> Result<()> {
         bail!("kvad search: offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) forbids asking the Hub");
     }
     let text = a.text.join(" ");
-    let hits = kvad_hub::api::search(&kvad_hub::http::Client::for_hub(), &kvad_hub::env::hf_endpoint(), &text, a.limit)?;
+    let hits =
+        kvad_hub::api::search(&kvad_hub::http::Client::for_hub(), &kvad_hub::env::hf_endpoint(), &text, a.limit)?;
     let mem = mem_total();
     if a.json {
-        let v: Vec<Value> = hits.iter().map(|h| { let (ok, s) = status(h, mem); json!({"id": h.id, "runs": ok, "status": s, "downloads": h.downloads}) }).collect();
+        let v: Vec<Value> = hits
+            .iter()
+            .map(|h| {
+                let (ok, s) = status(h, mem);
+                json!({"id": h.id, "runs": ok, "status": s, "downloads": h.downloads})
+            })
+            .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
@@ -452,11 +492,16 @@ pub fn models(a: ModelsArgs) -> Result<()> {
     match a.command {
         ModelsCommand::Update => {
             let idx = index::update()?;
-            eprintln!("kvad: the model index ({} models) is now {}", idx.models.len(), index::downloaded_path().display());
+            eprintln!(
+                "kvad: the model index ({} models) is now {}",
+                idx.models.len(),
+                index::downloaded_path().display()
+            );
         }
         ModelsCommand::Supported { all, json } => {
             let idx = index::load();
-            let rows: Vec<(&index::Entry, bool)> = idx.models.iter().map(|m| (m, arch_supported(&m.architecture))).filter(|(_, ok)| all || *ok).collect();
+            let rows: Vec<(&index::Entry, bool)> =
+                idx.models.iter().map(|m| (m, arch_supported(&m.architecture))).filter(|(_, ok)| all || *ok).collect();
             if json {
                 let v: Vec<Value> = rows.iter().map(|(m, ok)| json!({"repo": m.repo, "architecture": m.architecture, "kind": m.kind, "params": m.params, "runs": ok})).collect();
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -471,7 +516,8 @@ pub fn models(a: ModelsArgs) -> Result<()> {
         }
         ModelsCommand::Drafts { repo, json } => {
             let idx = index::load();
-            let e = idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
+            let e =
+                idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&e.drafts)?);
             } else if e.drafts.is_empty() {
@@ -484,7 +530,8 @@ pub fn models(a: ModelsArgs) -> Result<()> {
         }
         ModelsCommand::Related { repo, finetunes, quantizations, twins, json } => {
             let idx = index::load();
-            let e = idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
+            let e =
+                idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
             let every = !(finetunes || quantizations || twins);
             let mut v = serde_json::Map::new();
             if every || finetunes {

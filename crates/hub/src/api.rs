@@ -129,7 +129,9 @@ pub fn search(client: &Client, endpoint: &str, text: &str, limit: usize) -> Resu
         "{endpoint}/api/models?search={}&limit={limit}&expand[]=config&expand[]=safetensors&expand[]=pipeline_tag&expand[]=downloads&expand[]=gated",
         encode_segment(text)
     );
-    let body = client.get(&url, None, &[], Subject::Other("the Hub's model search"))?.read_limited(API_LIMIT, "search answer")?;
+    let body = client
+        .get(&url, None, &[], Subject::Other("the Hub's model search"))?
+        .read_limited(API_LIMIT, "search answer")?;
     serde_json::from_slice(&body).map_err(|e| HubError::Invalid {
         field: "search answer".into(),
         value: url,

@@ -84,11 +84,8 @@ pub fn missing_for_load(dir: &Path) -> Option<String> {
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|v| v.get("weight_map").and_then(|m| m.as_object()).cloned());
         let Some(map) = shards else { return Some("a readable model.safetensors.index.json".into()) };
-        let missing: Vec<&str> = map
-            .values()
-            .filter_map(|v| v.as_str())
-            .filter(|f| check_file_name(f).is_err() || !has(f))
-            .collect();
+        let missing: Vec<&str> =
+            map.values().filter_map(|v| v.as_str()).filter(|f| check_file_name(f).is_err() || !has(f)).collect();
         return missing.first().map(|f| f.to_string());
     }
     let any = std::fs::read_dir(dir).ok().into_iter().flatten().flatten().any(|e| {
@@ -169,7 +166,11 @@ impl HfCache {
         let path = self.repo_dir(repo).join("refs").join(revision);
         let parent = path.parent().unwrap_or(&self.root).to_path_buf();
         std::fs::create_dir_all(&parent).map_err(io(&parent))?;
-        let tmp = parent.join(format!(".{}.tmp{}", std::process::id(), path.file_name().unwrap_or_default().to_string_lossy()));
+        let tmp = parent.join(format!(
+            ".{}.tmp{}",
+            std::process::id(),
+            path.file_name().unwrap_or_default().to_string_lossy()
+        ));
         std::fs::write(&tmp, commit).map_err(io(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io(&path))
     }

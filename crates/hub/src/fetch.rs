@@ -165,7 +165,9 @@ pub fn fetch(client: &Client, t: &Target<'_>, progress: &mut dyn Progress) -> Re
                             field: format!("size of {}", t.name),
                             value: format!("more than {cap} bytes"),
                             why: match t.expected {
-                                Some(_) => "the server sent more than the listing announced; refused, nothing kept".into(),
+                                Some(_) => {
+                                    "the server sent more than the listing announced; refused, nothing kept".into()
+                                }
                                 None => "larger than kvad accepts for this file; refused, nothing kept".into(),
                             },
                         });

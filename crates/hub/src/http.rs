@@ -187,12 +187,9 @@ impl Client {
                 url: url.into(),
                 detail: "if it is private or gated, set HF_TOKEN to a token that can read it".into(),
             },
-            (Subject::Repo(repo), 401 | 403) => HubError::Gated {
-                repo: repo.into(),
-                status,
-                had_token: self.token.is_some(),
-                detail: message,
-            },
+            (Subject::Repo(repo), 401 | 403) => {
+                HubError::Gated { repo: repo.into(), status, had_token: self.token.is_some(), detail: message }
+            }
             (Subject::Repo(repo), 404) => HubError::NotFound {
                 what: match code.as_str() {
                     "RevisionNotFound" => format!("the revision asked of {repo}"),
@@ -202,9 +199,7 @@ impl Client {
                 url: url.into(),
                 detail: message,
             },
-            (Subject::Other(what), 404) => {
-                HubError::NotFound { what: what.into(), url: url.into(), detail: message }
-            }
+            (Subject::Other(what), 404) => HubError::NotFound { what: what.into(), url: url.into(), detail: message },
             _ => HubError::Http { url: url.into(), status, detail: message },
         }
     }

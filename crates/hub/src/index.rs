@@ -108,9 +108,14 @@ pub fn update() -> Result<Index, HubError> {
         });
     };
     if env::offline() {
-        return Err(HubError::Offline { what: "the model index".into(), detail: format!("it would be fetched from {url}") });
+        return Err(HubError::Offline {
+            what: "the model index".into(),
+            detail: format!("it would be fetched from {url}"),
+        });
     }
-    let body = Client::new(None, None).get(&url, None, &[], Subject::Other("the model index"))?.read_limited(64 << 20, "model index")?;
+    let body = Client::new(None, None)
+        .get(&url, None, &[], Subject::Other("the model index"))?
+        .read_limited(64 << 20, "model index")?;
     let text = String::from_utf8_lossy(&body).to_string();
     let idx = parse(&text, &url)?;
     let p = downloaded_path();

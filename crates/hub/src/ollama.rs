@@ -42,7 +42,10 @@ fn bad(field: &str, value: &str, why: &str) -> HubError {
 
 fn check_part(field: &str, s: &str, allow_upper: bool) -> Result<(), HubError> {
     let ok = s.bytes().all(|b| {
-        b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-') || (allow_upper && b.is_ascii_uppercase())
+        b.is_ascii_lowercase()
+            || b.is_ascii_digit()
+            || matches!(b, b'.' | b'_' | b'-')
+            || (allow_upper && b.is_ascii_uppercase())
     });
     if s.is_empty() || s.len() > 128 || !ok || s.starts_with(['.', '-']) || s.contains("..") {
         return Err(bad(field, s, "expected lowercase letters, digits, '.', '_' or '-' (not leading, no '..')"));
@@ -134,7 +137,11 @@ pub fn resolve(t: &OllamaTag, progress: &mut dyn Progress) -> Result<Resolved, H
                 let p = blob_path(digest_hex(&layer.digest)?);
                 if std::fs::metadata(&p).is_ok_and(|md| md.len() == layer.size) {
                     return Ok(Resolved {
-                        source_note: Some(format!("{}: from kvad's Ollama store ({}); the registry was not asked", t.display(), p.display())),
+                        source_note: Some(format!(
+                            "{}: from kvad's Ollama store ({}); the registry was not asked",
+                            t.display(),
+                            p.display()
+                        )),
                         path: p,
                         notes: Vec::new(),
                     });
@@ -161,7 +168,8 @@ pub fn pull(client: &Client, registry: &str, t: &OllamaTag, progress: &mut dyn P
     let who = t.display();
     let subject = Subject::Other(&who);
     let url = format!("{registry}/v2/{}/{}/manifests/{}", t.namespace, t.name, t.tag);
-    let raw = client.get(&url, None, &[("Accept", MANIFEST_ACCEPT)], subject)?.read_limited(1 << 20, "ollama manifest")?;
+    let raw =
+        client.get(&url, None, &[("Accept", MANIFEST_ACCEPT)], subject)?.read_limited(1 << 20, "ollama manifest")?;
     let m = parse_manifest(&raw, &url)?;
     let layer = model_layer(&m)?;
     let hex = digest_hex(&layer.digest)?.to_string();
@@ -172,7 +180,11 @@ pub fn pull(client: &Client, registry: &str, t: &OllamaTag, progress: &mut dyn P
         serde_json::from_slice(&cfg_raw).map_err(|e| bad("ollama config blob", &cfg_url, &format!("not JSON: {e}")))?;
     let format = cfg.get("model_format").and_then(|v| v.as_str()).unwrap_or("gguf");
     if format != "gguf" {
-        return Err(HubError::Refused { repo: who.clone(), reason: format!("model_format = {format:?}: only GGUF tags are read"), after: "after its manifest alone".into() });
+        return Err(HubError::Refused {
+            repo: who.clone(),
+            reason: format!("model_format = {format:?}: only GGUF tags are read"),
+            after: "after its manifest alone".into(),
+        });
     }
     let file_type = cfg.get("file_type").and_then(|v| v.as_str()).unwrap_or("unknown");
     if !SUPPORTED_FILE_TYPES.contains(&file_type) {
@@ -191,17 +203,23 @@ pub fn pull(client: &Client, registry: &str, t: &OllamaTag, progress: &mut dyn P
     if !cached {
         let blob_url = format!("{registry}/v2/{}/{}/blobs/{}", t.namespace, t.name, layer.digest);
         let name = format!("sha256-{hex}.gguf");
-        let target = Target { url: &blob_url, subject, name: &name, path: &path, expected: Some(layer.size), limit: 1 << 40 };
+        let target =
+            Target { url: &blob_url, subject, name: &name, path: &path, expected: Some(layer.size), limit: 1 << 40 };
         fetch::fetch(client, &target, progress)?;
         let got = sha256_file(&path)?;
         if got != hex {
             let _ = std::fs::remove_file(&path);
-            return Err(bad("ollama blob digest", &format!("sha256:{got}"), &format!("the manifest says {}; the download was deleted", layer.digest)));
+            return Err(bad(
+                "ollama blob digest",
+                &format!("sha256:{got}"),
+                &format!("the manifest says {}; the download was deleted", layer.digest),
+            ));
         }
     }
     let mp = manifest_path(registry, t);
     if let Some(parent) = mp.parent() {
-        std::fs::create_dir_all(parent).map_err(|source| HubError::Io { path: parent.display().to_string(), source })?;
+        std::fs::create_dir_all(parent)
+            .map_err(|source| HubError::Io { path: parent.display().to_string(), source })?;
     }
     std::fs::write(&mp, &raw).map_err(|source| HubError::Io { path: mp.display().to_string(), source })?;
     Ok(path)
@@ -211,12 +229,16 @@ pub fn pull(client: &Client, registry: &str, t: &OllamaTag, progress: &mut dyn P
 pub fn remove(t: &OllamaTag) -> Result<u64, HubError> {
     let registry = env::ollama_registry();
     let mp = manifest_path(&registry, t);
-    let raw = std::fs::read(&mp).map_err(|_| HubError::NotCached { what: t.display(), cache: store_dir().display().to_string() })?;
+    let raw = std::fs::read(&mp)
+        .map_err(|_| HubError::NotCached { what: t.display(), cache: store_dir().display().to_string() })?;
     std::fs::remove_file(&mp).map_err(|source| HubError::Io { path: mp.display().to_string(), source })?;
-    let Ok(layer) = parse_manifest(&raw, "cached manifest").and_then(|m| model_layer(&m).map(|l| l.digest.clone())) else {
+    let Ok(layer) = parse_manifest(&raw, "cached manifest").and_then(|m| model_layer(&m).map(|l| l.digest.clone()))
+    else {
         return Ok(0);
     };
-    let still_used = walk(&store_dir().join("manifests")).iter().any(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains(&layer)));
+    let still_used = walk(&store_dir().join("manifests"))
+        .iter()
+        .any(|p| std::fs::read_to_string(p).is_ok_and(|s| s.contains(&layer)));
     if still_used {
         return Ok(0);
     }
@@ -259,10 +281,15 @@ mod tests {
     #[test]
     fn names_parse_with_library_and_latest_defaults() {
         let t = OllamaTag::parse("smollm2:135m-instruct-q8_0").unwrap();
-        assert_eq!((t.namespace.as_str(), t.name.as_str(), t.tag.as_str()), ("library", "smollm2", "135m-instruct-q8_0"));
+        assert_eq!(
+            (t.namespace.as_str(), t.name.as_str(), t.tag.as_str()),
+            ("library", "smollm2", "135m-instruct-q8_0")
+        );
         let t = OllamaTag::parse("someone/model").unwrap();
         assert_eq!((t.namespace.as_str(), t.tag.as_str()), ("someone", "latest"));
-        for (s, field) in [("../x", "namespace"), ("a/../b", "name"), ("x:", "tag"), ("x:a/b", "tag"), ("A/b", "namespace")] {
+        for (s, field) in
+            [("../x", "namespace"), ("a/../b", "name"), ("x:", "tag"), ("x:a/b", "tag"), ("A/b", "namespace")]
+        {
             let e = OllamaTag::parse(s).unwrap_err().to_string();
             assert!(e.contains(field), "{s}: {e}");
         }

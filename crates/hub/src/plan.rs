@@ -4,8 +4,13 @@
 use crate::HubError;
 
 /// Files that configure the tokenizer and generation, fetched when the repo has them.
-pub const TOKENIZER_EXTRAS: &[&str] =
-    &["tokenizer_config.json", "generation_config.json", "chat_template.jinja", "chat_template.json", "special_tokens_map.json"];
+pub const TOKENIZER_EXTRAS: &[&str] = &[
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "special_tokens_map.json",
+];
 /// A vision model's image processing configuration.
 pub const PROCESSOR_FILES: &[&str] = &["preprocessor_config.json", "processor_config.json"];
 /// Adapter files (PEFT).
@@ -63,7 +68,8 @@ pub fn plan(repo: &str, files: &[String]) -> Result<Plan, HubError> {
     let adapter = has("adapter_config.json");
     if !has("config.json") {
         let why = if adapter {
-            "it is an adapter (adapter_config.json, no config.json); kvad does not apply adapters: run its base model".into()
+            "it is an adapter (adapter_config.json, no config.json); kvad does not apply adapters: run its base model"
+                .into()
         } else {
             "the repo has no config.json".into()
         };
@@ -93,7 +99,9 @@ pub fn plan(repo: &str, files: &[String]) -> Result<Plan, HubError> {
     } else {
         let others: Vec<&String> = files
             .iter()
-            .filter(|f| [".bin", ".gguf", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx"].iter().any(|e| f.ends_with(e)))
+            .filter(|f| {
+                [".bin", ".gguf", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx"].iter().any(|e| f.ends_with(e))
+            })
             .take(4)
             .collect();
         let why = if others.is_empty() {
@@ -160,22 +168,47 @@ mod tests {
 
     #[test]
     fn weights_are_chosen_as_transformers_chooses_them() {
-        let single = plan("r", &names(&["config.json", "tokenizer.json", "model.safetensors", "model-00001-of-00002.safetensors"])).unwrap();
+        let single = plan(
+            "r",
+            &names(&["config.json", "tokenizer.json", "model.safetensors", "model-00001-of-00002.safetensors"]),
+        )
+        .unwrap();
         assert_eq!(single.weights, WeightRule::Single);
-        let idx = plan("r", &names(&["config.json", "tokenizer.json", "model.safetensors.index.json", "a.safetensors"])).unwrap();
+        let idx =
+            plan("r", &names(&["config.json", "tokenizer.json", "model.safetensors.index.json", "a.safetensors"]))
+                .unwrap();
         assert_eq!(idx.weights, WeightRule::Index);
-        let all = plan("r", &names(&["config.json", "tokenizer.json", "b.safetensors", "a.safetensors", "sub/c.safetensors"])).unwrap();
+        let all = plan(
+            "r",
+            &names(&["config.json", "tokenizer.json", "b.safetensors", "a.safetensors", "sub/c.safetensors"]),
+        )
+        .unwrap();
         assert_eq!(all.weights, WeightRule::All(names(&["b.safetensors", "a.safetensors"])));
     }
 
     #[test]
     fn tokenizer_precedence() {
-        let p = plan("r", &names(&["config.json", "tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt", "model.safetensors", "tokenizer_config.json"])).unwrap();
+        let p = plan(
+            "r",
+            &names(&[
+                "config.json",
+                "tokenizer.json",
+                "tokenizer.model",
+                "vocab.json",
+                "merges.txt",
+                "model.safetensors",
+                "tokenizer_config.json",
+            ]),
+        )
+        .unwrap();
         assert_eq!((p.tokenizer, p.tokenizer_files), (TokenizerSource::Json, names(&["tokenizer.json"])));
         assert_eq!(p.extras, names(&["tokenizer_config.json"]));
-        let p = plan("r", &names(&["config.json", "tokenizer.model", "vocab.json", "merges.txt", "model.safetensors"])).unwrap();
+        let p = plan("r", &names(&["config.json", "tokenizer.model", "vocab.json", "merges.txt", "model.safetensors"]))
+            .unwrap();
         assert_eq!(p.tokenizer_files, names(&["tokenizer.model"]));
-        let p = plan("r", &names(&["config.json", "vocab.json", "merges.txt", "added_tokens.json", "model.safetensors"])).unwrap();
+        let p =
+            plan("r", &names(&["config.json", "vocab.json", "merges.txt", "added_tokens.json", "model.safetensors"]))
+                .unwrap();
         assert_eq!(p.tokenizer_files, names(&["vocab.json", "merges.txt", "added_tokens.json"]));
     }
 

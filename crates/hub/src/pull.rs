@@ -89,7 +89,8 @@ impl Hub {
         let name = sib.rfilename.as_str();
         check_file_name(name)?;
         let link = self.cache.snapshot_dir(repo, commit).join(name);
-        let size_ok = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && sib.bytes().is_none_or(|s| s == m.len()));
+        let size_ok =
+            |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && sib.bytes().is_none_or(|s| s == m.len()));
         if size_ok(&link) {
             return Ok(link);
         }
@@ -103,7 +104,14 @@ impl Hub {
         if !size_ok(&blob_path) {
             let url = api::file_url(&self.endpoint, repo, commit, name);
             let who = repo.to_string();
-            let t = Target { url: &url, subject: Subject::Repo(&who), name, path: &blob_path, expected: sib.bytes(), limit };
+            let t = Target {
+                url: &url,
+                subject: Subject::Repo(&who),
+                name,
+                path: &blob_path,
+                expected: sib.bytes(),
+                limit,
+            };
             fetch::fetch(&self.client, &t, progress)?;
         }
         self.cache.link(repo, commit, name, blob)
@@ -208,17 +216,10 @@ impl Hub {
         weights: &[String],
         progress: &mut dyn Progress,
     ) -> Result<String, HubError> {
-        let not_read: Vec<&str> = info
-            .siblings
-            .iter()
-            .map(|s| s.rfilename.as_str())
-            .filter(|f| f.starts_with("adapter_"))
-            .collect();
-        let listed = format!(
-            "reads {} (as transformers loads it); not read: {}",
-            weights.join(", "),
-            not_read.join(", ")
-        );
+        let not_read: Vec<&str> =
+            info.siblings.iter().map(|s| s.rfilename.as_str()).filter(|f| f.starts_with("adapter_")).collect();
+        let listed =
+            format!("reads {} (as transformers loads it); not read: {}", weights.join(", "), not_read.join(", "));
         let s = info.siblings.iter().find(|s| s.rfilename == "adapter_config.json").cloned();
         let Some(s) = s else { return Ok(listed) };
         let p = self.fetch_file(repo, &info.sha, &s, SMALL_LIMIT, progress)?;
@@ -226,7 +227,9 @@ impl Hub {
         let base = cfg.get("base_model_name_or_path").and_then(|v| v.as_str()).unwrap_or_default().to_string();
         let cannot = |why: String| Ok(format!("{listed}; the shipped model is run: {why}"));
         let Ok(base_id) = RepoId::parse(&base) else {
-            return cannot(format!("the adapter's base_model_name_or_path ({base:?}) is not a repo id to compare with"));
+            return cannot(format!(
+                "the adapter's base_model_name_or_path ({base:?}) is not a repo id to compare with"
+            ));
         };
         let ours: Vec<&str> = weights
             .iter()
@@ -240,7 +243,8 @@ impl Hub {
             Ok(i) => i,
             Err(e) => return cannot(format!("the base model {base_id} could not be asked: {e}")),
         };
-        let theirs: Vec<&str> = base_info.siblings.iter().filter_map(|s| s.lfs.as_ref().map(|l| l.sha256.as_str())).collect();
+        let theirs: Vec<&str> =
+            base_info.siblings.iter().filter_map(|s| s.lfs.as_ref().map(|l| l.sha256.as_str())).collect();
         if ours.iter().all(|h| theirs.contains(h)) {
             return Err(HubError::Refused {
                 repo: repo.to_string(),

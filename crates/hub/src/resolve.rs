@@ -147,6 +147,22 @@ pub fn set_default_model(name: &str) -> Result<PathBuf, HubError> {
     Ok(f)
 }
 
+/// The Hub's answer to "which architecture is this repo?" (`config.model_type`), for picking a default backend
+/// before the first download. Every way of not knowing — offline, not a repo id, no such repo, no answer — is
+/// `None` (which means the CPU). A name that is a path on this machine is not asked about.
+pub fn remote_model_type(name: &str) -> Option<String> {
+    if Path::new(name).exists() || env::offline() {
+        return None;
+    }
+    let repo = match alias::lookup(name) {
+        Some(a) => RepoRef { repo: crate::RepoId::parse(a.repo).ok()?, revision: a.revision.into() },
+        None if RepoRef::looks_like(name) => RepoRef::parse(name).ok()?,
+        None => return None,
+    };
+    let info = Hub::from_env().info(&repo.repo, &repo.revision).ok()?;
+    info.config?.get("model_type")?.as_str().map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,20 +179,4 @@ mod tests {
         assert_eq!(r.path, PathBuf::from(env!("CARGO_MANIFEST_DIR")));
         assert!(r.source_note.is_none());
     }
-}
-
-/// The Hub's answer to "which architecture is this repo?" (`config.model_type`), for picking a default backend
-/// before the first download. Every way of not knowing — offline, not a repo id, no such repo, no answer — is
-/// `None` (which means the CPU). A name that is a path on this machine is not asked about.
-pub fn remote_model_type(name: &str) -> Option<String> {
-    if Path::new(name).exists() || env::offline() {
-        return None;
-    }
-    let repo = match alias::lookup(name) {
-        Some(a) => RepoRef { repo: crate::RepoId::parse(a.repo).ok()?, revision: a.revision.into() },
-        None if RepoRef::looks_like(name) => RepoRef::parse(name).ok()?,
-        None => return None,
-    };
-    let info = Hub::from_env().info(&repo.repo, &repo.revision).ok()?;
-    info.config?.get("model_type")?.as_str().map(str::to_string)
 }

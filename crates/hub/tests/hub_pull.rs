@@ -121,7 +121,15 @@ fn a_gated_repo_names_hf_token_and_opens_with_it() {
     assert!(e.contains("HF_TOKEN") && e.contains("401") && e.contains("corp/gated"), "{e}");
     let e = pull(&hub(&fake, t.path(), Some("hf_wrong")), "corp/gated").unwrap_err().to_string();
     assert!(e.contains("does not give access"), "{e}");
+    fake.clear_log();
     pull(&hub(&fake, t.path(), Some("hf_secret")), "corp/gated").unwrap();
+    // The token goes to the Hub, never to the CDN it redirects to.
+    let log = fake.requests();
+    assert!(log.iter().filter(|r| !r.0.starts_with("/cdn/")).all(|r| r.2.as_deref() == Some("Bearer hf_secret")));
+    assert!(
+        log.iter().any(|r| r.0.starts_with("/cdn/"))
+            && log.iter().filter(|r| r.0.starts_with("/cdn/")).all(|r| r.2.is_none())
+    );
     let e = pull(&hub(&fake, t.path(), None), "corp/absent").unwrap_err().to_string();
     assert!(e.contains("corp/absent") && e.contains("not found"), "{e}");
 }
@@ -134,7 +142,8 @@ fn a_dropped_connection_resumes_with_a_range_request() {
     let t = tempfile::tempdir().unwrap();
     let p = pull(&hub(&fake, t.path(), None), "tiny/llama").unwrap();
     assert_eq!(std::fs::read(p.dir.join("model.safetensors")).unwrap(), tiny_llama_files()[1].1);
-    let ranges: Vec<Option<String>> = fake.requests().into_iter().filter(|r| r.0.starts_with("/cdn/")).map(|r| r.1).collect();
+    let ranges: Vec<Option<String>> =
+        fake.requests().into_iter().filter(|r| r.0.starts_with("/cdn/")).map(|r| r.1).collect();
     assert_eq!(ranges, vec![None, Some("bytes=100000-".to_string())]);
 }
 
@@ -153,14 +162,17 @@ fn an_interrupted_pull_keeps_the_partial_file_apart_and_the_next_pull_resumes() 
     // Each attempt added 50 000 bytes from where the previous stopped.
     let have = std::fs::metadata(&partial).unwrap().len();
     assert_eq!(have, 50_000 * kvad_hub::fetch::RESUME_ATTEMPTS as u64);
-    assert!(!blob.exists() && !t.path().join("models--tiny--llama/snapshots").join(C1).join("model.safetensors").exists());
+    assert!(
+        !blob.exists() && !t.path().join("models--tiny--llama/snapshots").join(C1).join("model.safetensors").exists()
+    );
     // The loader's view: not complete.
     assert!(kvad_hub::cache::missing_for_load(&t.path().join("models--tiny--llama/snapshots").join(C1)).is_some());
     fake.state.lock().unwrap().faults.clear();
     fake.clear_log();
     let p = pull(&h, "tiny/llama").unwrap();
     assert_eq!(&std::fs::read(p.dir.join("model.safetensors")).unwrap(), weights);
-    let ranges: Vec<Option<String>> = fake.requests().into_iter().filter(|r| r.0.starts_with("/cdn/")).map(|r| r.1).collect();
+    let ranges: Vec<Option<String>> =
+        fake.requests().into_iter().filter(|r| r.0.starts_with("/cdn/")).map(|r| r.1).collect();
     assert_eq!(ranges, vec![Some(format!("bytes={have}-"))]);
     assert!(!partial.exists());
 }
@@ -194,7 +206,10 @@ fn hostile_names_a_huge_config_and_redirect_loops_are_refused() {
     let mut files = tiny_llama_files();
     files.retain(|f| f.0 != "model.safetensors");
     files.push(("model-1.safetensors".into(), tiny_llama_files()[1].1.clone()));
-    files.push(("model.safetensors.index.json".into(), br#"{"weight_map": {"a": "../../../escape.safetensors"}}"#.to_vec()));
+    files.push((
+        "model.safetensors.index.json".into(),
+        br#"{"weight_map": {"a": "../../../escape.safetensors"}}"#.to_vec(),
+    ));
     fake.add_repo("evil/index", C1, files, &["main"]);
     let e = pull(&hub(&fake, &cache, None), "evil/index").unwrap_err().to_string();
     assert!(e.contains("weight_map") && e.contains("../../../escape.safetensors"), "{e}");
@@ -237,7 +252,10 @@ fn adapters_beside_weights_follow_the_checksum_rule() {
     let adapter = |weights: Vec<u8>| {
         let mut f = tiny_llama_files();
         f[1].1 = weights;
-        f.push(("adapter_config.json".into(), br#"{"base_model_name_or_path": "base/model", "peft_type": "LORA"}"#.to_vec()));
+        f.push((
+            "adapter_config.json".into(),
+            br#"{"base_model_name_or_path": "base/model", "peft_type": "LORA"}"#.to_vec(),
+        ));
         f.push(("adapter_model.safetensors".into(), vec![1, 2, 3]));
         f
     };
@@ -254,6 +272,10 @@ fn adapters_beside_weights_follow_the_checksum_rule() {
     assert!(!fetched_files(&fake).iter().any(|f| f.ends_with(".safetensors")), "{:?}", fetched_files(&fake));
     let p = pull(&h, "someone/merged").unwrap();
     let note = p.notes.join("\n");
-    assert!(note.contains("reads model.safetensors") && note.contains("not read: adapter_config.json, adapter_model.safetensors"), "{note}");
+    assert!(
+        note.contains("reads model.safetensors")
+            && note.contains("not read: adapter_config.json, adapter_model.safetensors"),
+        "{note}"
+    );
     assert!(!p.dir.join("adapter_model.safetensors").exists());
 }

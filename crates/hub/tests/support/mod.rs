@@ -51,6 +51,8 @@ pub struct State {
     /// Lie in the sibling listing: (repo, file name) extra entries.
     pub extra_siblings: Vec<(String, String)>,
     pub blobs: HashMap<String, Vec<u8>>,
+    /// The CDN's base URL (absolute redirects, as the real Hub sends).
+    pub base: String,
 }
 
 pub struct Fake {
@@ -80,7 +82,10 @@ impl Fake {
     pub fn start() -> Fake {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let state = Arc::new(Mutex::new(State::default()));
+        // The CDN answers on another host name for the same loopback server, as the real Hub's LFS CDN is another
+        // host: the token is not sent there, and clients do not expect Hub headers from it.
+        let cdn = url.replace("127.0.0.1", "localhost");
+        let state = Arc::new(Mutex::new(State { base: cdn, ..State::default() }));
         let st = state.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -125,6 +130,7 @@ fn serve(mut conn: TcpStream, st: &Arc<Mutex<State>>) {
     if reader.read_line(&mut line).is_err() {
         return;
     }
+    let head_only = line.starts_with("HEAD ");
     let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let mut headers = HashMap::new();
     loop {
@@ -161,7 +167,9 @@ fn serve(mut conn: TcpStream, st: &Arc<Mutex<State>>) {
     head.push_str("\r\n");
     let _ = conn.write_all(head.as_bytes());
     let n = r.send.unwrap_or(r.body.len()).min(r.body.len());
-    let _ = conn.write_all(&r.body[..n]);
+    if !head_only {
+        let _ = conn.write_all(&r.body[..n]);
+    }
     let _ = conn.flush();
     let _ = conn.shutdown(std::net::Shutdown::Both);
 }
@@ -220,10 +228,22 @@ fn range_reply(bytes: &[u8], range: Option<&str>, fault: Option<&Fault>, st: &Ar
 fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<State>>) -> Reply {
     let (p, _query) = path.split_once('?').unwrap_or((path, ""));
     let s = st.lock().unwrap();
-    let authorized = |repo: &Repo| !repo.gated || (auth.is_some() && auth == s.token.as_ref().map(|t| format!("Bearer {t}")).as_deref());
+    let authorized = |repo: &Repo| {
+        !repo.gated || (auth.is_some() && auth == s.token.as_ref().map(|t| format!("Bearer {t}")).as_deref())
+    };
     if let Some(rest) = p.strip_prefix("/api/models/") {
         // /api/models/{o}/{n}/revision/{rev}
         let parts: Vec<&str> = rest.splitn(4, '/').collect();
+        if parts.len() == 4 && parts[2] == "tree" {
+            // huggingface_hub's list_repo_tree (snapshot_download lists files with it).
+            let Some(repo) = s.repos.get(&format!("{}/{}", parts[0], parts[1])) else { return reply(404, "") };
+            let Some(commit) = find_commit(repo, &decode(parts[3])) else { return reply(404, "") };
+            let entries: Vec<serde_json::Value> = repo.commits[&commit]
+                .iter()
+                .map(|(n, b)| serde_json::json!({"type": "file", "path": n, "size": b.len(), "oid": &sha256_hex(b)[..40]}))
+                .collect();
+            return json(serde_json::Value::Array(entries));
+        }
         if parts.len() == 4 && parts[2] == "revision" {
             let id = format!("{}/{}", parts[0], parts[1]);
             let Some(repo) = s.repos.get(&id) else {
@@ -264,7 +284,9 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
                 .find(|(n, _)| n == "config.json")
                 .and_then(|(_, b)| serde_json::from_slice::<serde_json::Value>(b).ok())
                 .and_then(|c| c.get("model_type").cloned());
-            return json(serde_json::json!({"id": id, "sha": commit, "siblings": siblings, "config": {"model_type": model_type}}));
+            return json(
+                serde_json::json!({"id": id, "sha": commit, "siblings": siblings, "config": {"model_type": model_type}}),
+            );
         }
         return reply(404, "");
     }
@@ -280,7 +302,12 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
             let repo = &s.repos[id];
             let Some(commit) = repo.refs.get("main") else { continue };
             let files = &repo.commits[commit];
-            let get = |n: &str| files.iter().find(|(f, _)| f == n).and_then(|(_, b)| serde_json::from_slice::<serde_json::Value>(b).ok());
+            let get = |n: &str| {
+                files
+                    .iter()
+                    .find(|(f, _)| f == n)
+                    .and_then(|(_, b)| serde_json::from_slice::<serde_json::Value>(b).ok())
+            };
             let cfg = get("config.json").unwrap_or_default();
             let tc = get("tokenizer_config.json").unwrap_or_default();
             let params = get("params.json").unwrap_or(serde_json::json!({"F32": 100000}));
@@ -319,15 +346,22 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
         }
         if parts.len() == 4 && parts[2] == "blobs" {
             let hex = parts[3].trim_start_matches("sha256:").to_string();
+            let mut found = None;
             for (cfg, gguf) in s.ollama.values() {
                 if sha256_hex(cfg) == hex {
                     return reply(200, cfg.clone());
                 }
                 if sha256_hex(gguf) == hex {
-                    let mut r = reply(302, "");
-                    r.headers.push(("Location".into(), format!("/cdn/{hex}")));
-                    return r;
+                    found = Some(gguf.clone());
                 }
+            }
+            if let Some(gguf) = found {
+                let base = s.base.clone();
+                drop(s);
+                st.lock().unwrap().blobs.insert(hex.clone(), gguf);
+                let mut r = reply(302, "");
+                r.headers.push(("Location".into(), format!("{base}/cdn/{hex}")));
+                return r;
             }
         }
         return reply(404, "");
@@ -358,7 +392,7 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
             // LFS files live on the CDN, as on the real Hub.
             let sha = sha256_hex(&bytes);
             let mut r = reply(302, "");
-            r.headers.push(("Location".into(), format!("/cdn/{sha}")));
+            r.headers.push(("Location".into(), format!("{}/cdn/{sha}", s.base)));
             r.headers.push(("X-Repo-Commit".into(), commit.clone()));
             r.headers.push(("X-Linked-Etag".into(), format!("\"{sha}\"")));
             r.headers.push(("X-Linked-Size".into(), bytes.len().to_string()));
@@ -371,8 +405,10 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
             return r;
         }
         drop(s);
+        let etag = format!("\"{}\"", &sha256_hex(&bytes)[..40]);
         let mut r = range_reply(&bytes, range, fault.as_ref(), st, &file);
         r.headers.push(("X-Repo-Commit".into(), commit));
+        r.headers.push(("ETag".into(), etag));
         return r;
     }
     reply(404, "")

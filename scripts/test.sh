@@ -16,6 +16,11 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
 
+# Python's huggingface_hub, for the cache-interoperability test (crates/cli/tests/hub_cli.rs), in an ignored venv.
+if ! .venv-test/bin/python -c "import huggingface_hub" >/dev/null 2>&1; then
+  python3 -m venv .venv-test && .venv-test/bin/python -m pip install --quiet huggingface_hub
+fi
+
 echo "== format"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== tests"; cargo test --workspace --locked

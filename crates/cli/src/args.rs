@@ -25,6 +25,20 @@ pub enum Command {
         /// `clear` deletes every cached file.
         action: Option<CacheAction>,
     },
+    /// Download a model (owner/name[@revision], an alias, or ollama:name[:tag]) into the cache.
+    Pull(crate::hub_cmds::PullArgs),
+    /// What models are on this machine, and how big.
+    Ls(crate::hub_cmds::LsArgs),
+    /// Delete a model from the cache.
+    Rm(crate::hub_cmds::RmArgs),
+    /// Make a model the default one.
+    Use(crate::hub_cmds::UseArgs),
+    /// A model's config and files, without downloading its weights.
+    Info(crate::hub_cmds::InfoArgs),
+    /// Search the Hugging Face Hub; each result says whether this build can run it.
+    Search(crate::hub_cmds::SearchArgs),
+    /// The model index: supported models, draft candidates, related repos; `update` fetches it again.
+    Models(crate::hub_cmds::ModelsArgs),
 }
 
 /// What `kvad cache` does.
@@ -66,8 +80,8 @@ pub struct BenchArgs {
 /// What model, on what backend, sampled how.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A directory in HF layout, a .gguf file, or an alias.
-    #[arg(default_value = kvad_hub::DEFAULT_ALIAS)]
+    /// A directory in HF layout, a .gguf file, an alias, owner/name[@revision], or ollama:name[:tag].
+    #[arg(default_value_t = kvad_hub::default_model())]
     pub model: String,
     /// A system message (chat models).
     #[arg(long)]

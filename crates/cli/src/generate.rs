@@ -19,10 +19,7 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
         Some(other) => bail!("--quant {other:?} is not one of q8, q4, f32"),
     };
     let threads = kvad_tensor::cpu::pool::init(args.threads);
-    let resolved = kvad_hub::resolve(&args.model)?;
-    if let Some(note) = &resolved.source_note {
-        eprintln!("kvad: {note}");
-    }
+    let resolved = crate::hub_cmds::resolve_model(&args.model)?;
     let t = std::time::Instant::now();
     let m = open_model(&resolved.path, backend).with_context(|| format!("loading {}", resolved.path.display()))?;
     for n in &m.notes {

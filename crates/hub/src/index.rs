@@ -1,0 +1,150 @@
+//! The model index: which repos kvad knows, their architecture and size, their draft candidates and relatives.
+//!
+//! There is no public kvad index service yet, so the honest arrangement is: a built-in index (committed at
+//! `crates/hub/index/models.json`, the aliases' models and what is known about them), replaced by a downloaded
+//! copy (`<kvad cache>/index.json`) once `kvad models update` has fetched one from `KVAD_INDEX_URL`. Without that
+//! variable `update` says so rather than inventing an address. A failed update leaves the previous copy in place,
+//! and the next `update` asks again.
+
+use crate::http::{Client, Subject};
+use crate::{env, HubError};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+const BUILT_IN: &str = include_str!("../index/models.json");
+
+/// Repos related to one model.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Related {
+    /// Fine-tunes of it.
+    #[serde(default)]
+    pub finetunes: Vec<String>,
+    /// Quantised publications (Ollama tags).
+    #[serde(default)]
+    pub quantizations: Vec<String>,
+    /// The base/instruct twin.
+    #[serde(default)]
+    pub twins: Vec<String>,
+}
+
+/// One model of the index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Entry {
+    /// `owner/name`.
+    pub repo: String,
+    /// The revision it was checked at, when pinned.
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// config.json's architecture class.
+    pub architecture: String,
+    /// Parameter count, when known.
+    #[serde(default)]
+    pub params: Option<u64>,
+    /// `chat` or `completion`.
+    pub kind: String,
+    /// Draft-model candidates, best first.
+    #[serde(default)]
+    pub drafts: Vec<String>,
+    /// Relatives.
+    #[serde(default)]
+    pub related: Related,
+}
+
+/// The index.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Index {
+    /// Format version (1).
+    pub version: u32,
+    /// The models.
+    pub models: Vec<Entry>,
+    /// Where it came from (not serialised).
+    #[serde(skip)]
+    pub source: String,
+}
+
+/// Where a downloaded index is kept.
+pub fn downloaded_path() -> PathBuf {
+    env::kvad_cache_dir().join("index.json")
+}
+
+fn parse(text: &str, source: &str) -> Result<Index, HubError> {
+    let mut idx: Index = serde_json::from_str(text).map_err(|e| HubError::Invalid {
+        field: "model index".into(),
+        value: source.into(),
+        why: format!("not a kvad model index: {e}"),
+    })?;
+    if idx.version != 1 {
+        return Err(HubError::Invalid {
+            field: "model index version".into(),
+            value: idx.version.to_string(),
+            why: "this build reads version 1".into(),
+        });
+    }
+    for m in &idx.models {
+        crate::RepoId::parse(&m.repo)?;
+    }
+    idx.source = source.into();
+    Ok(idx)
+}
+
+/// The downloaded index when there is a valid one, else the built-in one.
+pub fn load() -> Index {
+    let p = downloaded_path();
+    if let Ok(text) = std::fs::read_to_string(&p) {
+        if let Ok(idx) = parse(&text, &p.display().to_string()) {
+            return idx;
+        }
+    }
+    parse(BUILT_IN, "built-in").unwrap_or(Index { version: 1, models: Vec::new(), source: "built-in".into() })
+}
+
+/// Fetches the index from `KVAD_INDEX_URL` and stores it; returns it.
+pub fn update() -> Result<Index, HubError> {
+    let Some(url) = env::index_url() else {
+        return Err(HubError::Invalid {
+            field: "KVAD_INDEX_URL".into(),
+            value: String::new(),
+            why: "no index address is configured (kvad has no public index service yet); set it to the URL of a version-1 index.json".into(),
+        });
+    };
+    if env::offline() {
+        return Err(HubError::Offline {
+            what: "the model index".into(),
+            detail: format!("it would be fetched from {url}"),
+        });
+    }
+    let body = Client::new(None, None)
+        .get(&url, None, &[], Subject::Other("the model index"))?
+        .read_limited(64 << 20, "model index")?;
+    let text = String::from_utf8_lossy(&body).to_string();
+    let idx = parse(&text, &url)?;
+    let p = downloaded_path();
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| HubError::Io { path: dir.display().to_string(), source })?;
+    }
+    let tmp = p.with_extension("json.tmp");
+    std::fs::write(&tmp, &text).map_err(|source| HubError::Io { path: tmp.display().to_string(), source })?;
+    std::fs::rename(&tmp, &p).map_err(|source| HubError::Io { path: p.display().to_string(), source })?;
+    Ok(idx)
+}
+
+impl Index {
+    /// The entry of a repo (case-insensitive, as the Hub's ids are).
+    pub fn get(&self, repo: &str) -> Option<&Entry> {
+        self.models.iter().find(|m| m.repo.eq_ignore_ascii_case(repo))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_built_in_index_parses_and_covers_every_alias() {
+        let idx = super::parse(super::BUILT_IN, "built-in").unwrap();
+        for a in crate::alias::ALIASES {
+            let e = idx.get(a.repo).unwrap_or_else(|| panic!("{} is not in the index", a.repo));
+            assert_eq!(e.revision.as_deref(), Some(a.revision), "{}", a.repo);
+        }
+        let e = super::parse(r#"{"version": 2, "models": []}"#, "x").unwrap_err().to_string();
+        assert!(e.contains("version") && e.contains('2'), "{e}");
+    }
+}

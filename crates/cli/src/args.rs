@@ -8,6 +8,22 @@ use clap::{Args, Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Where commands go: a server, or this process.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClientArgs {
+    /// Send the command to this server (an error if it does not answer).
+    #[arg(long, global = true, value_name = "URL")]
+    pub remote: Option<String>,
+    /// Run in this process even when a server answers.
+    #[arg(long, global = true)]
+    pub local: bool,
+    /// Print what the server sent, as JSON (streams: one event a line).
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -18,6 +34,38 @@ pub enum Command {
     Chat(ModelArgs),
     /// List the architectures and the backends that run each.
     Arch,
+    /// Start the server (hands over to kvad-serve; its flags follow, e.g. --bind, --model).
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// kvad-serve's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The models a server offers, with their capabilities and whether each is loaded.
+    Ls,
+    /// With no path, every route of the server's API; with a path, call it.
+    Api {
+        /// A path such as /v1/models.
+        path: Option<String>,
+        /// HTTP method (default GET, or POST when --data is given).
+        #[arg(short = 'X', long)]
+        method: Option<String>,
+        /// A JSON body.
+        #[arg(short, long)]
+        data: Option<String>,
+    },
+    /// The kvad service.
+    Service {
+        #[command(subcommand)]
+        command: ServiceCommand,
+    },
+}
+
+/// `kvad service`.
+#[derive(Subcommand, Debug)]
+pub enum ServiceCommand {
+    /// Whether the service manager runs kvad and whether /api/health answers, and when they disagree.
+    Status,
 }
 
 /// What model, on what backend, sampled how.

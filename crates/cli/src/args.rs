@@ -8,6 +8,22 @@ use clap::{Args, Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Where commands go: a server, or this process.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ClientArgs {
+    /// Send the command to this server (an error if it does not answer).
+    #[arg(long, global = true, value_name = "URL")]
+    pub remote: Option<String>,
+    /// Run in this process even when a server answers.
+    #[arg(long, global = true)]
+    pub local: bool,
+    /// Print what the server sent, as JSON (streams: one event a line).
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -25,6 +41,8 @@ pub enum Command {
         /// `clear` deletes every cached file.
         action: Option<CacheAction>,
     },
+    /// Perplexity of a text file on one or more backends (the accuracy measure of quantisation).
+    Ppl(PplArgs),
     /// Download a model (owner/name[@revision], an alias, or ollama:name[:tag]) into the cache.
     Pull(crate::hub_cmds::PullArgs),
     /// What models are on this machine, and how big.
@@ -39,6 +57,36 @@ pub enum Command {
     Search(crate::hub_cmds::SearchArgs),
     /// The model index: supported models, draft candidates, related repos; `update` fetches it again.
     Models(crate::hub_cmds::ModelsArgs),
+    /// Start the server (hands over to kvad-serve; its flags follow, e.g. --bind, --model).
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// kvad-serve's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// With no path, every route of the server's API; with a path, call it.
+    Api {
+        /// A path such as /v1/models.
+        path: Option<String>,
+        /// HTTP method (default GET, or POST when --data is given).
+        #[arg(short = 'X', long)]
+        method: Option<String>,
+        /// A JSON body.
+        #[arg(short, long)]
+        data: Option<String>,
+    },
+    /// The kvad service.
+    Service {
+        #[command(subcommand)]
+        command: ServiceCommand,
+    },
+}
+
+/// `kvad service`.
+#[derive(Subcommand, Debug)]
+pub enum ServiceCommand {
+    /// Whether the service manager runs kvad and whether /api/health answers, and when they disagree.
+    Status,
 }
 
 /// What `kvad cache` does.
@@ -46,6 +94,22 @@ pub enum Command {
 pub enum CacheAction {
     /// Delete every cached file.
     Clear,
+}
+
+/// `kvad ppl`.
+#[derive(Args, Debug, Clone)]
+pub struct PplArgs {
+    /// A text file.
+    pub file: String,
+    /// The model (path or alias).
+    #[arg(long, default_value_t = kvad_hub::default_model())]
+    pub model: String,
+    /// Backends, comma-separated.
+    #[arg(long, default_value = "cpu-f32,cpu-q8,cpu-q4")]
+    pub backend: String,
+    /// Tokens read per forward pass.
+    #[arg(long, default_value_t = 128)]
+    pub chunk: usize,
 }
 
 /// `kvad bench`.

@@ -1,6 +1,6 @@
 //! `kvad bench`: interleaved rounds over (model, backend) variants, medians and ranges, every sample kept.
 
-use crate::args::BenchArgs;
+use crate::args::{BenchArgs, PplArgs};
 use anyhow::{bail, Context, Result};
 use kvad_engine::bench::{self, BenchConfig, Sample, Summary};
 use kvad_engine::{open_model, OpenedModel};
@@ -108,6 +108,25 @@ pub fn cache(clear: bool) -> Result<()> {
     }
     if !files.is_empty() {
         println!("{:>10.1} MB  total in {}", total as f64 / 1e6, dir.display());
+    }
+    Ok(())
+}
+
+/// `kvad ppl`.
+pub fn ppl(a: PplArgs) -> Result<()> {
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file))?;
+    let resolved = kvad_hub::resolve(&a.model)?;
+    println!("{:<10} {:>12} {:>10} {:>8}", "BACKEND", "PERPLEXITY", "NLL", "TOKENS");
+    let mut base = None;
+    for b in a.backend.split(',') {
+        let b: BackendKind = b.trim().parse()?;
+        let m = open_model(&resolved.path, b).with_context(|| format!("loading {} on {b}", a.model))?;
+        let ids = m.tokenizer.encode(&text, false)?;
+        let p = kvad_engine::perplexity::perplexity(m.model.as_ref(), &ids, a.chunk)?;
+        let rel =
+            base.map(|f: f64| format!("  {:+.2}% vs {}", (p.ppl / f - 1.0) * 100.0, "the first")).unwrap_or_default();
+        base.get_or_insert(p.ppl);
+        println!("{:<10} {:>12.4} {:>10.4} {:>8}{rel}", b.name(), p.ppl, p.nll, p.tokens);
     }
     Ok(())
 }

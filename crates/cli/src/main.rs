@@ -1,30 +1,56 @@
-//! `kvad`: the command line. For now it runs models in-process; with the server it becomes its client.
+//! `kvad`: the command line. Commands go to a kvad server when one answers and run in this process when none does
+//! (see `client`); the first line of output says which.
 
 mod args;
 mod bench;
+mod client;
 mod generate;
 mod hub_cmds;
+mod serve;
 
 use clap::Parser;
+use client::Target;
 
 fn main() -> std::process::ExitCode {
     let cli = args::Cli::parse();
+    let c = cli.client.clone();
+    let chosen = || {
+        let t = client::choose(c.remote.as_deref(), c.local)?;
+        t.announce();
+        anyhow::Ok(t)
+    };
     let result = match cli.command {
-        args::Command::Run(a) => generate::run(a),
-        args::Command::Chat(a) => generate::chat(a),
+        args::Command::Run(a) => chosen().and_then(|t| match t {
+            Target::Remote { url, .. } => client::remote::run(&url, &a, c.json),
+            Target::Local { .. } => generate::run(a),
+        }),
+        args::Command::Chat(a) => chosen().and_then(|t| match t {
+            Target::Remote { url, .. } => client::remote::chat(&url, &a, c.json),
+            Target::Local { .. } => generate::chat(a),
+        }),
         args::Command::Bench(a) => bench::run(a),
+        args::Command::Ppl(a) => bench::ppl(a),
         args::Command::Cache { action } => bench::cache(action == Some(args::CacheAction::Clear)),
         args::Command::Arch => {
             generate::arch();
             Ok(())
         }
         args::Command::Pull(a) => hub_cmds::pull(a),
-        args::Command::Ls(a) => hub_cmds::ls(a),
+        args::Command::Ls(a) => chosen().and_then(|t| match t {
+            Target::Remote { url, .. } => client::remote::ls(&url, c.json),
+            Target::Local { .. } => hub_cmds::ls(a),
+        }),
         args::Command::Rm(a) => hub_cmds::rm(a),
         args::Command::Use(a) => hub_cmds::use_model(a),
         args::Command::Info(a) => hub_cmds::info(a),
         args::Command::Search(a) => hub_cmds::search(a),
         args::Command::Models(a) => hub_cmds::models(a),
+        args::Command::Serve { args } => serve::serve(args),
+        args::Command::Api { path, method, data } => client::remote_only(&c, "api")
+            .and_then(|url| client::remote::api(&url, path.as_deref(), method.as_deref(), data.as_deref(), c.json)),
+        args::Command::Service { command: args::ServiceCommand::Status } => {
+            client::service_url().and_then(|url| client::service::status(c.remote.as_deref().unwrap_or(&url)))
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -62,13 +62,38 @@ impl GenStats {
     }
 }
 
+/// What a request adds to a generation beyond [`GenerateRequest`] (the server's seam; the CLI needs none of it).
+#[derive(Debug, Clone, Default)]
+pub struct GenerateOptions {
+    /// Added to the logits of these token ids before sampling (OpenAI's `logit_bias`); the reported logprobs are
+    /// those of the biased logits, as OpenAI's are.
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
 /// Generates a reply. `on_token` sees every sampled token (stop tokens included) and returns false to stop early.
 pub fn generate(
     model: &dyn CausalLm,
     req: &GenerateRequest,
+    on_token: impl FnMut(&Sampled) -> bool,
+) -> Result<GenStats, EngineError> {
+    generate_with(model, req, &GenerateOptions::default(), on_token)
+}
+
+/// [`generate`] with per-request options. `on_token` returning false stops the reply within one step: that is how
+/// a caller cancels (a client that went away).
+pub fn generate_with(
+    model: &dyn CausalLm,
+    req: &GenerateRequest,
+    opts: &GenerateOptions,
     mut on_token: impl FnMut(&Sampled) -> bool,
 ) -> Result<GenStats, EngineError> {
     req.params.validate()?;
+    let vocab = model.config().vocab_size;
+    if let Some((id, _)) = opts.logit_bias.iter().find(|(id, _)| *id as usize >= vocab) {
+        return Err(EngineError::BadRequest(format!(
+            "logit_bias: token id {id} is not below the vocabulary size {vocab}"
+        )));
+    }
     let ctx = model.config().max_position;
     if req.prompt.is_empty() {
         return Err(EngineError::BadRequest("the prompt is empty: nothing to continue".into()));
@@ -92,6 +117,9 @@ pub fn generate(
     let mut reply: Vec<u32> = Vec::new();
     let mut finish = FinishReason::Length;
     while reply.len() < req.max_tokens {
+        for &(id, b) in &opts.logit_bias {
+            logits[0][id as usize] += b;
+        }
         let s = sampler.sample(&logits[0], &req.prompt, &reply);
         reply.push(s.id);
         let go_on = on_token(&s);

@@ -6,9 +6,10 @@
 pub mod bench;
 pub mod generate;
 pub mod open;
+pub mod perplexity;
 pub mod sampler;
 
-pub use generate::{generate, FinishReason, GenStats, GenerateRequest};
+pub use generate::{generate, generate_with, FinishReason, GenStats, GenerateOptions, GenerateRequest};
 pub use open::{open_model, ModelKind, OpenedModel};
 pub use sampler::{Sampled, Sampler, SamplingError, SamplingParams};
 

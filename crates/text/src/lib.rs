@@ -4,6 +4,7 @@
 //!   file's vocabulary ([`GgufVocab`]), encoding and decoding as transformers does.
 //! - [`IncrementalDecoder`]: streaming text for generated ids without splitting characters.
 //! - [`ChatTemplate`]: Jinja chat templates rendered as Python's jinja2 renders them.
+//! - [`stream`]: streaming parsers over reply text: stop strings, reasoning traces, tool calls.
 //!
 //! This crate knows nothing of tensors or of the GGUF file format; the model crates hand it
 //! plain data.
@@ -12,6 +13,7 @@ mod error;
 mod files;
 mod gguf;
 mod incremental;
+pub mod stream;
 mod template;
 mod tokenizer;
 

@@ -1,0 +1,179 @@
+//! `kvad` as a client of a real `kvad-serve` (scripted engine: replies from crates/server/tests/fixtures/script.json)
+//! and the choice of where a command runs. kvad-serve must sit beside kvad (`cargo test --workspace` builds both).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+#[path = "../src/client/commands.rs"]
+mod commands;
+
+fn kvad_serve() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_kvad")).with_file_name("kvad-serve");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it with `cargo build -p kvad-server` (cargo test --workspace does)",
+        p.display()
+    );
+    p
+}
+
+fn temp(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kvad-cli-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Server(Child, String);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn scripted(tag: &str) -> Server {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/tests/fixtures/script.json");
+    let mut child = Command::new(kvad_serve())
+        .args(["--bind", "127.0.0.1:0", "--scripted", script.to_str().unwrap(), "--data-dir"])
+        .arg(temp(tag))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("kvad-serve exited").unwrap();
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    Server(child, url)
+}
+
+/// kvad with a data directory of its own (so no kvad.toml or service of this machine leaks in).
+fn kvad(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvad")).env("KVAD_DATA", data).env_remove("KVAD_URL").args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn run_goes_to_the_named_server_and_the_first_line_says_so() {
+    let s = scripted("remote");
+    let data = temp("remote-data");
+    let o = kvad(&data, &["--remote", &s.1, "run", "qwen2.5-scripted", "-p", "hi", "--max-tokens", "7"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim_end(), "Hello from the script", "7 three-character tokens");
+    assert_eq!(err.lines().next().unwrap(), format!("kvad: {} (from --remote)", s.1));
+    assert!(err.contains("reply 7 tokens") && err.contains("length"), "{err}");
+
+    // KVAD_URL, then [client] url: each named, each said.
+    let o = Command::new(env!("CARGO_BIN_EXE_kvad"))
+        .env("KVAD_DATA", &data)
+        .env("KVAD_URL", &s.1)
+        .args(["run", "qwen2.5-scripted", "-p", "hi", "--max-tokens", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(text(&o).1.lines().next().unwrap(), format!("kvad: {} (from KVAD_URL)", s.1));
+    std::fs::write(data.join("kvad.toml"), format!("[client]\nurl = \"{}\"\n", s.1)).unwrap();
+    let o = kvad(&data, &["run", "qwen2.5-scripted", "-p", "hi", "--max-tokens", "2"]);
+    assert_eq!(text(&o).1.lines().next().unwrap(), format!("kvad: {} (from [client] url in kvad.toml)", s.1));
+    // --json: one event a line, as the server sent it.
+    let o = kvad(&data, &["--json", "run", "qwen2.5-scripted", "-p", "hi", "--max-tokens", "3"]);
+    let events: Vec<serde_json::Value> = text(&o).0.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.len(), 5, "3 deltas, the finish, the usage: {events:?}");
+    assert_eq!(events[0]["object"], "chat.completion.chunk");
+    assert_eq!(events[4]["usage"]["completion_tokens"], 3);
+}
+
+#[test]
+fn a_named_server_that_does_not_answer_is_an_error_not_a_fallback() {
+    let data = temp("dead");
+    let o = kvad(&data, &["--remote", "http://127.0.0.1:1", "run", "-p", "hi"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("--remote names http://127.0.0.1:1, which does not answer"), "{err}");
+    // With nothing named and no service on the (configured) loopback address, the command runs here and says so.
+    std::fs::write(data.join("kvad.toml"), "[server]\nbind = \"127.0.0.1:1\"\n").unwrap();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");
+    let o = kvad(&data, &["run", model.to_str().unwrap(), "-p", "hi"]);
+    let (_, err) = text(&o);
+    assert_eq!(err.lines().next().unwrap(), "kvad: in this process (no server answers at http://127.0.0.1:1)");
+    assert!(err.contains("tokenizer"), "then the in-process run fails on the tokenizer-less fixture: {err}");
+    let o = kvad(&data, &["--local", "--remote", "http://x", "run", "-p", "hi"]);
+    assert!(text(&o).1.contains("contradict"));
+}
+
+#[test]
+fn ls_api_and_service_status() {
+    let s = scripted("ls");
+    let data = temp("ls-data");
+    let o = kvad(&data, &["--remote", &s.1, "ls"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let smol = out.lines().find(|l| l.starts_with("smollm2-scripted")).unwrap();
+    assert_eq!(smol.split_whitespace().collect::<Vec<_>>(), ["smollm2-scripted", "yes", "-", "-", "-", "scripted"]);
+    let o = kvad(&data, &["--remote", &s.1, "api"]);
+    let out = text(&o).0;
+    for (m, p, _) in commands::COMMANDS.iter().chain(commands::NOT_COMMANDS) {
+        assert!(out.lines().any(|l| l.starts_with(m) && l.contains(p)), "kvad api lists {m} {p}: {out}");
+    }
+    let o = kvad(&data, &["--remote", &s.1, "api", "/v1/chat/completions", "-d", r#"{"model": "x"}"#]);
+    let (out, err) = text(&o);
+    assert!(!o.status.success() && err.contains("POST /v1/chat/completions answered 400"), "{err}");
+    assert!(out.contains("messages is required"), "{out}");
+    let o = kvad(&data, &["--remote", &s.1, "service", "status"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains(&format!("{}/api/health: \"ok\"", s.1)), "{out}");
+    let o = kvad(&data, &["--remote", "http://127.0.0.1:1", "service", "status"]);
+    assert!(!o.status.success() && text(&o).0.contains("no answer"));
+}
+
+#[test]
+fn serve_hands_over_to_kvad_serve() {
+    kvad_serve();
+    let data = temp("serve");
+    let o = kvad(&data, &["serve", "--version"]);
+    assert_eq!(text(&o).0.trim(), format!("kvad-serve {}", env!("CARGO_PKG_VERSION")));
+    let o = kvad(&data, &["serve", "--bind", "0.0.0.0:0", "--data-dir", data.to_str().unwrap()]);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.starts_with("kvad-serve: bind = 0.0.0.0:0"),
+        "kvad-serve's own error and status: {err}"
+    );
+}
+
+/// Every path the client's source requests, against COMMANDS.
+#[test]
+fn the_client_requests_exactly_the_commands_table() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/client");
+    let mut requested = BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() == "commands.rs" {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        for line in src.lines().filter(|l| !l.trim_start().starts_with("//")) {
+            for prefix in ["\"/v1/", "\"/api/", "}/v1/", "}/api/"] {
+                for (i, _) in line.match_indices(prefix) {
+                    let p: String = line[i + 1..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || "/._-".contains(*c))
+                        .collect();
+                    requested.insert(p);
+                }
+            }
+        }
+    }
+    let table: BTreeSet<String> = commands::COMMANDS.iter().map(|(_, p, _)| p.to_string()).collect();
+    assert_eq!(requested, table);
+}

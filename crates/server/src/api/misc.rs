@@ -1,0 +1,98 @@
+//! `/v1/models`, `/api/health`, `/api/openapi.json`, the `/api` page, and the answers for unknown routes.
+
+use super::table::ROUTES;
+use crate::error::ApiError;
+use crate::AppState;
+use axum::extract::State;
+use axum::http::{Method, Uri};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+/// `GET /v1/models`.
+pub async fn models(State(state): State<AppState>) -> Json<Value> {
+    let data: Vec<Value> = state
+        .queue
+        .catalog()
+        .into_iter()
+        .map(|m| {
+            json!({
+                "id": m.id, "object": "model", "created": 0, "owned_by": "kvad",
+                "capabilities": {"chat": m.chat, "tools": m.tools, "reasoning": m.reasoning},
+                "loaded": m.loaded, "backend": m.backend,
+            })
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /api/health`.
+pub async fn health(State(state): State<AppState>) -> Json<Value> {
+    let loaded: Vec<String> = state.queue.catalog().into_iter().filter(|m| m.loaded).map(|m| m.id).collect();
+    Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "queue": state.queue.depth(),
+        "loaded": loaded,
+    }))
+}
+
+/// The OpenAPI document, from the route table.
+pub fn openapi_doc() -> Value {
+    let mut paths = Map::new();
+    for r in ROUTES {
+        let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
+        entry[r.method.to_ascii_lowercase()] = json!({
+            "summary": r.summary,
+            "tags": [r.tag],
+            "responses": {
+                "200": {"description": "success"},
+                "4XX": {"description": "the request is wrong: {\"error\": {message, type, param, code}}"},
+            },
+        });
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "kvad", "version": env!("CARGO_PKG_VERSION")},
+        "paths": paths,
+    })
+}
+
+/// `GET /api/openapi.json`.
+pub async fn openapi() -> Json<Value> {
+    Json(openapi_doc())
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// `GET /api`: the routes as a page.
+pub async fn page() -> Html<String> {
+    let rows: String = ROUTES
+        .iter()
+        .map(|r| {
+            format!("<tr><td>{}</td><td><code>{}</code></td><td>{}</td></tr>\n", r.method, r.path, escape(r.summary))
+        })
+        .collect();
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>kvad API</title></head><body>\n\
+         <h1>kvad API</h1><p>OpenAI-compatible. Errors are <code>{{\"error\": {{message, type, param, code}}}}</code>. \
+         Machine-readable: <a href=\"/api/openapi.json\">/api/openapi.json</a>; from a shell: <code>kvad api</code>.</p>\n\
+         <table><tr><th>method</th><th>path</th><th>what</th></tr>\n{rows}</table></body></html>"
+    ))
+}
+
+/// Unknown paths.
+pub async fn fallback(method: Method, uri: Uri) -> Response {
+    ApiError::no_route(method.as_str(), uri.path()).into_response()
+}
+
+/// Known paths, wrong method.
+pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let allowed: Vec<&str> = ROUTES.iter().filter(|r| r.path == uri.path()).map(|r| r.method).collect();
+    let mut e = ApiError::no_route(method.as_str(), uri.path());
+    e.status = axum::http::StatusCode::METHOD_NOT_ALLOWED;
+    e.message = format!("{} {} is not allowed; {} is", method, uri.path(), allowed.join(", "));
+    e.into_response()
+}

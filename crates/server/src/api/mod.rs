@@ -1,0 +1,350 @@
+//! The HTTP API: the router, and the machinery both completion endpoints share (queue a job, wait for it to start
+//! so errors keep their status codes, then answer whole or as server-sent events).
+
+pub mod chat;
+pub mod completions;
+pub mod misc;
+pub mod request;
+pub mod table;
+
+use crate::engine::{GenParams, Prompt, TokenLogprob};
+use crate::error::ApiError;
+use crate::worker::{Delta, Done, Event, Job};
+use crate::AppState;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use futures_util::stream::{self, Stream};
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// The router. Every `.route` here must be in [`table::ROUTES`] (a test reads this file).
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::handler))
+        .route("/v1/completions", post(completions::handler))
+        .route("/v1/models", get(misc::models))
+        .route("/api/health", get(misc::health))
+        .route("/api/openapi.json", get(misc::openapi))
+        .route("/api", get(misc::page))
+        .fallback(misc::fallback)
+        .method_not_allowed_fallback(misc::method_not_allowed)
+        .with_state(state)
+}
+
+/// Which OpenAI object the answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// `chat.completion`.
+    Chat,
+    /// `text_completion`.
+    Text,
+}
+
+/// What an endpoint hands to [`respond`].
+pub struct Submit {
+    /// Model id.
+    pub model: String,
+    /// The prompt.
+    pub prompt: Prompt,
+    /// Sampling.
+    pub params: GenParams,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Parse tool calls.
+    pub parse_tools: bool,
+    /// Split reasoning.
+    pub parse_reasoning: bool,
+    /// For the requests table.
+    pub endpoint: &'static str,
+}
+
+/// Sets the job's cancel flag when dropped: a client that goes away drops the response (stream or future), and
+/// the worker stops within one token.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn request_id(shape: Shape) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    match shape {
+        Shape::Chat => format!("chatcmpl-{nanos:x}"),
+        Shape::Text => format!("cmpl-{nanos:x}"),
+    }
+}
+
+/// Queues the job, waits for it to start, and answers.
+pub async fn respond(
+    state: AppState,
+    s: Submit,
+    shape: Shape,
+    is_stream: bool,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
+    if state.draining.load(Ordering::SeqCst) {
+        return Err(ApiError::unavailable("the server is shutting down", None));
+    }
+    let (tx, mut rx) = unbounded_channel();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let guard = CancelOnDrop(cancel.clone());
+    state.queue.submit(Job {
+        model: s.model.clone(),
+        prompt: s.prompt,
+        params: s.params,
+        stop: s.stop,
+        parse_tools: s.parse_tools,
+        parse_reasoning: s.parse_reasoning,
+        endpoint: s.endpoint,
+        account: "local".into(),
+        cancel,
+        events: tx,
+        queued_at: std::time::Instant::now(),
+    })?;
+    match rx.recv().await {
+        Some(Event::Started { .. }) => {}
+        Some(Event::Failed(e)) => return Err(e),
+        _ => return Err(ApiError::internal("the engine ended the job before it started")),
+    }
+    let meta = Meta { id: request_id(shape), created: now(), model: s.model, shape };
+    if is_stream {
+        Ok(sse(meta, rx, guard, include_usage).into_response())
+    } else {
+        whole(meta, rx, guard).await
+    }
+}
+
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    shape: Shape,
+}
+
+fn usage(d: &Done) -> Value {
+    json!({
+        "prompt_tokens": d.prompt_tokens,
+        "completion_tokens": d.completion_tokens,
+        "total_tokens": d.prompt_tokens + d.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": d.cached_tokens},
+    })
+}
+
+fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
+    let item = |t: &str, lp: f32| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()});
+    let content: Vec<Value> = lps
+        .iter()
+        .map(|l| {
+            let mut v = item(&l.token, l.logprob);
+            v["top_logprobs"] = l.top.iter().map(|(t, lp)| item(t, *lp)).collect();
+            v
+        })
+        .collect();
+    json!({"content": content})
+}
+
+fn text_logprobs(lps: &[TokenLogprob], offset: usize) -> Value {
+    let mut at = offset;
+    let mut offsets = Vec::new();
+    for l in lps {
+        offsets.push(at);
+        at += l.token.len();
+    }
+    json!({
+        "tokens": lps.iter().map(|l| l.token.clone()).collect::<Vec<_>>(),
+        "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
+        "top_logprobs": lps.iter().map(|l| l.top.iter().map(|(t, lp)| (t.clone(), json!(lp))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
+        "text_offset": offsets,
+    })
+}
+
+fn tool_call_json(index: usize, id: &str, c: &kvad_text::stream::ToolCall) -> Value {
+    json!({"index": index, "id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+}
+
+/// Collects the whole reply into one object.
+async fn whole(meta: Meta, mut rx: UnboundedReceiver<Event>, _guard: CancelOnDrop) -> Result<Response, ApiError> {
+    let mut all = Delta::default();
+    let done = loop {
+        match rx.recv().await {
+            Some(Event::Delta(d)) => {
+                all.content.push_str(&d.content);
+                all.reasoning.push_str(&d.reasoning);
+                all.tool_calls.extend(d.tool_calls);
+                all.logprobs.extend(d.logprobs);
+            }
+            Some(Event::Done(d)) => break d,
+            Some(Event::Failed(e)) => return Err(e),
+            Some(Event::Started { .. }) => {}
+            None => return Err(ApiError::internal("the engine stopped mid-reply")),
+        }
+    };
+    let want_lp = !all.logprobs.is_empty();
+    let choice = match meta.shape {
+        Shape::Chat => {
+            let mut message = json!({
+                "role": "assistant",
+                "content": if all.content.is_empty() && !all.tool_calls.is_empty() { Value::Null } else { json!(all.content) },
+            });
+            if !all.reasoning.is_empty() {
+                message["reasoning_content"] = json!(all.reasoning);
+            }
+            if !all.tool_calls.is_empty() {
+                let calls: Vec<Value> = all
+                    .tool_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (id, c))| {
+                        let mut v = tool_call_json(i, id, c);
+                        v.as_object_mut().map(|o| o.remove("index"));
+                        v
+                    })
+                    .collect();
+                message["tool_calls"] = json!(calls);
+            }
+            json!({"index": 0, "message": message, "logprobs": if want_lp { chat_logprobs(&all.logprobs) } else { Value::Null }, "finish_reason": done.finish_reason})
+        }
+        Shape::Text => json!({
+            "index": 0, "text": all.content, "finish_reason": done.finish_reason,
+            "logprobs": if want_lp { text_logprobs(&all.logprobs, 0) } else { Value::Null },
+        }),
+    };
+    let object = if meta.shape == Shape::Chat { "chat.completion" } else { "text_completion" };
+    Ok(axum::Json(json!({
+        "id": meta.id, "object": object, "created": meta.created, "model": meta.model,
+        "choices": [choice], "usage": usage(&done),
+    }))
+    .into_response())
+}
+
+struct StreamState {
+    meta: Meta,
+    rx: UnboundedReceiver<Event>,
+    _guard: CancelOnDrop,
+    include_usage: bool,
+    sent_role: bool,
+    calls: usize,
+    text_at: usize,
+    pending: Vec<Value>,
+    finished: bool,
+}
+
+impl StreamState {
+    fn chunk(&self, choices: Value) -> Value {
+        let object = if self.meta.shape == Shape::Chat { "chat.completion.chunk" } else { "text_completion" };
+        json!({"id": self.meta.id, "object": object, "created": self.meta.created, "model": self.meta.model, "choices": choices})
+    }
+
+    fn delta_chunks(&mut self, d: Delta) -> Vec<Value> {
+        let lp = (!d.logprobs.is_empty()).then(|| d.logprobs.clone());
+        match self.meta.shape {
+            Shape::Text => {
+                let logprobs = lp.map_or(Value::Null, |l| text_logprobs(&l, self.text_at));
+                self.text_at += d.content.len();
+                vec![self.chunk(json!([{"index": 0, "text": d.content, "logprobs": logprobs, "finish_reason": null}]))]
+            }
+            Shape::Chat => {
+                let mut delta = json!({});
+                if !self.sent_role {
+                    delta["role"] = json!("assistant");
+                    self.sent_role = true;
+                }
+                if !d.reasoning.is_empty() {
+                    delta["reasoning_content"] = json!(d.reasoning);
+                }
+                if !d.content.is_empty() || (d.reasoning.is_empty() && d.tool_calls.is_empty()) {
+                    delta["content"] = json!(d.content);
+                }
+                if !d.tool_calls.is_empty() {
+                    let calls: Vec<Value> = d
+                        .tool_calls
+                        .iter()
+                        .map(|(id, c)| {
+                            self.calls += 1;
+                            tool_call_json(self.calls - 1, id, c)
+                        })
+                        .collect();
+                    delta["tool_calls"] = json!(calls);
+                }
+                let logprobs = lp.map_or(Value::Null, |l| chat_logprobs(&l));
+                vec![self.chunk(json!([{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": null}]))]
+            }
+        }
+    }
+
+    fn done_chunks(&mut self, d: Done) -> Vec<Value> {
+        let last = match self.meta.shape {
+            Shape::Chat => json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": d.finish_reason}]),
+            Shape::Text => json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": d.finish_reason}]),
+        };
+        let mut out = vec![self.chunk(last)];
+        if self.include_usage {
+            let mut u = self.chunk(json!([]));
+            u["usage"] = usage(&d);
+            out.push(u);
+        }
+        out
+    }
+}
+
+/// Server-sent events: one `data:` JSON chunk per delta, the finish reason, usage when asked, then `[DONE]`.
+fn sse(
+    meta: Meta,
+    rx: UnboundedReceiver<Event>,
+    guard: CancelOnDrop,
+    include_usage: bool,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let st = StreamState {
+        meta,
+        rx,
+        _guard: guard,
+        include_usage,
+        sent_role: false,
+        calls: 0,
+        text_at: 0,
+        pending: Vec::new(),
+        finished: false,
+    };
+    let events = stream::unfold(st, |mut st| async move {
+        loop {
+            if !st.pending.is_empty() {
+                let v = st.pending.remove(0);
+                // `[DONE]` goes out bare, not as a JSON string.
+                let data = if v == json!("[DONE]") { "[DONE]".to_string() } else { v.to_string() };
+                return Some((Ok(SseEvent::default().data(data)), st));
+            }
+            if st.finished {
+                return None;
+            }
+            match st.rx.recv().await {
+                Some(Event::Delta(d)) => st.pending = st.delta_chunks(d),
+                Some(Event::Done(d)) => {
+                    st.pending = st.done_chunks(d);
+                    st.finished = true;
+                    st.pending.push(json!("[DONE]"));
+                }
+                Some(Event::Failed(e)) => {
+                    st.pending = vec![e.body()];
+                    st.finished = true;
+                }
+                Some(Event::Started { .. }) => {}
+                None => {
+                    st.pending = vec![ApiError::internal("the engine stopped mid-reply").body()];
+                    st.finished = true;
+                }
+            }
+        }
+    });
+    Sse::new(events)
+}

@@ -1,0 +1,47 @@
+//! The route table: every route the server registers, with what it does. `/api/openapi.json` and the `/api` page
+//! are generated from it, a test compares it with the router's source, and the CLI's COMMANDS table is checked
+//! against it. This file is plain data with no imports, so the CLI's tests can include it as it is.
+
+/// One route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// GET or POST.
+    pub method: &'static str,
+    /// The path.
+    pub path: &'static str,
+    /// One line on what it does.
+    pub summary: &'static str,
+    /// OpenAPI tag.
+    pub tag: &'static str,
+}
+
+/// Every route.
+pub const ROUTES: &[Route] = &[
+    Route {
+        method: "POST",
+        path: "/v1/chat/completions",
+        summary: "OpenAI chat completion: messages through the model's template; stream (SSE) or not; reasoning as \
+                  reasoning_content, tool calls when tools are offered",
+        tag: "openai",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/completions",
+        summary: "OpenAI (legacy) text completion of a plain prompt; stream (SSE) or not",
+        tag: "openai",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/models",
+        summary: "The models this server offers, with capabilities (chat, tools, reasoning) and whether each is loaded",
+        tag: "openai",
+    },
+    Route {
+        method: "GET",
+        path: "/api/health",
+        summary: "Liveness: ok, version, queue depth, the loaded model",
+        tag: "kvad",
+    },
+    Route { method: "GET", path: "/api/openapi.json", summary: "This API as an OpenAPI 3.1 document", tag: "kvad" },
+    Route { method: "GET", path: "/api", summary: "This API's documentation page", tag: "kvad" },
+];

@@ -1,0 +1,145 @@
+//! Configuration: `kvad.toml` in the data directory, then environment variables, then command-line flags, each
+//! overriding the one before.
+//!
+//! ```toml
+//! [server]
+//! bind = "127.0.0.1:5823"        # KVAD_BIND
+//! queue = 16                     # KVAD_QUEUE: generations that may wait; the next is a 503
+//! models = ["smollm2-instruct"]  # KVAD_MODELS (comma-separated): what /v1/models offers
+//! backend = "cpu-f32"            # KVAD_BACKEND
+//!
+//! [client]
+//! url = "http://127.0.0.1:5823"  # KVAD_URL: where `kvad` sends its commands
+//! ```
+//!
+//! The data directory is `--data-dir`, else `KVAD_DATA`, else `$XDG_DATA_HOME/kvad`, else `~/.local/share/kvad`.
+//! It holds `kvad.toml` and the SQLite database `kvad.db`.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The default address: loopback only.
+pub const DEFAULT_BIND: &str = "127.0.0.1:5823";
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerSection {
+    /// Address to listen on.
+    pub bind: String,
+    /// Generations that may wait.
+    pub queue: usize,
+    /// Models offered.
+    pub models: Vec<String>,
+    /// Backend models load on.
+    pub backend: String,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            bind: DEFAULT_BIND.into(),
+            queue: 16,
+            models: vec![kvad_hub::DEFAULT_ALIAS.into()],
+            backend: "cpu-f32".into(),
+        }
+    }
+}
+
+/// `[client]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClientSection {
+    /// The server `kvad` talks to.
+    pub url: Option<String>,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`.
+    pub server: ServerSection,
+    /// `[client]`.
+    pub client: ClientSection,
+}
+
+/// The data directory.
+pub fn data_dir(flag: Option<&Path>) -> PathBuf {
+    if let Some(p) = flag {
+        return p.to_path_buf();
+    }
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(d) = env("KVAD_DATA") {
+        return d;
+    }
+    if let Some(d) = env("XDG_DATA_HOME") {
+        return d.join("kvad");
+    }
+    env("HOME").unwrap_or_else(|| PathBuf::from(".")).join(".local/share/kvad")
+}
+
+impl Config {
+    /// Reads `kvad.toml` from the data directory (defaults when it is absent), then applies the environment.
+    pub fn load(dir: &Path) -> Result<Config, String> {
+        let path = dir.join("kvad.toml");
+        let mut c = match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Config::default(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        c.apply_env(|k| std::env::var(k).ok())?;
+        Ok(c)
+    }
+
+    /// Parses the file's text.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Environment overrides; `get` reads a variable.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+        if let Some(v) = get("KVAD_BIND").filter(|v| !v.is_empty()) {
+            self.server.bind = v;
+        }
+        if let Some(v) = get("KVAD_QUEUE").filter(|v| !v.is_empty()) {
+            self.server.queue = v.parse().map_err(|_| format!("KVAD_QUEUE = {v:?}: not a whole number"))?;
+        }
+        if let Some(v) = get("KVAD_MODELS").filter(|v| !v.is_empty()) {
+            self.server.models = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        }
+        if let Some(v) = get("KVAD_BACKEND").filter(|v| !v.is_empty()) {
+            self.server.backend = v;
+        }
+        if let Some(v) = get("KVAD_URL").filter(|v| !v.is_empty()) {
+            self.client.url = Some(v);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_environment() {
+        let mut c =
+            Config::parse("[server]\nbind = \"127.0.0.1:9000\"\nqueue = 3\n[client]\nurl = \"http://h:1\"\n").unwrap();
+        assert_eq!((c.server.bind.as_str(), c.server.queue), ("127.0.0.1:9000", 3));
+        assert_eq!(c.server.models, vec!["smollm2-instruct".to_string()], "unset keys keep their defaults");
+        c.apply_env(|k| (k == "KVAD_QUEUE").then(|| "7".to_string())).unwrap();
+        assert_eq!((c.server.bind.as_str(), c.server.queue), ("127.0.0.1:9000", 7));
+        assert_eq!(c.client.url.as_deref(), Some("http://h:1"));
+    }
+
+    #[test]
+    fn bad_files_and_values_are_named() {
+        let e = Config::parse("[server]\nbindd = \"x\"\n").unwrap_err();
+        assert!(e.contains("bindd"), "{e}");
+        let e = Config::parse("[server]\nqueue = \"many\"\n").unwrap_err();
+        assert!(e.contains("queue") || e.contains("many"), "{e}");
+        let e = Config::default().apply_env(|k| (k == "KVAD_QUEUE").then(|| "lots".to_string())).unwrap_err();
+        assert!(e.contains("KVAD_QUEUE") && e.contains("lots"), "{e}");
+    }
+}

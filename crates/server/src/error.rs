@@ -1,0 +1,129 @@
+//! One error type for every route, answered in OpenAI's shape:
+//! `{"error": {"message", "type", "param", "code"}}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error a client sees.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, naming the field and value where there is one.
+    pub message: String,
+    /// OpenAI's error type (`invalid_request_error`, `not_found_error`, `server_error`, ...).
+    pub kind: &'static str,
+    /// The request field at fault.
+    pub param: Option<String>,
+    /// A machine-readable code (`model_not_found`, `unsupported_field`, ...).
+    pub code: Option<&'static str>,
+    /// Seconds after which to retry (503 when the queue is full).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// 400 naming the field.
+    pub fn bad_field(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.to_string()),
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 for a field or value this server does not support.
+    pub fn unsupported(param: &str, message: impl Into<String>) -> Self {
+        ApiError { code: Some("unsupported"), ..Self::bad_field(param, message) }
+    }
+
+    /// 400 with no single field at fault.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError { param: None, ..Self::bad_field("", message) }
+    }
+
+    /// 404 for a model this server does not have.
+    pub fn model_not_found(model: &str, known: &[String]) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("model {model:?} does not exist here; this server has: {}", known.join(", ")),
+            kind: "invalid_request_error",
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            retry_after: None,
+        }
+    }
+
+    /// 404 for a path with no route.
+    pub fn no_route(method: &str, path: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("no route {method} {path}; GET /api/openapi.json lists them"),
+            kind: "not_found_error",
+            param: None,
+            code: Some("no_route"),
+            retry_after: None,
+        }
+    }
+
+    /// 503: the queue is full or the server is shutting down.
+    pub fn unavailable(message: impl Into<String>, retry_after: Option<u64>) -> Self {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: Some("unavailable"),
+            retry_after,
+        }
+    }
+
+    /// 500: the engine failed.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            kind: "server_error",
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        r
+    }
+}
+
+impl From<kvad_engine::EngineError> for ApiError {
+    fn from(e: kvad_engine::EngineError) -> Self {
+        use kvad_engine::EngineError as E;
+        match e {
+            E::Sampling(s) => ApiError::bad_field(s.field, s.to_string()),
+            E::BadRequest(m) => ApiError::bad_request(m),
+            other => ApiError::internal(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! kvad-server: the OpenAI-compatible HTTP server (`kvad-serve`).
+//!
+//! Requests become [`worker::Job`]s on a bounded queue; one worker thread owns the [`Engine`] and runs them one at
+//! a time, sending classified deltas (content, reasoning, tool calls) back over a channel; every completion's row
+//! lands in SQLite ([`store`]). The routes are listed in [`api::table::ROUTES`], from which the OpenAPI document
+//! and the `/api` page are made.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod local;
+pub mod scripted;
+pub mod store;
+pub mod worker;
+
+pub use engine::Engine;
+
+use engine::ModelInfo;
+use error::ApiError;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The generation queue.
+    pub queue: worker::Queue,
+    /// Set on shutdown: new generations are refused while the running ones finish.
+    pub draining: Arc<AtomicBool>,
+}
+
+impl AppState {
+    /// The model's entry, or a 404 naming the models there are.
+    pub fn model_info(&self, id: &str) -> Result<ModelInfo, ApiError> {
+        let all = self.queue.catalog();
+        all.iter()
+            .find(|m| m.id == id)
+            .cloned()
+            .ok_or_else(|| ApiError::model_not_found(id, &all.iter().map(|m| m.id.clone()).collect::<Vec<_>>()))
+    }
+}

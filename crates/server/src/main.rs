@@ -1,0 +1,137 @@
+//! `kvad-serve`: the OpenAI-compatible server. Loopback on 5823 by default, no authentication.
+
+use clap::Parser;
+use kvad_server::config::{data_dir, Config};
+use kvad_server::local::LocalEngine;
+use kvad_server::scripted::ScriptedEngine;
+use kvad_server::store::Store;
+use kvad_server::worker::Queue;
+use kvad_server::{api, AppState, Engine};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// kvad-serve: the OpenAI-compatible server. Settings come from kvad.toml in the data directory, then the
+/// environment (KVAD_BIND, KVAD_QUEUE, KVAD_MODELS, KVAD_BACKEND), then these flags.
+#[derive(Parser, Debug)]
+#[command(name = "kvad-serve", version)]
+struct Args {
+    /// Address to listen on (default 127.0.0.1:5823). A non-loopback address needs --insecure until auth exists.
+    #[arg(long)]
+    bind: Option<String>,
+    /// Serve a non-loopback address with no authentication.
+    #[arg(long)]
+    insecure: bool,
+    /// The data directory (kvad.toml, kvad.db).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// A model to offer (repeatable; replaces [server] models).
+    #[arg(long = "model")]
+    models: Vec<String>,
+    /// Backend models load on.
+    #[arg(long)]
+    backend: Option<String>,
+    /// Generations that may wait; the next gets a 503.
+    #[arg(long)]
+    queue: Option<usize>,
+    /// Serve scripted models from this JSON file instead of real ones (tests; see kvad_server::scripted).
+    #[arg(long)]
+    scripted: Option<PathBuf>,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kvad-serve: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let dir = data_dir(args.data_dir.as_deref());
+    std::fs::create_dir_all(&dir).map_err(|e| format!("data directory {}: {e}", dir.display()))?;
+    let mut config = Config::load(&dir)?;
+    if let Some(b) = args.bind {
+        config.server.bind = b;
+    }
+    if !args.models.is_empty() {
+        config.server.models = args.models;
+    }
+    if let Some(b) = args.backend {
+        config.server.backend = b;
+    }
+    if let Some(q) = args.queue {
+        config.server.queue = q;
+    }
+    let addr: SocketAddr = config
+        .server
+        .bind
+        .parse()
+        .map_err(|_| format!("bind = {:?}: not an address like 127.0.0.1:5823", config.server.bind))?;
+    if !addr.ip().is_loopback() && !args.insecure {
+        return Err(format!(
+            "bind = {addr} is reachable from other machines, and no authentication mode exists yet; \
+             pass --insecure to serve it with none, or bind a loopback address"
+        ));
+    }
+    if config.server.queue == 0 {
+        return Err("queue = 0: at least one generation must be able to wait".into());
+    }
+    let engine: Box<dyn Engine> = match &args.scripted {
+        Some(path) => Box::new(ScriptedEngine::from_file(path)?),
+        None => {
+            let backend = config.server.backend.parse().map_err(|e| format!("backend: {e}"))?;
+            Box::new(LocalEngine::new(&config.server.models, backend)?)
+        }
+    };
+    let db = dir.join("kvad.db");
+    let store = Store::open(&db).map_err(|e| format!("{}: {e}", db.display()))?;
+    let (queue, _worker) = Queue::start(engine, store, config.server.queue);
+    let state = AppState { queue, draining: Arc::new(AtomicBool::new(false)) };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    rt.block_on(serve(addr, state, dir))
+}
+
+async fn serve(addr: SocketAddr, state: AppState, dir: PathBuf) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("binding {addr}: {e}"))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let models: Vec<String> = state.queue.catalog().into_iter().map(|m| m.id).collect();
+    eprintln!("kvad-serve: listening on http://{local} (models: {}; data: {})", models.join(", "), dir.display());
+    let draining = state.draining.clone();
+    let app = api::router(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            draining.store(true, Ordering::SeqCst);
+            eprintln!("kvad-serve: shutting down; replies in progress finish first");
+        })
+        .await
+        .map_err(|e| format!("serving: {e}"))?;
+    eprintln!("kvad-serve: stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

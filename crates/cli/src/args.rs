@@ -133,9 +133,9 @@ pub struct BenchArgs {
     /// Tokens generated per sample.
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
-    /// Write every sample as JSON to this file.
+    /// Also write every sample as JSON to this file (`--json` prints them to stdout instead of the table).
     #[arg(long)]
-    pub json: Option<String>,
+    pub out: Option<String>,
     /// Worker threads (default: physical cores).
     #[arg(long)]
     pub threads: Option<usize>,

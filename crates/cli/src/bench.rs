@@ -21,7 +21,7 @@ fn fmt(s: Option<Summary>, digits: usize) -> String {
 }
 
 /// `kvad bench`.
-pub fn run(a: BenchArgs) -> Result<()> {
+pub fn run(a: BenchArgs, json: bool) -> Result<()> {
     let threads = kvad_tensor::cpu::pool::init(a.threads);
     let backends: Vec<BackendKind> = a.backend.split(',').map(|b| b.trim().parse()).collect::<Result<_, _>>()?;
     if a.rounds == 0 {
@@ -63,6 +63,21 @@ pub fn run(a: BenchArgs) -> Result<()> {
             s.round, variants[i].0, s.prefill_tps, s.decode_tps, s.ttft_ms
         );
     })?;
+    let doc = serde_json::json!({
+        "protocol": {"rounds": a.rounds, "warmup": a.warmup, "prompt_tokens": a.prompt_tokens,
+                     "gen_tokens": a.gen_tokens, "threads": threads, "interleaved": true, "empty_cache_each_sample": true},
+        "variants": variants.iter().zip(&samples).map(|((name, m), s)| serde_json::json!({
+            "variant": name, "weight_bytes": m.model.weight_bytes(), "samples": s,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(path) = &a.out {
+        std::fs::write(path, serde_json::to_string_pretty(&doc)?).with_context(|| format!("writing {path}"))?;
+        eprintln!("kvad bench: every sample written to {path}");
+    }
+    if json {
+        println!("{}", serde_json::to_string(&doc)?);
+        return Ok(());
+    }
     println!("{:<40} {:>26} {:>24} {:>24}", "VARIANT", "PREFILL tok/s", "DECODE tok/s", "TTFT ms");
     for ((name, _), s) in variants.iter().zip(&samples) {
         let col = |f: fn(&Sample) -> f64| Summary::of(&s.iter().map(f).collect::<Vec<_>>());
@@ -75,17 +90,6 @@ pub fn run(a: BenchArgs) -> Result<()> {
         );
     }
     println!("median [min–max] over {} rounds", a.rounds);
-    if let Some(path) = &a.json {
-        let doc = serde_json::json!({
-            "protocol": {"rounds": a.rounds, "warmup": a.warmup, "prompt_tokens": a.prompt_tokens,
-                         "gen_tokens": a.gen_tokens, "threads": threads, "interleaved": true, "empty_cache_each_sample": true},
-            "variants": variants.iter().zip(&samples).map(|((name, m), s)| serde_json::json!({
-                "variant": name, "weight_bytes": m.model.weight_bytes(), "samples": s,
-            })).collect::<Vec<_>>(),
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&doc)?).with_context(|| format!("writing {path}"))?;
-        eprintln!("kvad bench: every sample written to {path}");
-    }
     Ok(())
 }
 

@@ -28,7 +28,7 @@ fn main() -> std::process::ExitCode {
             Target::Remote { url, .. } => client::remote::chat(&url, &a, c.json),
             Target::Local { .. } => generate::chat(a),
         }),
-        args::Command::Bench(a) => bench::run(a),
+        args::Command::Bench(a) => bench::run(a, c.json),
         args::Command::Ppl(a) => bench::ppl(a),
         args::Command::Cache { action } => bench::cache(action == Some(args::CacheAction::Clear)),
         args::Command::Arch => {

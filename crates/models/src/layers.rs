@@ -161,7 +161,7 @@ pub fn attention(
         l.v.extend_from_slice(&v[row0 * kv_dim..(row0 + n) * kv_dim]);
         row0 += n;
     }
-    // One task per (row, head): tasks write disjoint slices of the output.
+    // One task per (row, KV head): its query heads share every key and value read; tasks write disjoint slices.
     let mut jobs = Vec::with_capacity(row0);
     for (s, &n) in counts.iter().enumerate() {
         for t in 0..n {
@@ -172,21 +172,13 @@ pub fn attention(
     let group = shape.n_heads / shape.n_kv_heads;
     let mut out = vec![0f32; row0 * q_dim];
     let caches_ro: Vec<&SeqKv> = caches.iter().map(|c| &**c).collect();
-    kvad_tensor::cpu::pool::for_each_piece_mut(&mut out, hd, |idx, o| {
-        let (row, h) = (idx / shape.n_heads, idx % shape.n_heads);
+    kvad_tensor::cpu::pool::for_each_piece_mut(&mut out, group * hd, |idx, o| {
+        let (row, kvh) = (idx / shape.n_kv_heads, idx % shape.n_kv_heads);
         let (s, pos) = jobs[row];
         let l = &caches_ro[s].layers[layer];
-        let kvh = h / group;
-        let qv = &q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd];
+        let qv = &q[row * q_dim + kvh * group * hd..row * q_dim + (kvh + 1) * group * hd];
         let lo = shape.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let mut scores: Vec<f32> = (lo..=pos)
-            .map(|j| ops::dot(qv, &l.k[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd]) * scale)
-            .collect();
-        ops::softmax_inplace(&mut scores);
-        for (j, &p) in (lo..=pos).zip(&scores) {
-            let vv = &l.v[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-            ops::axpy(o, p, vv);
-        }
+        ops::attend_group(qv, &l.k, &l.v, kv_dim, kvh * hd, lo..pos + 1, hd, scale, o);
     });
     out
 }

@@ -11,7 +11,7 @@ use super::matrix::{QMatrix, SyncPtr};
 use super::pool;
 use super::quant::{parts, QType, BLOCK};
 
-/// Rows per task: small enough to balance two threads, large enough that a task is a long sequential stream.
+/// Fewest rows per task: a task is one long sequential stream of weights.
 const ROWS_PER_TASK: usize = 32;
 
 /// Activations of one row prepared for the integer kernels.
@@ -22,6 +22,13 @@ pub struct ActQ {
     pub dx: Vec<f32>,
     /// Per-block sums of the f32 `x` (for Q4_1's minimums), padded like `dx`.
     pub xsum: Vec<f32>,
+    /// `xq` in the order the Q8 kernel widens bytes: per block, the 16 even-indexed then the 16 odd-indexed values.
+    pub x8: Vec<i16>,
+    /// `xq` in the order the Q4 kernel unpacks nibbles, per pair of blocks (b, b+1): four vectors of 16, each the
+    /// 8 values of block b then the 8 of block b+1 at indices {2i}, {2i+16}, {2i+1}, {2i+17}.
+    pub x4: Vec<i16>,
+    /// Per pair of blocks, `-8·Σxq` of each block in lanes 0 and 4 (Q4_0's offset, folded into the integer sum).
+    pub corr: Vec<i32>,
 }
 
 impl ActQ {
@@ -42,19 +49,45 @@ impl ActQ {
             dx[b] = d;
             xsum[b] = blk.iter().sum();
         }
-        ActQ { xq, dx, xsum }
+        let mut x8 = vec![0i16; x.len()];
+        for (b, blk) in xq.chunks_exact(BLOCK).enumerate() {
+            for i in 0..16 {
+                x8[b * BLOCK + i] = blk[2 * i];
+                x8[b * BLOCK + 16 + i] = blk[2 * i + 1];
+            }
+        }
+        let pairs = nb / 2;
+        let mut x4 = vec![0i16; pairs * 64];
+        let mut corr = vec![0i32; pairs * 8];
+        for p in 0..pairs {
+            for (h, blk) in [&xq[2 * p * BLOCK..(2 * p + 1) * BLOCK], &xq[(2 * p + 1) * BLOCK..(2 * p + 2) * BLOCK]]
+                .into_iter()
+                .enumerate()
+            {
+                for i in 0..8 {
+                    x4[p * 64 + h * 8 + i] = blk[2 * i];
+                    x4[p * 64 + 16 + h * 8 + i] = blk[2 * i + 16];
+                    x4[p * 64 + 32 + h * 8 + i] = blk[2 * i + 1];
+                    x4[p * 64 + 48 + h * 8 + i] = blk[2 * i + 17];
+                }
+                corr[p * 8 + h * 4] = -8 * blk.iter().map(|&v| v as i32).sum::<i32>();
+            }
+        }
+        ActQ { xq, dx, xsum, x8, x4, corr }
     }
 }
 
 /// `out[r] = w.row(r) · x` for every row.
 pub fn gemv(w: &QMatrix, x: &[f32], out: &mut [f32]) {
     let rows = w.rows();
-    let tasks = rows.div_ceil(ROWS_PER_TASK);
+    // Long contiguous runs of rows (two per thread at least) keep each thread's memory stream sequential.
+    let tasks = rows.div_ceil(ROWS_PER_TASK.max(rows.div_ceil(pool::threads() * 2)));
+    let per = rows.div_ceil(tasks);
     let act = (w.qtype() != QType::F32).then(|| ActQ::new(x));
     let o = SyncPtr(out.as_mut_ptr());
     pool::parallel_for(tasks, |t| {
-        let r0 = t * ROWS_PER_TASK;
-        let r1 = (r0 + ROWS_PER_TASK).min(rows);
+        let r0 = t * per;
+        let r1 = (r0 + per).min(rows);
         // SAFETY: each task writes only rows r0..r1 of `out`.
         let out = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0), r1 - r0) };
         rows_dot(w, r0..r1, x, act.as_ref(), out);
@@ -155,20 +188,65 @@ mod avx {
         }
     }
 
+    /// Eight i32 sums of one row over blocks `b, b+1` (lanes 0–3 block b, 4–7 block b+1), Q4 formats.
+    #[inline(always)]
+    unsafe fn pair_q4(q: *const u8, p: usize, x4: *const i16, corr: __m256i) -> __m256i {
+        let v = _mm256_loadu_si256(q.add(p * 32) as *const __m256i);
+        let m = _mm256_set1_epi16(0x0f);
+        let n0 = _mm256_and_si256(v, m);
+        let n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+        let n2 = _mm256_and_si256(_mm256_srli_epi16(v, 8), m);
+        let n3 = _mm256_srli_epi16(v, 12);
+        let xp = x4.add(p * 64);
+        let a = _mm256_madd_epi16(n0, _mm256_loadu_si256(xp as *const __m256i));
+        let b = _mm256_madd_epi16(n1, _mm256_loadu_si256(xp.add(16) as *const __m256i));
+        let c = _mm256_madd_epi16(n2, _mm256_loadu_si256(xp.add(32) as *const __m256i));
+        let d = _mm256_madd_epi16(n3, _mm256_loadu_si256(xp.add(48) as *const __m256i));
+        _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(_mm256_add_epi32(c, d), corr))
+    }
+
+    /// Eight i32 sums of one row over block `b`, Q8: even-indexed bytes and odd-indexed bytes widened in place.
+    #[inline(always)]
+    unsafe fn block_q8(q: *const u8, b: usize, x8: *const i16) -> __m256i {
+        let v = _mm256_loadu_si256(q.add(b * 32) as *const __m256i);
+        let even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+        let odd = _mm256_srai_epi16(v, 8);
+        let xp = x8.add(b * BLOCK);
+        _mm256_add_epi32(
+            _mm256_madd_epi16(even, _mm256_loadu_si256(xp as *const __m256i)),
+            _mm256_madd_epi16(odd, _mm256_loadu_si256(xp.add(16) as *const __m256i)),
+        )
+    }
+
+    /// The last block of a row with an odd block count, Q4 formats (weights widened one by one).
+    #[inline(always)]
+    unsafe fn tail_q4(t: QType, q: *const u8, b: usize, xq: *const i16) -> __m256i {
+        let (lo, hi) = weights(t, q, b);
+        let xlo = _mm256_loadu_si256(xq.add(b * BLOCK) as *const __m256i);
+        let xhi = _mm256_loadu_si256(xq.add(b * BLOCK + 16) as *const __m256i);
+        _mm256_add_epi32(_mm256_madd_epi16(lo, xlo), _mm256_madd_epi16(hi, xhi))
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn rows_q(w: &QMatrix, rows: std::ops::Range<usize>, a: &ActQ, out: &mut [f32]) {
         let t = w.qtype();
         let nb = w.cols() / BLOCK;
         let q_off = nb * 2 * t.scale_arrays();
-        let lanes: [__m256i; 8] = std::array::from_fn(|j| _mm256_set1_epi32(j as i32));
+        // Lane j of the scales broadcast to a whole vector (one block), or lanes j, j+1 to halves (a pair).
+        let one: [__m256i; 8] = std::array::from_fn(|j| _mm256_set1_epi32(j as i32));
+        let two: [__m256i; 4] = std::array::from_fn(|h| {
+            let (j, k) = (2 * h as i32, 2 * h as i32 + 1);
+            _mm256_setr_epi32(j, j, j, j, k, k, k, k)
+        });
         let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let xq = a.xq.as_ptr();
+        let zero = _mm256_setzero_si256();
+        let (xq, x8, x4) = (a.xq.as_ptr(), a.x8.as_ptr(), a.x4.as_ptr());
         let mut i = 0;
         let mut r = rows.start;
         while r < rows.end {
-            let two = r + 1 < rows.end;
+            let two_rows = r + 1 < rows.end;
             let p0 = w.row(r).as_ptr();
-            let p1 = if two { w.row(r + 1).as_ptr() } else { p0 };
+            let p1 = if two_rows { w.row(r + 1).as_ptr() } else { p0 };
             let (q0, q1) = (p0.add(q_off), p1.add(q_off));
             let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             let (mut accm0, mut accm1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -179,16 +257,37 @@ mod avx {
                 let dx = _mm256_loadu_ps(a.dx.as_ptr().add(g));
                 let s0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i)), dx);
                 let s1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p1.add(2 * g) as *const __m128i)), dx);
-                for (j, lane) in lanes.iter().enumerate().take(nbg) {
-                    let b = g + j;
-                    let xlo = _mm256_loadu_si256(xq.add(b * BLOCK) as *const __m256i);
-                    let xhi = _mm256_loadu_si256(xq.add(b * BLOCK + 16) as *const __m256i);
-                    let (w0l, w0h) = weights(t, q0, b);
-                    let (w1l, w1h) = weights(t, q1, b);
-                    let v0 = _mm256_add_epi32(_mm256_madd_epi16(w0l, xlo), _mm256_madd_epi16(w0h, xhi));
-                    let v1 = _mm256_add_epi32(_mm256_madd_epi16(w1l, xlo), _mm256_madd_epi16(w1h, xhi));
-                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, *lane), acc0);
-                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, *lane), acc1);
+                if t == QType::Q8_0 {
+                    for (j, lane) in one.iter().enumerate().take(nbg) {
+                        let b = g + j;
+                        let v0 = block_q8(q0, b, x8);
+                        let v1 = block_q8(q1, b, x8);
+                        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, *lane), acc0);
+                        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, *lane), acc1);
+                    }
+                } else {
+                    let mut j = 0;
+                    while j + 1 < nbg {
+                        let p = (g + j) / 2;
+                        let corr = if t == QType::Q4_0 {
+                            _mm256_loadu_si256(a.corr.as_ptr().add(p * 8) as *const __m256i)
+                        } else {
+                            zero
+                        };
+                        let v0 = pair_q4(q0, p, x4, corr);
+                        let v1 = pair_q4(q1, p, x4, corr);
+                        let lanes = two[j / 2];
+                        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, lanes), acc0);
+                        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, lanes), acc1);
+                        j += 2;
+                    }
+                    if j < nbg {
+                        let b = g + j;
+                        let v0 = tail_q4(t, q0, b, xq);
+                        let v1 = tail_q4(t, q1, b, xq);
+                        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, one[j]), acc0);
+                        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, one[j]), acc1);
+                    }
                 }
                 if t == QType::Q4_1 {
                     let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
@@ -201,7 +300,7 @@ mod avx {
                 g += 8;
             }
             out[i] = hsum(acc0) + hsum(accm0);
-            if two {
+            if two_rows {
                 out[i + 1] = hsum(acc1) + hsum(accm1);
             }
             i += 2;

@@ -115,8 +115,70 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// `out += p · v`, the attention value sum.
 pub fn axpy(out: &mut [f32], p: f32, v: &[f32]) {
+    assert!(v.len() >= out.len());
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        // SAFETY: AVX2/FMA present; `v` is at least as long as `out`.
+        unsafe { axpy_avx(out, p, v) };
+        return;
+    }
     for (o, &x) in out.iter_mut().zip(v) {
         *o += p * x;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_avx(out: &mut [f32], p: f32, v: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = out.len();
+    let n8 = n / 8 * 8;
+    let pv = _mm256_set1_ps(p);
+    let (o, x) = (out.as_mut_ptr(), v.as_ptr());
+    let mut i = 0;
+    while i < n8 {
+        _mm256_storeu_ps(o.add(i), _mm256_fmadd_ps(pv, _mm256_loadu_ps(x.add(i)), _mm256_loadu_ps(o.add(i))));
+        i += 8;
+    }
+    while i < n {
+        *o.add(i) += p * *x.add(i);
+        i += 1;
+    }
+}
+
+/// Causal attention of one query position for the `group` query heads that share one KV head (GQA): each key and
+/// value row is read once for all of them. `q` and `out` hold `group × hd`; key/value row `j` starts at
+/// `j·stride + offset` in `keys`/`values`; `positions` are the keys in view.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_group(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    stride: usize,
+    offset: usize,
+    positions: std::ops::Range<usize>,
+    hd: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let group = q.len() / hd;
+    let n = positions.len();
+    let mut scores = vec![0f32; group * n];
+    for (i, j) in positions.clone().enumerate() {
+        let k = &keys[j * stride + offset..j * stride + offset + hd];
+        for g in 0..group {
+            scores[g * n + i] = dot(&q[g * hd..(g + 1) * hd], k) * scale;
+        }
+    }
+    for g in 0..group {
+        softmax_inplace(&mut scores[g * n..(g + 1) * n]);
+    }
+    out.iter_mut().for_each(|v| *v = 0.0);
+    for (i, j) in positions.enumerate() {
+        let v = &values[j * stride + offset..j * stride + offset + hd];
+        for g in 0..group {
+            axpy(&mut out[g * hd..(g + 1) * hd], scores[g * n + i], v);
+        }
     }
 }
 

@@ -4,13 +4,13 @@
 //! sleeping thread (10–30 µs) would eat a fifth of it. Workers here spin on one atomic for a while after each region
 //! and only then sleep, so back-to-back regions start in well under a microsecond. The calling thread works too.
 //!
-//! A region is `parallel_for(n, f)`: tasks `0..n` are claimed one at a time from a ticket that packs the job id
-//! with the next index, so a worker that wakes late can never run a task of a job that is already finished.
+//! A region is `parallel_for(n, f)`: tasks `0..n` are claimed one at a time from the job's own counter, so a worker
+//! that wakes late finds nothing left of a finished job and can never run a task of another.
 //! Threads: the physical cores, or `KVAD_THREADS`.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before it sleeps.
@@ -18,16 +18,21 @@ const SPIN: Duration = Duration::from_micros(300);
 
 type Task = dyn Fn(usize) + Sync;
 
+/// One parallel region: its closure and its own counters, so a worker that picks up a finished job finds nothing
+/// left to claim and can never touch another job's tasks.
+struct Job {
+    f: &'static Task,
+    n: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+}
+
 struct Pool {
     threads: usize,
-    /// `job id << 32 | next task index`.
-    ticket: AtomicU64,
-    /// Tasks in the current job.
-    n: AtomicUsize,
-    /// Tasks finished in the current job.
-    done: AtomicUsize,
-    /// The current job's closure (a fat pointer, boxed so it fits an atomic).
-    job: AtomicPtr<&'static Task>,
+    /// Bumped for every job; workers spin on it.
+    epoch: AtomicU64,
+    /// The current job.
+    current: Mutex<Option<Arc<Job>>>,
     /// One submitter at a time; others run their region on their own thread.
     submit: Mutex<()>,
     sleep: Mutex<usize>,
@@ -58,10 +63,8 @@ fn pool_with(threads: Option<usize>) -> &'static Pool {
             .unwrap_or_else(physical_cores);
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             threads: n,
-            ticket: AtomicU64::new(0),
-            n: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            job: AtomicPtr::new(std::ptr::null_mut()),
+            epoch: AtomicU64::new(0),
+            current: Mutex::new(None),
             submit: Mutex::new(()),
             sleep: Mutex::new(0),
             wake: Condvar::new(),
@@ -90,48 +93,35 @@ pub fn parallel_for(n: usize, f: impl Fn(usize) + Sync) {
         return;
     }
     let task: &(dyn Fn(usize) + Sync + '_) = &f;
-    // SAFETY: the pointer is only dereferenced by threads holding a claimed task of this job, and this function
-    // does not return (so `f` stays alive) until every task is done.
+    // SAFETY: `f` is only called for a claimed index of this job, every index is claimed once, and this function
+    // does not return (so `f` stays alive) until all n claimed tasks are done; a worker that still holds the job
+    // afterwards finds `next >= n` and never calls it.
     let task: &'static Task = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync + '_), &'static Task>(task) };
-    let boxed = Box::into_raw(Box::new(task));
-    pool.n.store(n, SeqCst);
-    pool.done.store(0, SeqCst);
-    pool.job.store(boxed, SeqCst);
-    let id = (pool.ticket.load(SeqCst) >> 32) + 1;
-    pool.ticket.store(id << 32, SeqCst);
+    let job = Arc::new(Job { f: task, n, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
+    *pool.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.clone());
+    pool.epoch.fetch_add(1, SeqCst);
     if *pool.sleep.lock().unwrap_or_else(|e| e.into_inner()) > 0 {
         pool.wake.notify_all();
     }
-    run_tasks(pool, id);
-    while pool.done.load(SeqCst) < n {
+    run_tasks(&job);
+    while job.done.load(SeqCst) < n {
         std::hint::spin_loop();
     }
-    pool.job.store(std::ptr::null_mut(), SeqCst);
-    // SAFETY: every task is done, so no thread still reads the box.
-    drop(unsafe { Box::from_raw(boxed) });
+    *pool.current.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    drop(guard);
 }
 
-/// Claims and runs tasks of job `id` until none are left.
-fn run_tasks(pool: &Pool, id: u64) {
+/// Claims and runs tasks of a job until none are left.
+fn run_tasks(job: &Job) {
     loop {
-        let v = pool.ticket.load(SeqCst);
-        if v >> 32 != id {
+        let idx = job.next.fetch_add(1, SeqCst);
+        if idx >= job.n {
             return;
         }
-        let n = pool.n.load(SeqCst);
-        let idx = (v & 0xffff_ffff) as usize;
-        if idx >= n {
-            return;
-        }
-        if pool.ticket.compare_exchange(v, v + 1, SeqCst, SeqCst).is_err() {
-            continue;
-        }
-        // SAFETY: we hold a claimed task of the current job, so the submitter is still waiting and the job is live.
-        let f: &Task = unsafe { *pool.job.load(SeqCst) };
         IN_TASK.with(|c| c.set(true));
-        f(idx);
+        (job.f)(idx);
         IN_TASK.with(|c| c.set(false));
-        pool.done.fetch_add(1, SeqCst);
+        job.done.fetch_add(1, SeqCst);
     }
 }
 
@@ -141,10 +131,13 @@ fn worker(pool: &'static Pool) {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let id = pool.ticket.load(SeqCst) >> 32;
-            if id != seen {
-                seen = id;
-                run_tasks(pool, id);
+            let e = pool.epoch.load(SeqCst);
+            if e != seen {
+                seen = e;
+                let job = pool.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(job) = job {
+                    run_tasks(&job);
+                }
                 break;
             }
             std::hint::spin_loop();
@@ -152,7 +145,7 @@ fn worker(pool: &'static Pool) {
             if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
                 let mut sleepers = pool.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 *sleepers += 1;
-                while pool.ticket.load(SeqCst) >> 32 == seen {
+                while pool.epoch.load(SeqCst) == seen {
                     sleepers = pool.wake.wait(sleepers).unwrap_or_else(|e| e.into_inner());
                 }
                 *sleepers -= 1;

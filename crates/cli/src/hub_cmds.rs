@@ -448,13 +448,19 @@ fn status(hit: &kvad_hub::api::SearchHit, mem: Option<u64>) -> (bool, String) {
     }
     let n: u64 = dtypes.values().filter_map(Value::as_u64).sum();
     let kind = if cfg["tokenizer_config"]["chat_template"].is_null() { "completion" } else { "chat" };
-    let need = n * 4;
+    // The highest precision whose weights fit this machine's memory: f32 (4 bytes a weight), cpu-q8 (Q8_0 blocks,
+    // 1.0625), cpu-q4 (Q4 blocks with the embedding and head at 8 bits: about 0.65 on a typical model).
+    let ladder = [("f32", 4.0), ("q8", 1.0625), ("q4", 0.65)];
+    let need = |b: f64| (n as f64 * b) as u64;
     match mem {
-        Some(m) if need <= m => (true, format!("{kind} · fits at f32 ({} of {})", human(need), human(m))),
-        Some(m) => {
-            (false, format!("{kind} · too big here: f32 needs {} and this machine has {}", human(need), human(m)))
-        }
-        None => (true, format!("{kind} · {} at f32 (this machine's memory is unknown)", human(need))),
+        Some(m) => match ladder.iter().find(|(_, b)| need(*b) <= m) {
+            Some((p, b)) => (true, format!("{kind} · fits at {p} ({} of {})", human(need(*b)), human(m))),
+            None => (
+                false,
+                format!("{kind} · too big here: even q4 needs {} and this machine has {}", human(need(0.65)), human(m)),
+            ),
+        },
+        None => (true, format!("{kind} · {} at f32 (this machine's memory is unknown)", human(need(4.0)))),
     }
 }
 

@@ -163,10 +163,22 @@ fn search_says_what_this_build_can_run() {
     let mut chat = tiny_llama_files();
     chat[3].1 = br#"{"chat_template": "{{ messages }}"}"#.to_vec();
     env.fake.add_repo("tiny/llama-chat", C1, chat, &["main"]);
+    // As many weights as this machine has bytes / 2: too big at f32 (2× memory), fits at q8 (~0.53×).
+    let mem: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    let mut big = tiny_llama_files();
+    big.push(("params.json".into(), format!(r#"{{"BF16": {}}}"#, mem / 2).into_bytes()));
+    env.fake.add_repo("tiny/llama-big", C1, big, &["main"]);
     let (out, _) = env.ok(&["search", "tiny"]);
     let line = |id: &str| out.lines().find(|l| l.split_whitespace().next() == Some(id)).unwrap_or_default().to_string();
     assert!(line("tiny/llama").contains("completion · fits at f32"), "{out}");
     assert!(line("tiny/llama-chat").contains("chat · fits at f32"), "{out}");
+    assert!(line("tiny/llama-big").contains("completion · fits at q8"), "{out}");
     assert!(line("tiny/llama-awq").contains("I32") && line("tiny/llama-awq").contains("bf16 or f16"), "{out}");
     assert!(line("tiny/bert").contains("BertModel"), "{out}");
 }

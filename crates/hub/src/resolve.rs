@@ -75,6 +75,11 @@ fn resolve_repo(
         }
     }
     let is_default = alias.is_some_and(|a| a.name == DEFAULT_ALIAS);
+    // Once a model is on disk nothing asks the network for it again: the default alias's offline copy counts.
+    // `kvad pull smollm2-instruct` still fetches the Hub's copy, which then comes first.
+    if is_default && pypi::smollm2_path().is_file() {
+        return pypi_source("its offline copy is on disk, so the Hub was not asked (`kvad pull` fetches the Hub's)");
+    }
     if env::offline() {
         if is_default && pypi::smollm2_path().is_file() {
             return pypi_source("offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) and the Hub's copy is not in the cache");

@@ -13,3 +13,18 @@ pub mod quant;
 
 pub use matrix::{Bytes, MatrixError, QMatrix};
 pub use quant::QType;
+
+/// Deterministic test data shared by the kernel tests.
+#[cfg(test)]
+pub(crate) mod testdata {
+    /// `n` values in [-0.5, 0.5) from a seeded LCG.
+    pub(crate) fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 33) as f32 / (1u64 << 31) as f32 - 0.5
+            })
+            .collect()
+    }
+}

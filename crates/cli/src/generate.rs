@@ -130,7 +130,8 @@ fn summary(s: &GenStats) {
     );
 }
 
-fn with_system(system: &Option<String>) -> Vec<Value> {
+/// The conversation's opening: the system message, when there is one.
+pub(crate) fn with_system(system: &Option<String>) -> Vec<Value> {
     system.iter().map(|s| json!({"role": "system", "content": s})).collect()
 }
 
@@ -151,8 +152,23 @@ pub fn chat(a: ModelArgs) -> Result<()> {
     if m.template.is_none() {
         bail!("{} has no chat template: it is a completion model; use `kvad run` instead", a.model);
     }
-    let mut messages = with_system(&a.system);
-    eprintln!("kvad: chatting with {} (type /exit to leave, /reset to start over)", a.model);
+    conversation(&a.model, &a.system, |messages, line| {
+        let ids = prompt_ids(&m, messages, line)?;
+        let (reply, stats) = stream(&m, ids, &a, None)?;
+        summary(&stats);
+        Ok(reply)
+    })
+}
+
+/// The read-reply loop `kvad chat` runs in process and against a server: it keeps the conversation (system message
+/// first), handles /exit and /reset, and asks `reply` for the answer to each user line.
+pub(crate) fn conversation(
+    model: &str,
+    system: &Option<String>,
+    mut reply: impl FnMut(&[Value], &str) -> Result<String>,
+) -> Result<()> {
+    let mut messages = with_system(system);
+    eprintln!("kvad: chatting with {model} (type /exit to leave, /reset to start over)");
     let stdin = std::io::stdin();
     loop {
         eprint!("> ");
@@ -165,16 +181,14 @@ pub fn chat(a: ModelArgs) -> Result<()> {
             "" => continue,
             "/exit" | "/quit" => break,
             "/reset" => {
-                messages = with_system(&a.system);
+                messages = with_system(system);
                 continue;
             }
             _ => {}
         }
         messages.push(json!({"role": "user", "content": line}));
-        let ids = prompt_ids(&m, &messages, line)?;
-        let (reply, stats) = stream(&m, ids, &a, None)?;
-        summary(&stats);
-        messages.push(json!({"role": "assistant", "content": reply}));
+        let answer = reply(&messages, line)?;
+        messages.push(json!({"role": "assistant", "content": answer}));
     }
     Ok(())
 }

@@ -83,10 +83,6 @@ fn stream(url: &str, path: &str, body: &Value, json_out: bool) -> Result<String>
     Ok(text)
 }
 
-fn messages(system: &Option<String>) -> Vec<Value> {
-    system.iter().map(|s| json!({"role": "system", "content": s})).collect()
-}
-
 /// `kvad run` against a server.
 pub fn run(url: &str, a: &RunArgs, json_out: bool) -> Result<()> {
     if a.logprobs.is_some() {
@@ -94,7 +90,7 @@ pub fn run(url: &str, a: &RunArgs, json_out: bool) -> Result<()> {
     }
     let mut body = sampling(&a.model);
     if is_chat(url, &a.model.model)? {
-        let mut m = messages(&a.model.system);
+        let mut m = crate::generate::with_system(&a.model.system);
         m.push(json!({"role": "user", "content": a.prompt}));
         body["messages"] = json!(m);
         stream(url, "/v1/chat/completions", &body, json_out)?;
@@ -110,30 +106,11 @@ pub fn chat(url: &str, a: &ModelArgs, json_out: bool) -> Result<()> {
     if !is_chat(url, &a.model)? {
         bail!("{} has no chat template: it is a completion model; use `kvad run` instead", a.model);
     }
-    let mut history = messages(&a.system);
-    eprintln!("kvad: chatting with {} (type /exit to leave, /reset to start over)", a.model);
-    let stdin = std::io::stdin();
-    loop {
-        eprint!("> ");
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
-            break;
-        }
-        match line.trim() {
-            "" => continue,
-            "/exit" | "/quit" => break,
-            "/reset" => {
-                history = messages(&a.system);
-                continue;
-            }
-            l => history.push(json!({"role": "user", "content": l})),
-        }
+    crate::generate::conversation(&a.model, &a.system, |history, _| {
         let mut body = sampling(a);
         body["messages"] = json!(history);
-        let reply = stream(url, "/v1/chat/completions", &body, json_out)?;
-        history.push(json!({"role": "assistant", "content": reply}));
-    }
-    Ok(())
+        stream(url, "/v1/chat/completions", &body, json_out)
+    })
 }
 
 /// `kvad ls` against a server.

@@ -34,6 +34,8 @@ pub enum Command {
     Chat(ModelArgs),
     /// List the architectures and the backends that run each.
     Arch,
+    /// What this machine can run: CPU, GPU (which, driver, memory), the backends and the default one.
+    Doctor,
     /// Measure prefill, decode and time to first token: interleaved rounds, medians and ranges.
     Bench(BenchArgs),
     /// List the quantised weights kvad has cached; `kvad cache clear` deletes them.
@@ -133,6 +135,9 @@ pub struct BenchArgs {
     /// Tokens generated per sample.
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
+    /// Sequences generated together in one pass per step (their rates are totals).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
     /// Also write every sample as JSON to this file (`--json` prints them to stdout instead of the table).
     #[arg(long)]
     pub out: Option<String>,
@@ -177,9 +182,10 @@ pub struct ModelArgs {
     /// Seed for sampling.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8 or gpu-q4.
-    #[arg(long, default_value = "cpu-q8")]
-    pub backend: String,
+    /// cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8 or gpu-q4 (default: gpu-q8 where a GPU runs the model, else
+    /// cpu-q8).
+    #[arg(long)]
+    pub backend: Option<String>,
     /// The CPU backend at this precision (the seed's short form): q8 or q4 (f32 for cpu-f32).
     #[arg(long, conflicts_with = "backend")]
     pub quant: Option<String>,

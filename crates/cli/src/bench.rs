@@ -36,7 +36,15 @@ pub fn run(a: BenchArgs, json: bool) -> Result<()> {
             variants.push((format!("{model}@{b}"), m));
         }
     }
-    let total: u64 = variants.iter().map(|(_, m)| m.model.weight_bytes() as u64).sum();
+    if a.batch == 0 {
+        bail!("--batch 0: a benchmark needs at least one sequence");
+    }
+    // GPU variants hold their weights on the device; host memory is the CPU variants' concern.
+    let total: u64 = variants
+        .iter()
+        .filter(|(_, m)| m.backend.device() == kvad_tensor::Device::Cpu)
+        .map(|(_, m)| m.model.weight_bytes() as u64)
+        .sum();
     if let Some(avail) = mem_available() {
         if total > avail {
             eprintln!(
@@ -47,14 +55,20 @@ pub fn run(a: BenchArgs, json: bool) -> Result<()> {
             );
         }
     }
-    let cfg =
-        BenchConfig { prompt_tokens: a.prompt_tokens, gen_tokens: a.gen_tokens, rounds: a.rounds, warmup: a.warmup };
+    let cfg = BenchConfig {
+        prompt_tokens: a.prompt_tokens,
+        gen_tokens: a.gen_tokens,
+        rounds: a.rounds,
+        warmup: a.warmup,
+        batch: a.batch,
+    };
     eprintln!(
-        "kvad bench: {} variants × {} rounds, prompt {} tokens, {} generated, {threads} threads, greedy, empty cache each time",
+        "kvad bench: {} variants × {} rounds, prompt {} tokens, {} generated, {} sequence(s) together, {threads} threads, greedy, empty cache each time",
         variants.len(),
         a.rounds,
         a.prompt_tokens,
-        a.gen_tokens
+        a.gen_tokens,
+        a.batch
     );
     let refs: Vec<&OpenedModel> = variants.iter().map(|(_, m)| m).collect();
     let samples = bench::run(&refs, &cfg, |i, s: &Sample| {
@@ -65,7 +79,7 @@ pub fn run(a: BenchArgs, json: bool) -> Result<()> {
     })?;
     let doc = serde_json::json!({
         "protocol": {"rounds": a.rounds, "warmup": a.warmup, "prompt_tokens": a.prompt_tokens,
-                     "gen_tokens": a.gen_tokens, "threads": threads, "interleaved": true, "empty_cache_each_sample": true},
+                     "gen_tokens": a.gen_tokens, "batch": a.batch, "threads": threads, "interleaved": true, "empty_cache_each_sample": true},
         "variants": variants.iter().zip(&samples).map(|((name, m), s)| serde_json::json!({
             "variant": name, "weight_bytes": m.model.weight_bytes(), "samples": s,
         })).collect::<Vec<_>>(),

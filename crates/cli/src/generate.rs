@@ -12,7 +12,10 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
     // Everything the user typed is checked before the (slow) load.
     params(args, None).validate()?;
     let backend: BackendKind = match args.quant.as_deref() {
-        None => args.backend.parse()?,
+        None => match &args.backend {
+            Some(b) => b.parse()?,
+            None => kvad_engine::system::default_backend(None),
+        },
         Some("q8") => BackendKind::CpuQ8,
         Some("q4") => BackendKind::CpuQ4,
         Some("f32") => BackendKind::CpuF32,
@@ -195,7 +198,14 @@ pub(crate) fn conversation(
 
 /// `kvad arch`.
 pub fn arch() {
+    use kvad_models::ArchKind;
+    let names = |a: ArchKind| {
+        kvad_models::gpu::backends_for(a).iter().map(|b| b.name()).collect::<Vec<_>>().join(" ")
+    };
     println!("{:<8} {:<55} BACKENDS", "ARCH", "COVERS");
-    println!("{:<8} {:<55} cpu-f32 cpu-q8 cpu-q4", "gpt2", "GPT-2");
-    println!("{:<8} {:<55} cpu-f32 cpu-q8 cpu-q4", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2");
+    println!("{:<8} {:<55} {}", "gpt2", "GPT-2", names(ArchKind::Gpt2));
+    println!("{:<8} {:<55} {}", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2", names(ArchKind::Llama));
+    if let Some(why) = kvad_engine::system::gpu_unavailable() {
+        println!("gpu-* backends cannot run on this machine: {why}");
+    }
 }

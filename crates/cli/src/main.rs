@@ -35,6 +35,12 @@ fn main() -> std::process::ExitCode {
             generate::arch();
             Ok(())
         }
+        args::Command::Doctor => {
+            for line in kvad_engine::system::report() {
+                println!("{line}");
+            }
+            Ok(())
+        }
         args::Command::Pull(a) => hub_cmds::pull(a),
         args::Command::Ls(a) => chosen().and_then(|t| match t {
             Target::Remote { url, .. } => client::remote::ls(&url, c.json),

@@ -56,6 +56,8 @@ pub struct BenchConfig {
     pub rounds: usize,
     /// Untimed rounds first, to fault in weights and warm caches.
     pub warmup: usize,
+    /// Sequences generated together, each a token further every step (1: the single-stream path of `generate`).
+    pub batch: usize,
 }
 
 /// A deterministic prompt of `n` ids: a fixed text's tokens, repeated.
@@ -86,6 +88,53 @@ pub fn sample(m: &OpenedModel, prompt: &[u32], gen_tokens: usize, round: usize) 
     })
 }
 
+/// Times `batch` sequences generated together from empty caches: their prompts read in one pass, then one pass per
+/// step for all of them, greedy on the model's side. Rates are totals over the sequences.
+pub fn sample_batch(
+    m: &OpenedModel,
+    prompt: &[u32],
+    gen_tokens: usize,
+    batch: usize,
+    round: usize,
+) -> Result<Sample, EngineError> {
+    use kvad_models::{LogitsMode, SeqInput};
+    if prompt.is_empty() || gen_tokens == 0 {
+        return Err(EngineError::BadRequest("a batched sample needs a prompt and at least one token".into()));
+    }
+    let model = m.model.as_ref();
+    let mut kvs: Vec<_> = (0..batch).map(|_| model.new_cache()).collect();
+    let (head, last) = prompt.split_at(prompt.len() - 1);
+    let t0 = std::time::Instant::now();
+    if !head.is_empty() {
+        let mut b: Vec<SeqInput<'_>> = kvs.iter_mut().map(|kv| SeqInput { tokens: head, kv }).collect();
+        model.forward(&mut b, LogitsMode::None)?;
+    }
+    let mut b: Vec<SeqInput<'_>> = kvs.iter_mut().map(|kv| SeqInput { tokens: last, kv }).collect();
+    let mut next = model.forward_greedy(&mut b)?;
+    let ttft = t0.elapsed();
+    let t1 = std::time::Instant::now();
+    for _ in 1..gen_tokens {
+        let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+        let mut b: Vec<SeqInput<'_>> = toks.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
+        next = model.forward_greedy(&mut b)?;
+    }
+    let decode = t1.elapsed();
+    Ok(Sample {
+        round,
+        prefill_tps: (batch * prompt.len()) as f64 / ttft.as_secs_f64().max(1e-9),
+        decode_tps: (batch * (gen_tokens - 1)) as f64 / decode.as_secs_f64().max(1e-9),
+        ttft_ms: ttft.as_secs_f64() * 1e3,
+    })
+}
+
+fn one(m: &OpenedModel, prompt: &[u32], gen_tokens: usize, cfg: &BenchConfig, round: usize) -> Result<Sample, EngineError> {
+    if cfg.batch > 1 {
+        sample_batch(m, prompt, gen_tokens, cfg.batch, round)
+    } else {
+        sample(m, prompt, gen_tokens, round)
+    }
+}
+
 /// Runs the interleaved rounds over loaded variants; `progress` sees each sample as it lands (index of the
 /// variant, the sample). Returns every sample per variant.
 pub fn run(
@@ -97,13 +146,13 @@ pub fn run(
         variants.iter().map(|m| bench_prompt(m, cfg.prompt_tokens)).collect::<Result<_, _>>()?;
     for _ in 0..cfg.warmup {
         for (m, p) in variants.iter().zip(&prompts) {
-            sample(m, p, cfg.gen_tokens.min(8), 0)?;
+            one(m, p, cfg.gen_tokens.min(8), cfg, 0)?;
         }
     }
     let mut all = vec![Vec::with_capacity(cfg.rounds); variants.len()];
     for round in 1..=cfg.rounds {
         for (i, (m, p)) in variants.iter().zip(&prompts).enumerate() {
-            let s = sample(m, p, cfg.gen_tokens, round)?;
+            let s = one(m, p, cfg.gen_tokens, cfg, round)?;
             progress(i, &s);
             all[i].push(s);
         }

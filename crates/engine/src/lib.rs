@@ -8,6 +8,7 @@ pub mod generate;
 pub mod open;
 pub mod perplexity;
 pub mod sampler;
+pub mod system;
 
 pub use generate::{generate, generate_with, FinishReason, GenStats, GenerateOptions, GenerateRequest};
 pub use open::{open_model, ModelKind, OpenedModel};

@@ -54,11 +54,6 @@ impl OpenedModel {
 
 /// Loads a model directory (HF layout) or a GGUF file on a backend.
 pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, EngineError> {
-    if backend.device() == kvad_tensor::Device::Gpu {
-        return Err(EngineError::BadRequest(format!(
-            "backend {backend} is not built yet in this version; cpu-f32, cpu-q8 and cpu-q4 are"
-        )));
-    }
     let files = ModelFiles::detect(path)?;
     let opts = LoadOptions { backend, cache_dir: Some(kvad_hub::kvad_cache_dir()), f32_reference: false };
     let loaded = load_model_with(&files, &opts)?;

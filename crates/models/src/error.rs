@@ -27,6 +27,9 @@ pub enum ModelError {
     /// A forward pass was asked something impossible (a position past the context, an id past the vocabulary).
     #[error("{0}")]
     BadInput(String),
+    /// A GPU backend cannot run here (no driver, no device, too old) or a GPU call failed.
+    #[error("GPU: {0}")]
+    Gpu(String),
 }
 
 impl ModelError {

@@ -1,10 +1,12 @@
 //! The KV cache of one sequence, owned by the caller (the engine), never by the model.
 
-/// Keys and values of every layer for one sequence, rows of `kv_dim` floats in position order.
-#[derive(Debug, Clone, Default)]
+/// Keys and values of every layer for one sequence: on the CPU rows of `kv_dim` floats in position order; on the
+/// GPU the pages this sequence holds in its model's page pool (returned to the pool when the cache is dropped).
+#[derive(Debug, Default)]
 pub struct SeqKv {
     pub(crate) layers: Vec<LayerKv>,
     pub(crate) len: usize,
+    pub(crate) pages: Option<crate::gpu::Pages>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -16,7 +18,7 @@ pub(crate) struct LayerKv {
 impl SeqKv {
     /// An empty cache for `n_layers` layers.
     pub fn new(n_layers: usize) -> Self {
-        SeqKv { layers: vec![LayerKv::default(); n_layers], len: 0 }
+        SeqKv { layers: vec![LayerKv::default(); n_layers], len: 0, pages: None }
     }
 
     /// Tokens held.
@@ -40,10 +42,14 @@ impl SeqKv {
             l.v.truncate(n * dim);
         }
         self.len = n;
+        if let Some(p) = &mut self.pages {
+            p.keep(n);
+        }
     }
 
     /// Bytes held, for memory accounting.
     pub fn bytes(&self) -> usize {
-        self.layers.iter().map(|l| (l.k.len() + l.v.len()) * 4).sum()
+        let device = self.pages.as_ref().map_or(0, crate::gpu::Pages::bytes);
+        self.layers.iter().map(|l| (l.k.len() + l.v.len()) * 4).sum::<usize>() + device
     }
 }

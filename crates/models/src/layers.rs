@@ -67,7 +67,7 @@ impl Embedding {
 /// Precomputed RoPE inverse frequencies (with Llama 3 scaling applied), computed as PyTorch does in f32.
 #[derive(Debug, Clone)]
 pub struct Rope {
-    inv_freq: Vec<f32>,
+    pub(crate) inv_freq: Vec<f32>,
 }
 
 impl Rope {

@@ -7,6 +7,7 @@
 pub mod arch;
 pub mod config;
 pub mod error;
+pub mod gpu;
 pub mod kv;
 pub mod layers;
 pub mod load;
@@ -50,4 +51,21 @@ pub trait CausalLm: Send + Sync {
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
     /// Bytes of weights held (mapped or owned), for memory accounting.
     fn weight_bytes(&self) -> usize;
+    /// The greedy next token of each sequence (argmax of its last row's logits, the first on ties). A GPU model
+    /// picks it on the device and copies back only the ids.
+    fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
+        let logits = self.forward(batch, LogitsMode::Last)?;
+        Ok(logits.iter().map(|l| first_argmax(l)).collect())
+    }
+}
+
+/// Index of the first maximum.
+pub fn first_argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
 }

@@ -94,6 +94,14 @@ pub fn load_model(files: &ModelFiles) -> Result<LoadedModel, ModelError> {
 /// Loads and checks a model from its files on a backend, through the quantised cache when it has one.
 pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedModel, ModelError> {
     let backend = opts.backend;
+    // A GPU backend finds its GPU (and compiles its kernels) before any weight is read, so "no GPU" is said at once.
+    let gpu = match backend.device() {
+        kvad_tensor::Device::Gpu => {
+            let dir = crate::gpu::kernel_cache_dir(opts.cache_dir.as_deref());
+            Some(kvad_tensor::cuda::Gpu::shared(dir.as_deref())?)
+        }
+        kvad_tensor::Device::Cpu => None,
+    };
     let cache = match (&opts.cache_dir, backend) {
         (Some(dir), BackendKind::CpuQ8 | BackendKind::CpuQ4) if !opts.f32_reference => {
             Some(qcache::cache_path(&dir.join("quant"), files, backend))
@@ -109,7 +117,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
                     ModelFiles::HfDir(_) => None,
                 };
                 let mut t = Tensors::new(&g, None, Some(types), backend);
-                let model = build(cfg, &mut t)?;
+                let model = build(cfg, &mut t, None)?;
                 t.finish()?;
                 notes.append(&mut t.notes);
                 return Ok(LoadedModel { model, notes, gguf, cache: CacheUse::Mapped(path.clone()) });
@@ -156,7 +164,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     if names.is_some() && t.has("rope_freqs.weight") {
         t.used.insert("rope_freqs.weight".into());
     }
-    let model = build(cfg.clone(), &mut t)?;
+    let model = build(cfg.clone(), &mut t, gpu)?;
     notes.append(&mut t.notes);
     t.finish()?;
     let cache = match cache {
@@ -171,10 +179,17 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     Ok(LoadedModel { model, notes, gguf, cache })
 }
 
-fn build(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Box<dyn CausalLm>, ModelError> {
-    Ok(match cfg.arch {
-        ArchKind::Llama => Box::new(Llama::load(cfg, t)?),
-        ArchKind::Gpt2 => Box::new(Gpt2::load(cfg, t)?),
+fn build(
+    cfg: ModelConfig,
+    t: &mut Tensors<'_>,
+    gpu: Option<std::sync::Arc<kvad_tensor::cuda::Gpu>>,
+) -> Result<Box<dyn CausalLm>, ModelError> {
+    let backend = t.backend;
+    Ok(match (cfg.arch, gpu) {
+        (ArchKind::Llama, None) => Box::new(Llama::load(cfg, t)?),
+        (ArchKind::Gpt2, None) => Box::new(Gpt2::load(cfg, t)?),
+        (ArchKind::Llama, Some(g)) => Box::new(crate::gpu::llama::upload(g, Llama::load(cfg, t)?, backend)?),
+        (ArchKind::Gpt2, Some(g)) => Box::new(crate::gpu::gpt2::upload(g, Gpt2::load(cfg, t)?, backend)?),
     })
 }
 

@@ -25,17 +25,22 @@ pub(crate) enum Role {
 }
 
 /// The format a backend stores a matrix of this role in, when it quantises.
-fn target(backend: BackendKind, role: Role) -> QType {
+pub(crate) fn target(backend: BackendKind, role: Role) -> QType {
     match (backend, role) {
         (BackendKind::CpuQ8 | BackendKind::GpuQ8, _) => QType::Q8_0,
         (BackendKind::CpuQ4 | BackendKind::GpuQ4, Role::Layer) => QType::Q4_0,
         (BackendKind::CpuQ4 | BackendKind::GpuQ4, Role::Embedding) => QType::Q8_0,
-        _ => QType::F32,
+        (BackendKind::GpuBf16, _) => QType::BF16,
+        (BackendKind::CpuF32, _) => QType::F32,
     }
 }
 
 /// Whether stored blocks can be used as they are by this backend for this role.
 fn as_is(backend: BackendKind, role: Role, stored: &StoredType) -> Option<QType> {
+    // The GPU takes bf16 as it is and quantises it on the device when the backend wants blocks.
+    if backend.device() == kvad_tensor::Device::Gpu && *stored == StoredType::BF16 {
+        return Some(QType::BF16);
+    }
     let t = match stored {
         StoredType::F32 => QType::F32,
         StoredType::Q8_0 => QType::Q8_0,
@@ -166,15 +171,16 @@ impl<'a> Tensors<'a> {
             return Err(ModelError::ShapeMismatch { name, expected: vec![rows, cols], got: info.shape });
         }
         let whole_blocks = cols.is_multiple_of(32);
-        if let Some(t) = as_is(self.backend, role, &info.dtype).filter(|&t| t == QType::F32 || whole_blocks) {
+        let plain = |t: QType| t == QType::F32 || t == QType::BF16;
+        if let Some(t) = as_is(self.backend, role, &info.dtype).filter(|&t| plain(t) || whole_blocks) {
             let m = match (self.permutation(hf), t) {
-                // f32 as stored: borrowed from the mapped file.
-                (None, QType::F32) => QMatrix::new(t, rows, cols, self.src.raw_shared(&name)?),
+                // f32 and bf16 as stored: borrowed from the mapped file.
+                (None, QType::F32 | QType::BF16) => QMatrix::new(t, rows, cols, self.src.raw_shared(&name)?),
                 (None, _) => QMatrix::from_ggml(t, rows, cols, self.src.raw_bytes(&name)?),
                 (Some(heads), _) => {
                     let raw = self.src.raw_bytes(&name)?;
                     let rows_unpermuted = unpermute(raw, heads, raw.len() / rows);
-                    if t == QType::F32 {
+                    if plain(t) {
                         QMatrix::new(t, rows, cols, Bytes::Owned(Arc::new(rows_unpermuted)))
                     } else {
                         QMatrix::from_ggml(t, rows, cols, &rows_unpermuted)
@@ -185,7 +191,11 @@ impl<'a> Tensors<'a> {
             return m.map_err(|e| matrix_error(&name, e));
         }
         let w = self.get(hf, &[rows, cols])?;
-        let t = if whole_blocks { target(self.backend, role) } else { QType::F32 };
+        let t = match target(self.backend, role) {
+            t @ (QType::F32 | QType::BF16) => t,
+            _ if !whole_blocks => QType::F32,
+            t => t,
+        };
         QMatrix::quantize(t, rows, cols, &w).map_err(|e| matrix_error(&name, e))
     }
 

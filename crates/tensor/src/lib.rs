@@ -5,5 +5,6 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod cuda;
 
 pub use backend::{BackendKind, BackendParseError, Device};

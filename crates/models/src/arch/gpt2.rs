@@ -11,23 +11,23 @@ use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
 
-struct Block {
-    ln1: (Vec<f32>, Vec<f32>),
-    c_attn: Linear,
-    c_proj: Linear,
-    ln2: (Vec<f32>, Vec<f32>),
-    fc: Linear,
-    proj: Linear,
+pub(crate) struct Block {
+    pub(crate) ln1: (Vec<f32>, Vec<f32>),
+    pub(crate) c_attn: Linear,
+    pub(crate) c_proj: Linear,
+    pub(crate) ln2: (Vec<f32>, Vec<f32>),
+    pub(crate) fc: Linear,
+    pub(crate) proj: Linear,
 }
 
 /// GPT-2 with f32 weights on the CPU.
 pub struct Gpt2 {
-    cfg: ModelConfig,
-    wte: Embedding,
-    wpe: Vec<f32>,
-    blocks: Vec<Block>,
-    ln_f: (Vec<f32>, Vec<f32>),
-    head: Option<Linear>,
+    pub(crate) cfg: ModelConfig,
+    pub(crate) wte: Embedding,
+    pub(crate) wpe: Vec<f32>,
+    pub(crate) blocks: Vec<Block>,
+    pub(crate) ln_f: (Vec<f32>, Vec<f32>),
+    pub(crate) head: Option<Linear>,
 }
 
 impl Gpt2 {

@@ -12,28 +12,28 @@ use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
 
-struct Layer {
-    attn_norm: Vec<f32>,
+pub(crate) struct Layer {
+    pub(crate) attn_norm: Vec<f32>,
     /// q, k and v stacked: `[q_dim + 2·kv_dim, hidden]`.
-    qkv: Linear,
-    q_norm: Option<Vec<f32>>,
-    k_norm: Option<Vec<f32>>,
-    o: Linear,
-    mlp_norm: Vec<f32>,
+    pub(crate) qkv: Linear,
+    pub(crate) q_norm: Option<Vec<f32>>,
+    pub(crate) k_norm: Option<Vec<f32>>,
+    pub(crate) o: Linear,
+    pub(crate) mlp_norm: Vec<f32>,
     /// gate and up stacked: `[2·intermediate, hidden]`.
-    gate_up: Linear,
-    down: Linear,
+    pub(crate) gate_up: Linear,
+    pub(crate) down: Linear,
 }
 
 /// A llama-family model with f32 weights on the CPU.
 pub struct Llama {
-    cfg: ModelConfig,
-    embed: Embedding,
-    layers: Vec<Layer>,
-    norm: Vec<f32>,
+    pub(crate) cfg: ModelConfig,
+    pub(crate) embed: Embedding,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) norm: Vec<f32>,
     /// None when the head is the embedding.
-    head: Option<Linear>,
-    rope: Rope,
+    pub(crate) head: Option<Linear>,
+    pub(crate) rope: Rope,
 }
 
 impl Llama {

@@ -106,8 +106,10 @@ impl QMatrix {
     pub fn from_ggml(qtype: QType, rows: usize, cols: usize, ggml: &[u8]) -> Result<Self, MatrixError> {
         let row_bytes =
             qtype.row_bytes(cols).ok_or(MatrixError { qtype: qtype.name(), rows, cols, need: 0, got: 0 })?;
-        let ggml_row =
-            if qtype == QType::F32 { cols * 4 } else { cols / super::quant::BLOCK * qtype.ggml_block_bytes() };
+        let ggml_row = match qtype {
+            QType::F32 | QType::BF16 => row_bytes,
+            _ => cols / super::quant::BLOCK * qtype.ggml_block_bytes(),
+        };
         if ggml.len() != ggml_row * rows {
             return Err(MatrixError { qtype: qtype.name(), rows, cols, need: ggml_row * rows, got: ggml.len() });
         }
@@ -171,7 +173,8 @@ impl QMatrix {
         if n == 0 || self.rows == 0 {
             return;
         }
-        if n == 1 {
+        // bf16 is a GPU format; on the CPU it only runs through the GEMM's dequantised panels.
+        if n == 1 && self.qtype != QType::BF16 {
             gemv::gemv(self, &x[..self.cols], &mut out[..self.rows]);
         } else {
             gemm::gemm(self, x, n, out);

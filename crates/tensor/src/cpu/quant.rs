@@ -28,13 +28,17 @@ pub enum QType {
     Q4_0,
     /// 4-bit blocks with a minimum.
     Q4_1,
+    /// bf16, for the GPU's bf16 backend (the CPU kernels read it only through [`dequantize_row`]).
+    BF16,
 }
 
 impl QType {
     /// Bytes of a row of `cols` weights, or None when `cols` is not a whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
-        if self == QType::F32 {
-            return Some(cols * 4);
+        match self {
+            QType::F32 => return Some(cols * 4),
+            QType::BF16 => return Some(cols * 2),
+            _ => {}
         }
         cols.is_multiple_of(BLOCK).then(|| {
             let nb = cols / BLOCK;
@@ -65,18 +69,20 @@ impl QType {
             QType::Q8_0 => "Q8_0",
             QType::Q4_0 => "Q4_0",
             QType::Q4_1 => "Q4_1",
+            QType::BF16 => "BF16",
         }
     }
 
     /// The inverse of [`QType::name`].
     pub fn from_name(s: &str) -> Option<QType> {
-        [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1].into_iter().find(|t| t.name() == s)
+        [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::BF16].into_iter().find(|t| t.name() == s)
     }
 
     /// Bytes of one GGUF block of this type (34, 18, 20).
     pub fn ggml_block_bytes(self) -> usize {
         match self {
             QType::F32 => 4,
+            QType::BF16 => 2,
             QType::Q8_0 => 34,
             QType::Q4_0 => 18,
             QType::Q4_1 => 20,
@@ -108,6 +114,12 @@ fn put_f16(b: &mut [u8], i: usize, v: f32) {
 
 /// Quantises a row (a multiple of 32 long, or any length for F32) into `out` (`row_bytes` long).
 pub fn quantize_row(t: QType, x: &[f32], out: &mut [u8]) {
+    if t == QType::BF16 {
+        for (o, v) in out.chunks_exact_mut(2).zip(x) {
+            o.copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+        }
+        return;
+    }
     if t == QType::F32 {
         for (o, v) in out.chunks_exact_mut(4).zip(x) {
             o.copy_from_slice(&v.to_le_bytes());
@@ -153,13 +165,19 @@ pub fn quantize_row(t: QType, x: &[f32], out: &mut [u8]) {
                     q[b * 16 + j] = q0 | (q1 << 4);
                 }
             }
-            QType::F32 => unreachable!(),
+            QType::F32 | QType::BF16 => unreachable!(),
         }
     }
 }
 
 /// Dequantises a row of `out.len()` weights.
 pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
+    if t == QType::BF16 {
+        for (o, b) in out.iter_mut().zip(row.chunks_exact(2)) {
+            *o = half::bf16::from_le_bytes([b[0], b[1]]).to_f32();
+        }
+        return;
+    }
     if t == QType::F32 {
         for (o, b) in out.iter_mut().zip(row.chunks_exact(4)) {
             *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -184,14 +202,14 @@ pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
                     o[j + 16] = d * ((byte >> 4) as i32 - off) as f32 + m;
                 }
             }
-            QType::F32 => unreachable!(),
+            QType::F32 | QType::BF16 => unreachable!(),
         }
     }
 }
 
 /// Converts a row of GGUF blocks (`cols/32` blocks of `ggml_block_bytes`) into kvad's layout, value for value.
 pub fn from_ggml(t: QType, ggml: &[u8], out: &mut [u8]) {
-    if t == QType::F32 {
+    if t == QType::F32 || t == QType::BF16 {
         out.copy_from_slice(ggml);
         return;
     }
@@ -212,7 +230,7 @@ pub fn from_ggml(t: QType, ggml: &[u8], out: &mut [u8]) {
 
 /// Converts a row of kvad's layout back into GGUF blocks (for tests and export).
 pub fn to_ggml(t: QType, row: &[u8], cols: usize, out: &mut [u8]) {
-    if t == QType::F32 {
+    if t == QType::F32 || t == QType::BF16 {
         out.copy_from_slice(row);
         return;
     }
@@ -261,6 +279,22 @@ mod tests {
                     assert!((a - b).abs() <= bound, "{t:?}: {a} vs {b} (bound {bound})");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even_and_back_exactly() {
+        let x = [1.0f32, 1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -2.5e-3, 3.0e38];
+        let mut q = vec![0u8; QType::BF16.row_bytes(x.len()).unwrap()];
+        quantize_row(QType::BF16, &x, &mut q);
+        let mut y = vec![0f32; x.len()];
+        dequantize_row(QType::BF16, &q, &mut y);
+        // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even (1); 1 + 3·2^-8 ties up to 1 + 2^-6.
+        assert_eq!(y[0], 1.0);
+        assert_eq!(y[1], 1.0);
+        assert_eq!(y[2], 1.0 + 1.0 / 64.0);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b).abs() <= a.abs() / 128.0, "{a} vs {b}");
         }
     }
 

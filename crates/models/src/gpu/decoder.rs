@@ -1,0 +1,413 @@
+//! The decoder every GPU architecture runs: pre-norm layers of attention and MLP over the residual stream, kept in
+//! f32 on the device. Products of up to [`GEMV_MAX_ROWS`] rows (decode) run kvad's GEMV kernels on f32
+//! activations; larger ones (prefill) run cuBLAS on bf16 activations, block formats dequantised per product.
+
+use super::pages::{PagePool, Pages};
+use crate::config::ModelConfig;
+use crate::error::ModelError;
+use crate::kv::SeqKv;
+use crate::layers::logit_rows;
+use crate::{CausalLm, LogitsMode, SeqInput};
+use kvad_tensor::cuda::{Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, Meta, QkvPost, GEMV_MAX_ROWS, KV_PAGE};
+use std::sync::{Arc, Mutex};
+
+/// A norm before attention, before the MLP, and at the end.
+pub(crate) enum Norm {
+    /// RMSNorm with its weight.
+    Rms(DevBuf),
+    /// LayerNorm with weight and bias.
+    Layer(DevBuf, DevBuf),
+}
+
+/// The MLP's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mlp {
+    /// `down(silu(gate) · up)`, gate and up stacked in one matrix.
+    SwiGlu,
+    /// `proj(gelu_tanh(fc))`.
+    Gelu,
+}
+
+/// One layer's weights on the device.
+pub(crate) struct Layer {
+    pub(crate) norm1: Norm,
+    pub(crate) qkv: DevMatrix,
+    pub(crate) qkv_bias: Option<DevBuf>,
+    pub(crate) q_norm: Option<DevBuf>,
+    pub(crate) k_norm: Option<DevBuf>,
+    pub(crate) o: DevMatrix,
+    pub(crate) o_bias: Option<DevBuf>,
+    pub(crate) norm2: Norm,
+    pub(crate) up: DevMatrix,
+    pub(crate) up_bias: Option<DevBuf>,
+    pub(crate) down: DevMatrix,
+    pub(crate) down_bias: Option<DevBuf>,
+}
+
+/// The parts an architecture file assembles.
+pub(crate) struct Parts {
+    pub(crate) cfg: ModelConfig,
+    pub(crate) embed: DevMatrix,
+    /// Learned positions `[max_position][hidden]` f32 (GPT-2).
+    pub(crate) pos_emb: Option<DevBuf>,
+    pub(crate) layers: Vec<Layer>,
+    pub(crate) final_norm: Norm,
+    /// None: the head is the embedding.
+    pub(crate) head: Option<DevMatrix>,
+    /// RoPE inverse frequencies (None: no RoPE).
+    pub(crate) inv_freq: Option<DevBuf>,
+    pub(crate) mlp: Mlp,
+}
+
+/// A model on the GPU.
+pub(crate) struct GpuDecoder {
+    gpu: Arc<Gpu>,
+    p: Parts,
+    pool: Arc<PagePool>,
+    /// K and V pages: `[layers][pages][nkv][PAGE][hd]` f16 each.
+    k_pages: DevBuf,
+    v_pages: DevBuf,
+    scratch: Mutex<Option<Scratch>>,
+}
+
+/// Working buffers for a pass of up to `rows` rows and `sel` logit rows, grown as needed.
+struct Scratch {
+    rows: usize,
+    sel: usize,
+    meta_ints: usize,
+    x: DevBuf,
+    h: DevBuf,
+    qkv: DevBuf,
+    q: DevBuf,
+    att: DevBuf,
+    up: DevBuf,
+    act: DevBuf,
+    hsel: DevBuf,
+    logits: DevBuf,
+    meta: DevBuf,
+    /// Greedy ids out.
+    ids: DevBuf,
+    /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
+    wtmp: Option<DevBuf>,
+}
+
+fn up_width(p: &Parts) -> usize {
+    p.layers.first().map_or(0, |l| l.up.rows())
+}
+
+impl Scratch {
+    fn new(gpu: &Arc<Gpu>, p: &Parts, rows: usize, sel: usize, meta_ints: usize) -> Result<Scratch, ModelError> {
+        let c = &p.cfg;
+        let f = 4;
+        let widest = c.hidden.max(c.q_dim()).max(c.intermediate);
+        Ok(Scratch {
+            rows,
+            sel,
+            meta_ints,
+            x: DevBuf::zeros(gpu, rows * c.hidden * f)?,
+            h: DevBuf::zeros(gpu, rows * widest * f)?,
+            qkv: DevBuf::zeros(gpu, rows * (c.q_dim() + 2 * c.kv_dim()) * f)?,
+            q: DevBuf::zeros(gpu, rows * c.q_dim() * f)?,
+            att: DevBuf::zeros(gpu, rows * c.q_dim() * f)?,
+            up: DevBuf::zeros(gpu, rows * up_width(p) * f)?,
+            act: DevBuf::zeros(gpu, rows * c.intermediate * f)?,
+            hsel: DevBuf::zeros(gpu, sel * c.hidden * f)?,
+            logits: DevBuf::zeros(gpu, sel * c.vocab_size * f)?,
+            meta: DevBuf::zeros(gpu, meta_ints * 4)?,
+            ids: DevBuf::zeros(gpu, sel * 4)?,
+            wtmp: None,
+        })
+    }
+}
+
+/// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` says otherwise; at most half the free memory.
+const DEFAULT_KV_TOKENS: usize = 65_536;
+
+impl GpuDecoder {
+    /// Takes the uploaded parts and allocates the page pool.
+    pub(crate) fn new(gpu: Arc<Gpu>, p: Parts) -> Result<GpuDecoder, ModelError> {
+        let c = &p.cfg;
+        let page_one_layer = KV_PAGE * c.n_kv_heads * c.head_dim * 2;
+        let page_bytes = page_one_layer * c.n_layers * 2;
+        let want_tokens = std::env::var("KVAD_GPU_KV_TOKENS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(DEFAULT_KV_TOKENS)
+            .min(c.max_position.max(KV_PAGE) * 64);
+        let (free, _) = gpu.memory()?;
+        let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
+        let k_pages = DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?;
+        let v_pages = DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?;
+        Ok(GpuDecoder { gpu, pool: PagePool::new(pages, page_bytes), k_pages, v_pages, scratch: Mutex::new(None), p })
+    }
+
+    fn layer_pages(&self, li: usize) -> (u64, u64) {
+        let c = &self.p.cfg;
+        let per_layer = self.pool.total * KV_PAGE * c.n_kv_heads * c.head_dim * 2;
+        (self.k_pages.at(li * per_layer), self.v_pages.at(li * per_layer))
+    }
+
+    fn norm(&self, n: &Norm, x: u64, out: u64, rows: usize, bf16: bool) -> Result<(), ModelError> {
+        let c = &self.p.cfg;
+        // SAFETY: x and out hold rows × hidden (checked by the scratch sizes).
+        unsafe {
+            match n {
+                Norm::Rms(w) => self.gpu.rms_norm(x, w.ptr(), out, rows, c.hidden, c.norm_eps as f32, bf16)?,
+                Norm::Layer(w, b) => {
+                    self.gpu.layer_norm(x, w.ptr(), b.ptr(), out, rows, c.hidden, c.norm_eps as f32, bf16)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn largest_block_matrix(&self) -> usize {
+        let p = &self.p;
+        let mut m = [Some(&p.embed), p.head.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|m| m.format() != DevFormat::Bf16)
+            .map(|m| m.rows() * m.cols())
+            .max()
+            .unwrap_or(0);
+        for l in &p.layers {
+            for w in [&l.qkv, &l.o, &l.up, &l.down] {
+                if w.format() != DevFormat::Bf16 {
+                    m = m.max(w.rows() * w.cols());
+                }
+            }
+        }
+        m
+    }
+}
+
+fn ptr(b: &Option<DevBuf>) -> u64 {
+    b.as_ref().map_or(0, DevBuf::ptr)
+}
+
+fn act(buf: &DevBuf, gemv: bool) -> Act {
+    if gemv {
+        Act::F32(buf.ptr())
+    } else {
+        Act::Bf16(buf.ptr())
+    }
+}
+
+impl CausalLm for GpuDecoder {
+    fn config(&self) -> &ModelConfig {
+        &self.p.cfg
+    }
+
+    fn new_cache(&self) -> SeqKv {
+        let mut kv = SeqKv::new(self.p.cfg.n_layers);
+        kv.pages = Some(Pages::new(self.pool.clone()));
+        kv
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let p = &self.p;
+        let vec = |b: &Option<DevBuf>| b.as_ref().map_or(0, DevBuf::len);
+        let norm = |n: &Norm| match n {
+            Norm::Rms(w) => w.len(),
+            Norm::Layer(w, b) => w.len() + b.len(),
+        };
+        let layers: usize = p
+            .layers
+            .iter()
+            .map(|l| {
+                l.qkv.bytes()
+                    + l.o.bytes()
+                    + l.up.bytes()
+                    + l.down.bytes()
+                    + norm(&l.norm1)
+                    + norm(&l.norm2)
+                    + vec(&l.qkv_bias)
+                    + vec(&l.o_bias)
+                    + vec(&l.up_bias)
+                    + vec(&l.down_bias)
+                    + vec(&l.q_norm)
+                    + vec(&l.k_norm)
+            })
+            .sum();
+        layers + p.embed.bytes() + p.head.as_ref().map_or(0, DevMatrix::bytes) + vec(&p.pos_emb) + norm(&p.final_norm)
+    }
+
+    fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let vocab = self.p.cfg.vocab_size;
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(spans) = self.run(batch, mode, &mut guard)? else { return Ok(vec![Vec::new(); batch.len()]) };
+        let s = guard.as_ref().expect("run allocates the scratch");
+        let n: usize = spans.iter().map(|s| s.1).sum();
+        let logits: Vec<f32> = if n == 0 {
+            self.gpu.synchronize()?;
+            Vec::new()
+        } else {
+            s.logits.read(&self.gpu, n * vocab)?
+        };
+        let mut out = Vec::with_capacity(batch.len());
+        let mut r = 0;
+        for &(_, n) in &spans {
+            out.push(logits[r * vocab..(r + n) * vocab].to_vec());
+            r += n;
+        }
+        Ok(out)
+    }
+
+    fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
+        let vocab = self.p.cfg.vocab_size;
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(spans) = self.run(batch, LogitsMode::Last, &mut guard)? else { return Ok(Vec::new()) };
+        let s = guard.as_ref().expect("run allocates the scratch");
+        let n: usize = spans.iter().map(|s| s.1).sum();
+        if n != batch.len() {
+            return Err(ModelError::BadInput("greedy decoding needs at least one new token per sequence".into()));
+        }
+        // SAFETY: logits holds n rows of vocab, ids room for n ints.
+        let ids: Vec<i32> = unsafe {
+            self.gpu.argmax_rows(s.logits.ptr(), s.ids.ptr(), n, vocab)?;
+            s.ids.read(&self.gpu, n)?
+        };
+        Ok(ids.into_iter().map(|i| i as u32).collect())
+    }
+}
+
+impl GpuDecoder {
+    /// Runs the pass; the logits of the selected rows stay in the scratch. None: no rows at all.
+    fn run(
+        &self,
+        batch: &mut [SeqInput<'_>],
+        mode: LogitsMode,
+        guard: &mut Option<Scratch>,
+    ) -> Result<Option<Vec<(usize, usize)>>, ModelError> {
+        let c = &self.p.cfg;
+        let positions = crate::load::check_batch(c, batch)?;
+        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
+        let rows: usize = counts.iter().sum();
+        if rows == 0 {
+            return Ok(None);
+        }
+        // Pages for every new position, all or nothing.
+        for s in batch.iter_mut() {
+            let need = s.kv.len() + s.tokens.len();
+            let pages = s.kv.pages.as_mut().ok_or_else(|| {
+                ModelError::BadInput("this cache was not made by this GPU model (use its new_cache)".into())
+            })?;
+            if !Arc::ptr_eq(&pages.pool, &self.pool) {
+                return Err(ModelError::BadInput("this cache belongs to another model's page pool".into()));
+            }
+            if !pages.ensure(need) {
+                return Err(ModelError::BadInput(format!(
+                    "the GPU KV cache is full: {need} tokens asked, {} pages of {KV_PAGE} free of {} \
+                     (KVAD_GPU_KV_TOKENS sets its size)",
+                    self.pool.available(),
+                    self.pool.total
+                )));
+            }
+        }
+        let sel_spans = logit_rows(&counts, mode);
+        let sel: Vec<i32> = sel_spans.iter().flat_map(|&(r0, n)| (r0..r0 + n).map(|r| r as i32)).collect();
+        let max_pages = batch.iter().map(|s| s.kv.pages.as_ref().map_or(0, |p| p.ids.len())).max().unwrap_or(1);
+        let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * max_pages);
+        for s in batch.iter() {
+            meta.extend(s.tokens.iter().map(|&t| t as i32));
+        }
+        meta.extend(positions.iter().map(|&p| p as i32));
+        for (i, &n) in counts.iter().enumerate() {
+            meta.extend(std::iter::repeat_n(i as i32, n));
+        }
+        meta.extend_from_slice(&sel);
+        for s in batch.iter() {
+            let ids = &s.kv.pages.as_ref().map_or(&[][..], |p| &p.ids[..]);
+            meta.extend(ids.iter().map(|&i| i as i32));
+            meta.extend(std::iter::repeat_n(0, max_pages - ids.len()));
+        }
+
+        let gpu = &self.gpu;
+        let fits = guard.as_ref().is_some_and(|s| s.rows >= rows && s.sel >= sel.len() && s.meta_ints >= meta.len());
+        if !fits {
+            let old = guard.take();
+            let r = rows.next_power_of_two().max(old.as_ref().map_or(0, |s| s.rows));
+            let n = sel.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.sel));
+            let m = meta.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.meta_ints));
+            let mut fresh = Scratch::new(gpu, &self.p, r, n, m)?;
+            fresh.wtmp = old.and_then(|s| s.wtmp);
+            *guard = Some(fresh);
+        }
+        let s = guard.as_mut().expect("scratch allocated above");
+        if rows > GEMV_MAX_ROWS && s.wtmp.is_none() {
+            let n = self.largest_block_matrix();
+            if n > 0 {
+                s.wtmp = Some(DevBuf::zeros(gpu, n * 2)?);
+            }
+        }
+        s.meta.write_slice(gpu, &meta)?;
+        let ids = s.meta.ptr();
+        let m = Meta { row_pos: s.meta.at(rows * 4), row_seq: s.meta.at(rows * 8), tables: 0, max_pages };
+        let sel_ptr = s.meta.at(rows * 12);
+        let m = Meta { tables: s.meta.at((rows * 3 + sel.len()) * 4), ..m };
+
+        let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
+        let gemv = rows <= GEMV_MAX_ROWS;
+        let wtmp = s.wtmp.as_ref();
+        // SAFETY: every buffer below was sized for `rows` rows of its width, the metadata for this batch, and the
+        // page tables cover every new position (ensured above).
+        unsafe {
+            gpu.embed(&self.p.embed, ids, m.row_pos, ptr(&self.p.pos_emb), s.x.ptr(), rows)?;
+            for (li, l) in self.p.layers.iter().enumerate() {
+                let (kp, vp) = self.layer_pages(li);
+                self.norm(&l.norm1, s.x.ptr(), s.h.ptr(), rows, !gemv)?;
+                gpu.matmul(&l.qkv, act(&s.h, gemv), rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
+                gpu.qkv_post(&QkvPost {
+                    qkv: s.qkv.ptr(),
+                    q_out: s.q.ptr(),
+                    k_pages: kp,
+                    v_pages: vp,
+                    q_norm: ptr(&l.q_norm),
+                    k_norm: ptr(&l.k_norm),
+                    inv_freq: ptr(&self.p.inv_freq),
+                    meta: m,
+                    rows,
+                    nh: c.n_heads,
+                    nkv: c.n_kv_heads,
+                    hd,
+                    eps: c.norm_eps as f32,
+                })?;
+                gpu.attention(&Attn {
+                    q: s.q.ptr(),
+                    k_pages: kp,
+                    v_pages: vp,
+                    out: s.att.ptr(),
+                    out_bf16: !gemv,
+                    meta: m,
+                    rows,
+                    nh: c.n_heads,
+                    nkv: c.n_kv_heads,
+                    hd,
+                    window: c.sliding_window.unwrap_or(0),
+                    scale: 1.0 / (hd as f32).sqrt(),
+                })?;
+                gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
+                self.norm(&l.norm2, s.x.ptr(), s.h.ptr(), rows, !gemv)?;
+                gpu.matmul(&l.up, act(&s.h, gemv), rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;
+                match self.p.mlp {
+                    Mlp::SwiGlu => gpu.silu_mul(s.up.ptr(), s.act.ptr(), rows, c.intermediate, !gemv)?,
+                    Mlp::Gelu => gpu.gelu(s.up.ptr(), s.act.ptr(), rows * c.intermediate, !gemv)?,
+                }
+                gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
+            }
+            let _ = (qd, kvd);
+            let n = sel.len();
+            if n > 0 {
+                let small = n <= GEMV_MAX_ROWS;
+                gpu.gather_rows(s.x.ptr(), sel_ptr, s.hsel.ptr(), n, h)?;
+                self.norm(&self.p.final_norm, s.hsel.ptr(), s.h.ptr(), n, !small)?;
+                let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
+                gpu.matmul(head, act(&s.h, small), n, s.logits.ptr(), 0, false, wtmp)?;
+            }
+        }
+        for (sq, &n) in batch.iter_mut().zip(&counts) {
+            sq.kv.len += n;
+        }
+        Ok(Some(sel_spans))
+    }
+}

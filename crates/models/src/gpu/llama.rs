@@ -1,0 +1,70 @@
+//! The llama family on the GPU: RMSNorm, stacked q/k/v (Qwen2's bias, Qwen3's per-head q/k norm), rotate-half
+//! RoPE, sliding window, SwiGLU with gate and up stacked.
+
+use super::decoder::{Layer, Mlp, Norm, Parts};
+use super::{device_format, GpuDecoder};
+use crate::arch::llama::Llama;
+use crate::error::ModelError;
+use crate::layers::Linear;
+use crate::tensors::Role;
+use kvad_tensor::cuda::{DevBuf, DevMatrix, Gpu};
+use kvad_tensor::BackendKind;
+use std::sync::Arc;
+
+/// Uploads a loaded llama-family model; the host copy is dropped layer by layer as it goes up.
+pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<GpuDecoder, ModelError> {
+    let up = Uploader { gpu: &gpu, backend };
+    let Llama { cfg, embed, layers, norm, head, rope } = m;
+    let mut out = Vec::with_capacity(layers.len());
+    for l in layers {
+        out.push(Layer {
+            norm1: Norm::Rms(up.vector(&l.attn_norm)?),
+            qkv: up.matrix(&l.qkv)?,
+            qkv_bias: up.bias(&l.qkv)?,
+            q_norm: l.q_norm.as_deref().map(|v| up.vector(v)).transpose()?,
+            k_norm: l.k_norm.as_deref().map(|v| up.vector(v)).transpose()?,
+            o: up.matrix(&l.o)?,
+            o_bias: up.bias(&l.o)?,
+            norm2: Norm::Rms(up.vector(&l.mlp_norm)?),
+            up: up.matrix(&l.gate_up)?,
+            up_bias: up.bias(&l.gate_up)?,
+            down: up.matrix(&l.down)?,
+            down_bias: up.bias(&l.down)?,
+        });
+    }
+    let parts = Parts {
+        embed: up.embedding(embed.0.clone())?,
+        pos_emb: None,
+        layers: out,
+        final_norm: Norm::Rms(up.vector(&norm)?),
+        head: head.map(|h| up.embedding(h.matrix().clone())).transpose()?,
+        inv_freq: Some(up.vector(&rope.inv_freq)?),
+        mlp: Mlp::SwiGlu,
+        cfg,
+    };
+    GpuDecoder::new(gpu, parts)
+}
+
+/// Uploads host weights in the backend's device formats.
+pub(crate) struct Uploader<'a> {
+    pub(crate) gpu: &'a Arc<Gpu>,
+    pub(crate) backend: BackendKind,
+}
+
+impl Uploader<'_> {
+    pub(crate) fn vector(&self, v: &[f32]) -> Result<DevBuf, ModelError> {
+        Ok(DevBuf::from_slice(self.gpu, v)?)
+    }
+
+    pub(crate) fn matrix(&self, l: &Linear) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, l.matrix(), device_format(self.backend, Role::Layer))?)
+    }
+
+    pub(crate) fn bias(&self, l: &Linear) -> Result<Option<DevBuf>, ModelError> {
+        l.bias().map(|b| self.vector(b)).transpose()
+    }
+
+    pub(crate) fn embedding(&self, m: kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, &m, device_format(self.backend, Role::Embedding))?)
+    }
+}

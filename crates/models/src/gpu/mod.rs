@@ -1,0 +1,47 @@
+//! The GPU backends (gpu-bf16, gpu-q8, gpu-q4): every architecture runs one shared decoder ([`decoder`]) over
+//! weights uploaded from the CPU loader's matrices, with its KV cache in pages of a pool the model owns and each
+//! sequence's [`SeqKv`](crate::SeqKv) holds page ids of.
+//!
+//! The architecture files here only say how a family's tensors map onto the decoder's parts; the loader, the
+//! config checks and the refusals are the CPU path's, so a model refused on the CPU is refused here the same way.
+
+mod decoder;
+pub(crate) mod gpt2;
+pub(crate) mod llama;
+mod pages;
+
+pub(crate) use decoder::GpuDecoder;
+pub use pages::Pages;
+
+use crate::error::ModelError;
+use crate::tensors::{target, Role};
+use kvad_tensor::cpu::QType;
+use kvad_tensor::cuda::{DevFormat, GpuError};
+use kvad_tensor::BackendKind;
+
+impl From<GpuError> for ModelError {
+    fn from(e: GpuError) -> Self {
+        ModelError::Gpu(e.to_string())
+    }
+}
+
+/// The device format a matrix of this role is quantised to on upload, when it arrives as bf16/f32.
+pub(crate) fn device_format(backend: BackendKind, role: Role) -> Option<DevFormat> {
+    match target(backend, role) {
+        QType::Q8_0 => Some(DevFormat::Q8),
+        QType::Q4_0 | QType::Q4_1 => Some(DevFormat::Q4),
+        _ => None,
+    }
+}
+
+/// The directory NVRTC's output is cached in: beside the quantised cache when there is one.
+pub(crate) fn kernel_cache_dir(cache_dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    cache_dir.map(|d| d.join("kernels"))
+}
+
+/// The backends that run an architecture: the list the loader dispatches on (every family has a GPU path).
+pub fn backends_for(arch: crate::ArchKind) -> &'static [BackendKind] {
+    match arch {
+        crate::ArchKind::Llama | crate::ArchKind::Gpt2 => &BackendKind::ALL,
+    }
+}

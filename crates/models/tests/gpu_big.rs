@@ -1,0 +1,57 @@
+//! The benchmark model (Llama-3-8B shape, random weights) against PyTorch bf16, on the device only: top-1 over
+//! 128 teacher-forced decode steps, from the safetensors and from the GGUF alike. `bash scripts/gpu/bench.sh`
+//! makes the model and its reference (scripts/gpu/make_bench_model.py) and runs this with
+//! `KVAD_BIG_MODELS=<path>@<backend>,...` and `KVAD_BIG_REF=<teacher.json>`; without them it says so and returns.
+
+use kvad_models::{load_model_with, LoadOptions, LogitsMode, ModelFiles, SeqInput};
+use kvad_tensor::BackendKind;
+use std::path::Path;
+
+/// Agreement the bf16 backend must reach (the goal); the quantised ones are measured against the same
+/// reference and must stay above these.
+fn floor(b: BackendKind) -> f64 {
+    match b {
+        BackendKind::GpuQ8 => 0.95,
+        BackendKind::GpuQ4 => 0.75,
+        _ => 0.99,
+    }
+}
+
+#[test]
+fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
+    let (Ok(models), Ok(reference)) = (std::env::var("KVAD_BIG_MODELS"), std::env::var("KVAD_BIG_REF")) else {
+        eprintln!("KVAD_BIG_MODELS / KVAD_BIG_REF not given: this check runs on the GPU machine (scripts/gpu/bench.sh)");
+        return;
+    };
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&reference).unwrap()).unwrap();
+    let tokens: Vec<u32> = r["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let want: Vec<u32> = r["argmax"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let gaps: Vec<f64> = r["gaps"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let p = r["prompt_len"].as_u64().unwrap() as usize;
+    for spec in models.split(',') {
+        let (path, backend) = spec.rsplit_once('@').expect("<path>@<backend>");
+        let backend: BackendKind = backend.parse().unwrap();
+        let files = ModelFiles::detect(Path::new(path)).unwrap();
+        let m = load_model_with(&files, &LoadOptions { backend, cache_dir: None, f32_reference: false })
+            .unwrap_or_else(|e| panic!("{spec}: {e}"))
+            .model;
+        let mut kv = m.new_cache();
+        let mut got = Vec::with_capacity(want.len());
+        let last = m.forward(&mut [SeqInput { tokens: &tokens[..p], kv: &mut kv }], LogitsMode::Last).unwrap();
+        got.push(kvad_models::first_argmax(&last[0]));
+        for i in 1..want.len() {
+            got.extend(m.forward_greedy(&mut [SeqInput { tokens: &tokens[p + i - 1..p + i], kv: &mut kv }]).unwrap());
+        }
+        let agree = got.iter().zip(&want).filter(|(a, b)| a == b).count();
+        let parted: Vec<String> = got
+            .iter()
+            .zip(&want)
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, _)| format!("step {i} (PyTorch's top two {:.3} apart)", gaps[i]))
+            .collect();
+        let frac = agree as f64 / want.len() as f64;
+        eprintln!("{spec}: top-1 equal to PyTorch bf16 at {agree}/{} steps; differs at {parted:?}", want.len());
+        assert!(frac >= floor(backend), "{spec}: {frac:.3} below {}", floor(backend));
+    }
+}

@@ -1,0 +1,36 @@
+//! NVRTC compilation of the kernel sources, cached on disk as PTX keyed by source, options and architecture.
+
+use super::GpuError;
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+
+/// PTX for the sources on a GPU of this compute capability: from the cache when an entry for exactly these
+/// sources exists, else compiled (about a second) and written there.
+pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>) -> Result<Ptx, GpuError> {
+    let arch: &'static str = Box::leak(format!("compute_{}{}", cap.0, cap.1).into_boxed_str());
+    let options = vec!["--std=c++17".to_string(), "-default-device".to_string()];
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (src, arch, &options, env!("CARGO_PKG_VERSION")).hash(&mut h);
+    let file = cache.map(|d| d.join(format!("kvad-{arch}-{:016x}.ptx", h.finish())));
+    if let Some(text) = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()) {
+        if text.contains(".entry") {
+            return Ok(Ptx::from_src(text));
+        }
+    }
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoLibrary { lib: "libnvrtc (CUDA's runtime compiler)" });
+    }
+    let opts = CompileOptions { arch: Some(arch), options, ..Default::default() };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(src, opts).map_err(|e| GpuError::Compile(format!("{e:?}")))?;
+    if let Some(f) = &file {
+        // A cache that cannot be written only costs a compile next time.
+        let _ = std::fs::create_dir_all(f.parent().unwrap_or(Path::new(".")));
+        let tmp = f.with_extension("tmp");
+        if std::fs::write(&tmp, ptx.to_src()).is_ok() {
+            let _ = std::fs::rename(&tmp, f);
+        }
+    }
+    Ok(ptx)
+}

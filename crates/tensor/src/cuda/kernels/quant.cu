@@ -1,0 +1,79 @@
+// Weight conversions on the device: bf16 to the q8/q4 formats (the CPU quantiser's arithmetic, so both give the
+// same blocks), and q8/q4 back to bf16 for the prefill GEMM. One thread per block of 32 weights.
+
+extern "C" __global__ void quantize_q8(const bf16_t* __restrict__ w, signed char* q, f16_t* s, size_t blocks) {
+    size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (b >= blocks) return;
+    const bf16_t* x = w + b * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(bf2f(x[j])));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    s[b] = f2h(d);
+    for (int j = 0; j < 32; j++) q[b * 32 + j] = (signed char)roundf(bf2f(x[j]) * id);
+}
+
+extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned char* q, unsigned* dm, size_t blocks) {
+    size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (b >= blocks) return;
+    const bf16_t* x = w + b * 32;
+    float vmax = 0.0f;
+    for (int j = 0; j < 32; j++) {
+        float v = bf2f(x[j]);
+        if (fabsf(v) > fabsf(vmax)) vmax = v;
+    }
+    float d = vmax / -8.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    f16_t dh = f2h(d);
+    // weight = d*(q-8) = d*q + (-8d): stored as (d, m) like Q4_1.
+    dm[b] = (unsigned)dh | ((unsigned)f2h(-8.0f * h2f(dh)) << 16);
+    for (int j = 0; j < 16; j++) {
+        int q0 = min(15, max(0, (int)(bf2f(x[j]) * id + 8.5f)));
+        int q1 = min(15, max(0, (int)(bf2f(x[j + 16]) * id + 8.5f)));
+        q[b * 16 + j] = (unsigned char)(q0 | (q1 << 4));
+    }
+}
+
+extern "C" __global__ void dequant_q8(const signed char* __restrict__ q, const f16_t* __restrict__ s, bf16_t* out,
+                                      size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        out[i] = f2bf(h2f(s[i / 32]) * (float)q[i]);
+}
+
+extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const unsigned* __restrict__ dm,
+                                      bf16_t* out, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t b = i / 32;
+        int j = i % 32;
+        unsigned char byte = q[b * 16 + (j & 15)];
+        int nib = j < 16 ? (byte & 15) : (byte >> 4);
+        unsigned v = dm[b];
+        out[i] = f2bf(h2f((f16_t)(v & 0xffffu)) * (float)nib + h2f((f16_t)(v >> 16)));
+    }
+}
+
+// Greedy sampling without copying logits back: the index of the first maximum of each row.
+extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, int N) {
+    __shared__ float bv[32];
+    __shared__ int bi[32];
+    const float* row = x + (size_t)blockIdx.x * N;
+    float best = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+        float v = row[i];
+        if (v > best) { best = v; idx = i; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > best || (ov == best && oi < idx)) { best = ov; idx = oi; }
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { bv[warp] = best; bi[warp] = idx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (blockDim.x + 31) / 32; w++)
+            if (bv[w] > best || (bv[w] == best && bi[w] < idx)) { best = bv[w]; idx = bi[w]; }
+        out[blockIdx.x] = idx;
+    }
+}

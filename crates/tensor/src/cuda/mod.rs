@@ -1,0 +1,250 @@
+//! CUDA: the GPU found at run time, its kernels compiled by NVRTC on first use, and the launches the GPU backends
+//! are built from.
+//!
+//! Nothing of CUDA is needed to build: cudarc loads `libcuda`, `libnvrtc` and `libcublas` when a GPU backend is
+//! first asked for, and every way of not having them ([`GpuError`]) is an error that says which part is missing, so
+//! one binary runs everywhere. Kernel sources are the `.cu` files beside this one; their PTX is cached on disk
+//! keyed by a hash of the source, the options and the GPU's architecture.
+
+mod blas;
+mod buffer;
+mod compile;
+mod matrix;
+mod ops;
+
+pub use buffer::DevBuf;
+pub use matrix::{DevFormat, DevMatrix};
+pub use ops::{Act, Attn, Meta, QkvPost, GEMV_MAX_ROWS, KV_PAGE};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Why no GPU backend can run here, or why a GPU call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// A CUDA library could not be loaded.
+    #[error("no CUDA: {lib} could not be loaded (no NVIDIA driver or CUDA runtime on this machine)")]
+    NoLibrary {
+        /// The library: libcuda (the driver), libnvrtc, libcublas.
+        lib: &'static str,
+    },
+    /// The driver loaded but sees no device.
+    #[error("no CUDA device: the driver found {0} GPUs")]
+    NoDevice(i32),
+    /// The GPU's architecture is older than the kernels need.
+    #[error("GPU {name} has compute capability {major}.{minor}; kvad's kernels need 8.0 or newer")]
+    TooOld {
+        /// Device name.
+        name: String,
+        /// Major version.
+        major: i32,
+        /// Minor version.
+        minor: i32,
+    },
+    /// A driver call failed.
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+    /// NVRTC refused a kernel source.
+    #[error("NVRTC compile failed: {0}")]
+    Compile(String),
+    /// cuBLAS failed.
+    #[error("cuBLAS: {0}")]
+    Blas(String),
+    /// A shape or format the kernels do not take.
+    #[error("{0}")]
+    Shape(String),
+}
+
+/// What this machine's GPU is, for `kvad doctor` and backend choice.
+#[derive(Debug, Clone)]
+pub struct GpuInfo {
+    /// Device name, e.g. "NVIDIA H200".
+    pub name: String,
+    /// Compute capability.
+    pub capability: (i32, i32),
+    /// Total memory in bytes.
+    pub total_memory: usize,
+    /// Free memory in bytes now.
+    pub free_memory: usize,
+    /// CUDA driver version as (major, minor).
+    pub driver: (i32, i32),
+    /// Multiprocessors.
+    pub sms: i32,
+}
+
+/// One GPU with its stream, compiled kernels and cuBLAS handle. Cheap to share (`Arc`); all work goes to one
+/// stream, so operations are ordered without events.
+pub struct Gpu {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    funcs: HashMap<&'static str, CudaFunction>,
+    pub(crate) blas: Mutex<blas::Blas>,
+    info: GpuInfo,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({})", self.info.name)
+    }
+}
+
+/// The kernel sources, compiled together.
+const SOURCES: [&str; 5] = [
+    include_str!("kernels/common.cuh"),
+    include_str!("kernels/elementwise.cu"),
+    include_str!("kernels/gemv.cu"),
+    include_str!("kernels/attention.cu"),
+    include_str!("kernels/quant.cu"),
+];
+
+/// Every kernel entry point, loaded once.
+const KERNELS: &[&str] = &[
+    "rms_norm",
+    "layer_norm",
+    "silu_mul",
+    "gelu_tanh",
+    "add_bias",
+    "f32_to_bf16",
+    "gather_rows",
+    "embed",
+    "qkv_post",
+    "attention",
+    "quantize_q8",
+    "quantize_q4",
+    "dequant_q8",
+    "dequant_q4",
+    "argmax_rows",
+    "gemv_bf16_1",
+    "gemv_bf16_2",
+    "gemv_bf16_3",
+    "gemv_bf16_4",
+    "gemv_bf16_5",
+    "gemv_bf16_6",
+    "gemv_bf16_7",
+    "gemv_bf16_8",
+    "gemv_q8_1",
+    "gemv_q8_2",
+    "gemv_q8_3",
+    "gemv_q8_4",
+    "gemv_q8_5",
+    "gemv_q8_6",
+    "gemv_q8_7",
+    "gemv_q8_8",
+    "gemv_q4_1",
+    "gemv_q4_2",
+    "gemv_q4_3",
+    "gemv_q4_4",
+    "gemv_q4_5",
+    "gemv_q4_6",
+    "gemv_q4_7",
+    "gemv_q4_8",
+];
+
+/// Whether the CUDA driver library can be loaded at all (no device is touched).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Which of the CUDA libraries beyond the driver (NVRTC, cuBLAS) cannot be loaded, if any.
+pub fn libraries_missing() -> Option<String> {
+    // SAFETY: only try to dlopen the libraries.
+    let (nvrtc, blas) = unsafe { (cudarc::nvrtc::sys::is_culib_present(), cudarc::cublas::sys::is_culib_present()) };
+    match (nvrtc, blas) {
+        (true, true) => None,
+        (false, true) => Some("libnvrtc (CUDA's runtime compiler) could not be loaded".into()),
+        (true, false) => Some("libcublas could not be loaded".into()),
+        (false, false) => Some("libnvrtc and libcublas could not be loaded".into()),
+    }
+}
+
+/// The GPU's properties, or why there is none. Loads only the driver.
+pub fn probe() -> Result<GpuInfo, GpuError> {
+    if !driver_present() {
+        return Err(GpuError::NoLibrary { lib: "libcuda (the NVIDIA driver)" });
+    }
+    let n = CudaContext::device_count()?;
+    if n < 1 {
+        return Err(GpuError::NoDevice(n));
+    }
+    let ctx = CudaContext::new(0)?;
+    info_of(&ctx)
+}
+
+fn info_of(ctx: &Arc<CudaContext>) -> Result<GpuInfo, GpuError> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let (free, total) = ctx.mem_get_info()?;
+    let mut v = 0i32;
+    // SAFETY: writes one int.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }.result()?;
+    Ok(GpuInfo {
+        name: ctx.name()?,
+        capability: ctx.compute_capability()?,
+        total_memory: total,
+        free_memory: free,
+        driver: (v / 1000, (v % 1000) / 10),
+        sms: ctx.attribute(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+    })
+}
+
+static SHARED: OnceLock<Mutex<Option<Arc<Gpu>>>> = OnceLock::new();
+
+impl Gpu {
+    /// The process's GPU (device 0), opened once: driver, kernels (compiled or read from `kernel_cache`), cuBLAS.
+    pub fn shared(kernel_cache: Option<&Path>) -> Result<Arc<Gpu>, GpuError> {
+        let cell = SHARED.get_or_init(|| Mutex::new(None));
+        let mut g = cell.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gpu) = g.as_ref() {
+            return Ok(gpu.clone());
+        }
+        let gpu = Arc::new(Gpu::open(kernel_cache)?);
+        *g = Some(gpu.clone());
+        Ok(gpu)
+    }
+
+    fn open(kernel_cache: Option<&Path>) -> Result<Gpu, GpuError> {
+        let info = probe()?;
+        if info.capability.0 < 8 {
+            return Err(GpuError::TooOld { name: info.name, major: info.capability.0, minor: info.capability.1 });
+        }
+        let ctx = CudaContext::new(0)?;
+        // One stream orders everything; cudarc's per-buffer events would only add work to every launch.
+        // SAFETY: kvad uses a single stream per context.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache)?;
+        let module = ctx.load_module(ptx)?;
+        let mut funcs = HashMap::new();
+        for &name in KERNELS {
+            funcs.insert(name, module.load_function(name)?);
+        }
+        let blas = blas::Blas::new(stream.clone())?;
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info })
+    }
+
+    /// The device's properties as found at open.
+    pub fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    /// Free and total device memory now.
+    pub fn memory(&self) -> Result<(usize, usize), GpuError> {
+        Ok(self.ctx.mem_get_info()?)
+    }
+
+    pub(crate) fn func(&self, name: &str) -> &CudaFunction {
+        self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} is not in KERNELS"))
+    }
+
+    /// Waits for all queued work.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    /// The stream everything runs on (for graphs and events).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}

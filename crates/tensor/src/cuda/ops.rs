@@ -1,0 +1,374 @@
+//! Kernel launches. Every op takes device addresses: the model owns the buffers and their shapes, the op only
+//! checks what the kernels cannot take. All work goes to the GPU's one stream, in order.
+
+use super::buffer::DevBuf;
+use super::matrix::{DevFormat, DevMatrix};
+use super::{Gpu, GpuError};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use std::sync::Arc;
+
+/// Rows up to which a product runs the GEMV kernels (weights read once for all rows); more go to cuBLAS.
+pub const GEMV_MAX_ROWS: usize = 8;
+
+/// Tokens per KV-cache page.
+pub const KV_PAGE: usize = 16;
+
+/// Activations given to a product: f32 for the GEMV kernels, bf16 for cuBLAS.
+#[derive(Debug, Clone, Copy)]
+pub enum Act {
+    /// f32 rows at this address.
+    F32(u64),
+    /// bf16 rows at this address.
+    Bf16(u64),
+}
+
+/// Addresses and sizes for [`Gpu::qkv_post`].
+#[derive(Debug, Clone, Copy)]
+pub struct QkvPost {
+    /// `[rows][(nh + 2·nkv)·hd]` f32 from the q/k/v product.
+    pub qkv: u64,
+    /// `[rows][nh·hd]` f32 out.
+    pub q_out: u64,
+    /// This layer's K pages.
+    pub k_pages: u64,
+    /// This layer's V pages.
+    pub v_pages: u64,
+    /// Per-head RMSNorm weights of q and k (0 for none).
+    pub q_norm: u64,
+    /// See `q_norm`.
+    pub k_norm: u64,
+    /// RoPE inverse frequencies `[hd/2]` (0: no RoPE).
+    pub inv_freq: u64,
+    /// Rows' positions, sequences, and the page tables `[seqs][max_pages]`.
+    pub meta: Meta,
+    /// Rows.
+    pub rows: usize,
+    /// Heads.
+    pub nh: usize,
+    /// KV heads.
+    pub nkv: usize,
+    /// Head width.
+    pub hd: usize,
+    /// Norm epsilon.
+    pub eps: f32,
+}
+
+/// Where each row of a pass is: its position, its sequence, and every sequence's page table.
+#[derive(Debug, Clone, Copy)]
+pub struct Meta {
+    /// `[rows]` i32 positions.
+    pub row_pos: u64,
+    /// `[rows]` i32 sequence index.
+    pub row_seq: u64,
+    /// `[seqs][max_pages]` i32 page ids.
+    pub tables: u64,
+    /// Width of a page table.
+    pub max_pages: usize,
+}
+
+/// Addresses and sizes for [`Gpu::attention`].
+#[derive(Debug, Clone, Copy)]
+pub struct Attn {
+    /// `[rows][nh·hd]` f32 queries after RoPE.
+    pub q: u64,
+    /// This layer's K and V pages.
+    pub k_pages: u64,
+    /// See `k_pages`.
+    pub v_pages: u64,
+    /// `[rows][nh·hd]` out.
+    pub out: u64,
+    /// Out as bf16 (for cuBLAS) rather than f32.
+    pub out_bf16: bool,
+    /// Rows' positions and page tables.
+    pub meta: Meta,
+    /// Rows.
+    pub rows: usize,
+    /// Heads.
+    pub nh: usize,
+    /// KV heads.
+    pub nkv: usize,
+    /// Head width.
+    pub hd: usize,
+    /// Sliding window (0: none).
+    pub window: usize,
+    /// Score scale, 1/sqrt(hd).
+    pub scale: f32,
+}
+
+fn cfg(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem }
+}
+
+fn grid_for(n: usize, block: usize) -> u32 {
+    n.div_ceil(block).clamp(1, 65_535 * 4) as u32
+}
+
+fn i(v: usize) -> i32 {
+    v as i32
+}
+
+impl Gpu {
+    /// Quantises a bf16 matrix on the device into a block format.
+    pub fn quantize(self: &Arc<Gpu>, m: &DevMatrix, to: DevFormat) -> Result<DevMatrix, GpuError> {
+        if m.format != DevFormat::Bf16 || !m.cols.is_multiple_of(32) {
+            return Err(GpuError::Shape(format!("quantize needs bf16 whole blocks, got {:?} × {}", m.format, m.cols)));
+        }
+        let blocks = m.rows * m.cols / 32;
+        let (q, s, name) = match to {
+            DevFormat::Q8 => (DevBuf::zeros(self, blocks * 32)?, DevBuf::zeros(self, blocks * 2)?, "quantize_q8"),
+            DevFormat::Q4 => (DevBuf::zeros(self, blocks * 16)?, DevBuf::zeros(self, blocks * 4)?, "quantize_q4"),
+            DevFormat::Bf16 => return Err(GpuError::Shape("quantize to bf16".into())),
+        };
+        let (w, qp, sp, nb) = (m.q.ptr(), q.ptr(), s.ptr(), blocks as u64);
+        let mut b = self.stream.launch_builder(self.func(name));
+        b.arg(&w).arg(&qp).arg(&sp).arg(&nb);
+        // SAFETY: buffers sized above for `blocks` blocks.
+        unsafe { b.launch(cfg((grid_for(blocks, 256), 1, 1), 256, 0)) }?;
+        Ok(DevMatrix { format: to, rows: m.rows, cols: m.cols, q, s: Some(s) })
+    }
+
+    /// `y[rows][N] (+)= x · Wᵀ (+ bias)`. f32 activations run the GEMV kernels (rows ≤ [`GEMV_MAX_ROWS`]);
+    /// bf16 activations run cuBLAS, block formats first dequantised into `wtmp` (at least `N·K` bf16).
+    ///
+    /// # Safety
+    /// `x`, `y`, `bias` must hold the shapes given.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn matmul(
+        &self,
+        m: &DevMatrix,
+        x: Act,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+        wtmp: Option<&DevBuf>,
+    ) -> Result<(), GpuError> {
+        if rows == 0 {
+            return Ok(());
+        }
+        let (n, k) = (i(m.rows), i(m.cols));
+        match x {
+            Act::F32(xp) => {
+                if rows > GEMV_MAX_ROWS {
+                    return Err(GpuError::Shape(format!("GEMV of {rows} rows (at most {GEMV_MAX_ROWS})")));
+                }
+                let name = match m.format {
+                    DevFormat::Bf16 => format!("gemv_bf16_{rows}"),
+                    DevFormat::Q8 => format!("gemv_q8_{rows}"),
+                    DevFormat::Q4 => format!("gemv_q4_{rows}"),
+                };
+                let acc = i32::from(accumulate);
+                let q = m.q.ptr();
+                let s = m.s.as_ref().map_or(0, DevBuf::ptr);
+                let f = self.func(&name);
+                let mut b = self.stream.launch_builder(f);
+                b.arg(&q);
+                if m.format != DevFormat::Bf16 {
+                    b.arg(&s);
+                }
+                b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc);
+                b.launch(cfg((grid_for(m.rows, 8), 1, 1), 128, 0))?;
+            }
+            Act::Bf16(xp) => {
+                let w = match m.format {
+                    DevFormat::Bf16 => m.q.ptr(),
+                    f => {
+                        let tmp = wtmp.ok_or_else(|| GpuError::Shape("GEMM of a block format needs wtmp".into()))?;
+                        let count = m.rows * m.cols;
+                        if tmp.len() < count * 2 {
+                            return Err(GpuError::Shape(format!("wtmp of {} bytes for {count} weights", tmp.len())));
+                        }
+                        let name = if f == DevFormat::Q8 { "dequant_q8" } else { "dequant_q4" };
+                        let (q, s, o, c) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), tmp.ptr(), count as u64);
+                        let mut b = self.stream.launch_builder(self.func(name));
+                        b.arg(&q).arg(&s).arg(&o).arg(&c);
+                        b.launch(cfg((grid_for(count, 256).min(132 * 16), 1, 1), 256, 0))?;
+                        tmp.ptr()
+                    }
+                };
+                let blas = self.blas.lock().unwrap_or_else(|e| e.into_inner());
+                blas.gemm_bf16(w, xp, y, rows, m.rows, m.cols, accumulate)?;
+                if bias != 0 {
+                    self.add_bias(y, bias, rows, m.rows)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `out = rmsnorm(x) · w` per row of `h`.
+    ///
+    /// # Safety
+    /// Addresses must hold `rows × h`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn rms_norm(
+        &self,
+        x: u64,
+        w: u64,
+        out: u64,
+        rows: usize,
+        h: usize,
+        eps: f32,
+        out_bf16: bool,
+    ) -> Result<(), GpuError> {
+        let (hh, ob) = (i(h), i32::from(out_bf16));
+        let mut b = self.stream.launch_builder(self.func("rms_norm"));
+        b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps).arg(&ob);
+        b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// GPT-2's LayerNorm per row of `h`.
+    ///
+    /// # Safety
+    /// Addresses must hold `rows × h`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn layer_norm(
+        &self,
+        x: u64,
+        w: u64,
+        bias: u64,
+        out: u64,
+        rows: usize,
+        h: usize,
+        eps: f32,
+        out_bf16: bool,
+    ) -> Result<(), GpuError> {
+        let (hh, ob) = (i(h), i32::from(out_bf16));
+        let mut b = self.stream.launch_builder(self.func("layer_norm"));
+        b.arg(&x).arg(&w).arg(&bias).arg(&out).arg(&hh).arg(&eps).arg(&ob);
+        b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// `out[r][i] = silu(gu[r][i]) · gu[r][f + i]`.
+    ///
+    /// # Safety
+    /// `gu` must hold `rows × 2f`, `out` `rows × f`.
+    pub unsafe fn silu_mul(&self, gu: u64, out: u64, rows: usize, f: usize, out_bf16: bool) -> Result<(), GpuError> {
+        let (r, ff, ob) = (i(rows), i(f), i32::from(out_bf16));
+        let mut b = self.stream.launch_builder(self.func("silu_mul"));
+        b.arg(&gu).arg(&out).arg(&r).arg(&ff).arg(&ob);
+        b.launch(cfg((grid_for(rows * f, 256).min(132 * 8), 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// tanh GELU of `n` values.
+    ///
+    /// # Safety
+    /// Addresses must hold `n` values.
+    pub unsafe fn gelu(&self, x: u64, out: u64, n: usize, out_bf16: bool) -> Result<(), GpuError> {
+        let (nn, ob) = (n as u64, i32::from(out_bf16));
+        let mut b = self.stream.launch_builder(self.func("gelu_tanh"));
+        b.arg(&x).arg(&out).arg(&nn).arg(&ob);
+        b.launch(cfg((grid_for(n, 256).min(132 * 8), 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// `y[r][j] += bias[j]`.
+    ///
+    /// # Safety
+    /// Addresses must hold the shapes.
+    pub unsafe fn add_bias(&self, y: u64, bias: u64, rows: usize, n: usize) -> Result<(), GpuError> {
+        let (r, nn) = (i(rows), i(n));
+        let mut b = self.stream.launch_builder(self.func("add_bias"));
+        b.arg(&y).arg(&bias).arg(&r).arg(&nn);
+        b.launch(cfg((grid_for(rows * n, 256).min(132 * 8), 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// f32 to bf16.
+    ///
+    /// # Safety
+    /// Addresses must hold `n` values.
+    pub unsafe fn to_bf16(&self, x: u64, out: u64, n: usize) -> Result<(), GpuError> {
+        let nn = n as u64;
+        let mut b = self.stream.launch_builder(self.func("f32_to_bf16"));
+        b.arg(&x).arg(&out).arg(&nn);
+        b.launch(cfg((grid_for(n, 256).min(132 * 8), 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// `out[j] = x[idx[j]]` for `n` rows of `h`.
+    ///
+    /// # Safety
+    /// Addresses must hold the shapes; `idx` must index rows of `x`.
+    pub unsafe fn gather_rows(&self, x: u64, idx: u64, out: u64, n: usize, h: usize) -> Result<(), GpuError> {
+        let hh = i(h);
+        let mut b = self.stream.launch_builder(self.func("gather_rows"));
+        b.arg(&x).arg(&idx).arg(&out).arg(&hh);
+        b.launch(cfg((n as u32, 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// Embedding rows of `n` token ids (i32 at `ids`) into f32 `out`, plus learned positions when given.
+    ///
+    /// # Safety
+    /// `ids`/`pos` must hold `n` valid rows; `pos_emb` (0: none) must cover every position.
+    pub unsafe fn embed(
+        &self,
+        m: &DevMatrix,
+        ids: u64,
+        pos: u64,
+        pos_emb: u64,
+        out: u64,
+        n: usize,
+    ) -> Result<(), GpuError> {
+        let (q, s, fmt, h) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), m.format.code(), i(m.cols));
+        let mut b = self.stream.launch_builder(self.func("embed"));
+        b.arg(&q).arg(&s).arg(&fmt).arg(&ids).arg(&pos).arg(&pos_emb).arg(&out).arg(&h);
+        b.launch(cfg((n as u32, 1, 1), 256, 0))?;
+        Ok(())
+    }
+
+    /// q/k norm, RoPE, q out, k and v into the pages.
+    ///
+    /// # Safety
+    /// Every address must hold what [`QkvPost`] says; page tables must cover every row's position.
+    pub unsafe fn qkv_post(&self, p: &QkvPost) -> Result<(), GpuError> {
+        let (mp, nh, nkv, hd) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(p.hd));
+        let mut b = self.stream.launch_builder(self.func("qkv_post"));
+        b.arg(&p.qkv).arg(&p.q_out).arg(&p.k_pages).arg(&p.v_pages).arg(&p.q_norm).arg(&p.k_norm);
+        b.arg(&p.inv_freq).arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp);
+        b.arg(&nh).arg(&nkv).arg(&hd).arg(&p.eps);
+        b.launch(cfg((p.rows as u32, (p.nh + p.nkv) as u32, 1), 32, 0))?;
+        Ok(())
+    }
+
+    /// Causal attention of the rows over their sequences' pages.
+    ///
+    /// # Safety
+    /// Every address must hold what [`Attn`] says.
+    pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
+        let g = a.nh / a.nkv.max(1);
+        if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g * a.hd > 16 * 128 {
+            return Err(GpuError::Shape(format!("attention over {} heads, {} KV heads of {}", a.nh, a.nkv, a.hd)));
+        }
+        let floats = g * a.hd + 32 * (a.hd + 1) + 32 * a.hd + g * 32 + 3 * g;
+        let smem = (floats * 4) as u32;
+        let f = self.func("attention");
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        let (mp, nh, nkv, hd, win, ob) =
+            (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.hd), i(a.window), i32::from(a.out_bf16));
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+        b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&hd).arg(&win).arg(&a.scale).arg(&ob);
+        b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 128, smem))?;
+        Ok(())
+    }
+
+    /// Index of the first maximum of each of `rows` rows of `n` f32, into i32 `out`.
+    ///
+    /// # Safety
+    /// Addresses must hold the shapes.
+    pub unsafe fn argmax_rows(&self, x: u64, out: u64, rows: usize, n: usize) -> Result<(), GpuError> {
+        let nn = i(n);
+        let mut b = self.stream.launch_builder(self.func("argmax_rows"));
+        b.arg(&x).arg(&out).arg(&nn);
+        b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU benchmarks of docs/performance.md, on the device (after scripts/gpu/stage.sh here):
+#   bash scripts/gpu/bench.sh [make] [agree] [tg] [batch] [pp]     (no argument: all of them)
+# make: the Llama-3-8B-shaped model and its PyTorch reference into $KVAD_BENCH_DIR (default /tmp/kvad-bench);
+# agree: top-1 against PyTorch bf16 (safetensors and GGUF); tg: one stream, 128-token prompt, 128 generated;
+# batch: 32 sequences together; pp: a 2,048-token prompt. JSON of every sample goes to $OUT (or /tmp).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source scripts/gpu/env.sh
+export KVAD_ROOT="$PWD"
+W="${KVAD_BENCH_DIR:-/tmp/kvad-bench}"
+O="${OUT:-/tmp}"
+K=.gpu/bin/kvad
+steps="${*:-make agree tg batch pp}"
+mkdir -p "$W"
+if [[ " $steps " == *" make "* && ! -f "$W/teacher.json" ]]; then
+  if ls .whl/gguf-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  fi
+  python3 scripts/gpu/make_bench_model.py "$W" .gpu/smollm2-tokenizer
+fi
+if [[ " $steps " == *" agree "* ]]; then
+  KVAD_BIG_MODELS="$W/hf@gpu-bf16,$W/model-bf16.gguf@gpu-bf16,$W/hf@gpu-q8,$W/hf@gpu-q4" \
+    KVAD_BIG_REF="$W/teacher.json" .gpu/bin/gpu_big --nocapture
+fi
+if [[ " $steps " == *" tg "* ]]; then
+  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 5 --out "$O/tg128.json"
+fi
+if [[ " $steps " == *" batch "* ]]; then
+  $K bench "$W/hf" --backend gpu-bf16 --batch 32 --prompt-tokens 128 --gen-tokens 128 --rounds 3 --out "$O/batch32.json"
+fi
+if [[ " $steps " == *" pp "* ]]; then
+  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 2048 --gen-tokens 2 --rounds 5 --out "$O/pp2048.json"
+fi

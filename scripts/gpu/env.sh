@@ -1,0 +1,9 @@
+# Sourced: makes CUDA's runtime compiler and cuBLAS findable when the loader's path does not have them.
+for lib in libnvrtc.so libcublas.so; do
+  if ! ldconfig -p 2>/dev/null | grep -q "$lib"; then
+    d=$(find /usr/local/cuda*/lib64 /usr/local/cuda*/targets/*/lib /usr/lib/python3*/site-packages/nvidia \
+      /usr/local/lib/python3*/dist-packages/nvidia -name "$lib*" 2>/dev/null | head -1 | xargs -r dirname)
+    [ -n "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+done
+true

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine runs (it has CUDA but no Rust) into .gpu/ (ignored): the release `kvad` and the GPU
+# test binaries, stripped. The `device` tool then carries .gpu/ there; run scripts/gpu/test.sh on it.
+#   bash scripts/gpu/stage.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+mkdir -p .gpu/bin
+cargo build --release --locked -p kvad-cli
+cp target/release/kvad .gpu/bin/kvad 2>/dev/null || cp "${CARGO_TARGET_DIR:-target}/release/kvad" .gpu/bin/kvad
+strip .gpu/bin/kvad
+# The test binaries: their paths come from cargo's JSON messages.
+cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels -p kvad-models --test gpu --test gpu_big \
+  | python3 -c '
+import json, shutil, subprocess, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        dst = ".gpu/bin/" + m["target"]["name"]
+        shutil.copy(m["executable"], dst)
+        subprocess.run(["strip", dst], check=True)
+        print("staged", dst)
+'
+du -sh .gpu/bin/*

@@ -5,7 +5,10 @@
 #    themselves through kvad's own code path (pip into ~/.cache/kvad), and the PyTorch goldens are committed
 #    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch);
 #  - the official openai Python SDK (pinned), into the ignored venv .venv-test/, which the server's tests use to
-#    drive kvad-serve (crates/server/tests/openai_sdk.py).
+#    drive kvad-serve (crates/server/tests/openai_sdk.py);
+#  - NVIDIA's runtime compiler (the nvidia-cuda-nvrtc wheel, pinned), into .venv-test/, so the CUDA kernels are
+#    compiled on every run although CI has no GPU (crates/tensor/tests/cuda_kernels.rs). The GPU tests themselves
+#    run on a GPU machine: scripts/gpu/stage.sh here, scripts/gpu/test.sh there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -25,6 +28,18 @@ if ! .venv-test/bin/python -c "import huggingface_hub, openai" >/dev/null 2>&1; 
   python3 -m venv .venv-test
   .venv-test/bin/python -m pip install --quiet huggingface_hub openai==3.57.0
 fi
+
+NVRTC_LIB=.venv-test/nvrtc/nvidia/cu13/lib
+if [ ! -f "$NVRTC_LIB/libnvrtc.so.13" ]; then
+  echo "== NVRTC (nvidia-cuda-nvrtc) into .venv-test/nvrtc, to compile the CUDA kernels without a GPU"
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 \
+    nvidia-cuda-nvrtc==13.5.37 -d "$tmp"
+  mkdir -p .venv-test/nvrtc
+  python3 -m zipfile -e "$tmp"/nvidia_cuda_nvrtc-*.whl .venv-test/nvrtc
+  rm -rf "$tmp"
+fi
+export LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 echo "== format"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings

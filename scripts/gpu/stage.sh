@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mkdir -p .gpu/bin
 cargo build --release --locked -p kvad-cli
-cp target/release/kvad .gpu/bin/kvad 2>/dev/null || cp "${CARGO_TARGET_DIR:-target}/release/kvad" .gpu/bin/kvad
+cp "${CARGO_TARGET_DIR:-target}/release/kvad" .gpu/bin/kvad
 strip .gpu/bin/kvad
 # The test binaries: their paths come from cargo's JSON messages.
 cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels -p kvad-models --test gpu --test gpu_big \

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
 export KVAD_ROOT="$PWD"
-.gpu/bin/kvad doctor
+.gpu/bin/kvad doctor || true
 for t in cuda_kernels gpu; do
   echo "== $t"
   ".gpu/bin/$t" --test-threads=1 --nocapture

@@ -169,3 +169,18 @@ fn argmax_takes_the_first_maximum() {
     let got: Vec<i32> = out.read(&g, 2).unwrap();
     assert_eq!(got, vec![1234, 77]);
 }
+
+/// Compiles the kernels with NVRTC for Hopper and checks every entry point the binary loads is there. Needs only
+/// libnvrtc (scripts/test.sh installs NVIDIA's wheel for it), not a GPU, so CI catches a kernel that does not build.
+#[test]
+fn every_kernel_compiles_with_nvrtc() {
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        eprintln!("libnvrtc not found: scripts/test.sh installs it (nvidia-cuda-nvrtc) and sets LD_LIBRARY_PATH");
+        return;
+    }
+    let ptx = kvad_tensor::cuda::compile_kernels((9, 0)).unwrap_or_else(|e| panic!("{e}"));
+    for name in kvad_tensor::cuda::kernel_names() {
+        assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX");
+    }
+}

@@ -111,6 +111,10 @@ const KERNELS: &[&str] = &[
     "embed",
     "qkv_post",
     "attention",
+    "attention_keys_1",
+    "attention_keys_2",
+    "attention_keys_4",
+    "attention_keys_8",
     "quantize_q8",
     "quantize_q4",
     "dequant_q8",
@@ -141,6 +145,17 @@ const KERNELS: &[&str] = &[
     "gemv_q4_7",
     "gemv_q4_8",
 ];
+
+/// The kernels' PTX for a GPU of this compute capability, compiled by NVRTC (no GPU needed): what CI checks, so a
+/// kernel that does not compile is found without the device.
+pub fn compile_kernels(capability: (i32, i32)) -> Result<String, GpuError> {
+    Ok(compile::ptx(&SOURCES.concat(), capability, None)?.to_src())
+}
+
+/// The kernel entry points the binary loads.
+pub fn kernel_names() -> &'static [&'static str] {
+    KERNELS
+}
 
 /// Whether the CUDA driver library can be loaded at all (no device is touched).
 pub fn driver_present() -> bool {

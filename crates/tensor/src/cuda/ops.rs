@@ -341,6 +341,22 @@ impl Gpu {
     /// Every address must hold what [`Attn`] says.
     pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
         let g = a.nh / a.nkv.max(1);
+        let d = a.hd / 32;
+        if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
+            let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+            let f = self.func(&format!("attention_keys_{d}"));
+            let smem = (8 * g * a.hd * 4) as u32;
+            if smem > 48 * 1024 {
+                use cudarc::driver::sys::CUfunction_attribute as A;
+                f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+            }
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+            b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
+            b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 256, smem))?;
+            return Ok(());
+        }
+        // Other shapes: the tiled kernel.
         if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g * a.hd > 16 * 128 {
             return Err(GpuError::Shape(format!("attention over {} heads, {} KV heads of {}", a.nh, a.nkv, a.hd)));
         }

@@ -98,3 +98,115 @@ extern "C" __global__ void __launch_bounds__(128)
         }
     }
 }
+
+// Attention by key streams, for head widths of 32·D (D = 1, 2, 4, 8) and up to 8 query heads per KV head: grid
+// (R, nkv), 8 warps; warp w takes keys lo+w, lo+w+8, …; lane l holds dims [l·D, l·D + D) of q, k, v and the
+// accumulators of every query head of the group, so a key costs one coalesced load of its K and V rows and a
+// warp-sum per head, with no shared memory until the 8 warps' partial softmaxes are merged at the end.
+#define ATT_WARPS 8
+#define ATT_GMAX 8
+
+template <int D>
+__device__ __forceinline__ void load_f16(const f16_t* p, float* out) {
+    if (D == 1) {
+        out[0] = h2f(p[0]);
+    } else if (D == 2) {
+        unsigned u = *(const unsigned*)p;
+        out[0] = h2f(u & 0xffff); out[1] = h2f(u >> 16);
+    } else if (D == 4) {
+        uint2 u = *(const uint2*)p;
+        out[0] = h2f(u.x & 0xffff); out[1] = h2f(u.x >> 16); out[2] = h2f(u.y & 0xffff); out[3] = h2f(u.y >> 16);
+    } else {
+        uint4 u = *(const uint4*)p;
+        unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) { out[2 * i] = h2f(w[i] & 0xffff); out[2 * i + 1] = h2f(w[i] >> 16); }
+    }
+}
+
+template <int D>
+__device__ void attention_keys_t(const float* __restrict__ q, const f16_t* __restrict__ k_pages,
+                                 const f16_t* __restrict__ v_pages, void* out, const int* __restrict__ row_pos,
+                                 const int* __restrict__ row_seq, const int* __restrict__ tables, int max_pages,
+                                 int nh, int nkv, int window, float scale, int out_bf16) {
+    const int hd = 32 * D;
+    __shared__ float sm_m[ATT_WARPS][ATT_GMAX], sm_l[ATT_WARPS][ATT_GMAX];
+    extern __shared__ float sm_acc_dyn[];  // [ATT_WARPS][G * hd]
+    int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int G = nh / nkv;
+    int pos = row_pos[r];
+    const int* table = tables + (size_t)row_seq[r] * max_pages;
+    int lo = window > 0 ? max(0, pos + 1 - window) : 0;
+    float qr[ATT_GMAX][D], acc[ATT_GMAX][D], m[ATT_GMAX], l[ATT_GMAX];
+    const float* qb = q + (size_t)r * nh * hd + (size_t)kvh * G * hd + lane * D;
+#pragma unroll
+    for (int g = 0; g < ATT_GMAX; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            qr[g][i] = g < G ? qb[g * hd + i] * scale : 0.0f;
+            acc[g][i] = 0.0f;
+        }
+    }
+    for (int key = lo + warp; key <= pos; key += ATT_WARPS) {
+        size_t a = (((size_t)table[key / PAGE] * nkv + kvh) * PAGE + key % PAGE) * hd + lane * D;
+        float kv[D], vv[D];
+        load_f16<D>(k_pages + a, kv);
+        load_f16<D>(v_pages + a, vv);
+#pragma unroll
+        for (int g = 0; g < ATT_GMAX; g++) {
+            if (g < G) {
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < D; i++) s = fmaf(qr[g][i], kv[i], s);
+                s = warp_sum(s);
+                float mn = fmaxf(m[g], s);
+                float c = expf(m[g] - mn), p = expf(s - mn);
+                l[g] = l[g] * c + p;
+#pragma unroll
+                for (int i = 0; i < D; i++) acc[g][i] = fmaf(acc[g][i], c, p * vv[i]);
+                m[g] = mn;
+            }
+        }
+    }
+    // Merge the warps' partial softmaxes.
+#pragma unroll
+    for (int g = 0; g < ATT_GMAX; g++) {
+        if (g < G) {
+            if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+#pragma unroll
+            for (int i = 0; i < D; i++) sm_acc_dyn[warp * G * hd + g * hd + lane * D + i] = acc[g][i];
+        }
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
+        int g = o / hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w][g]);
+        float num = 0.0f, den = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) {
+            if (sm_m[w][g] == -INFINITY) continue;  // a warp that saw no key
+            float c = expf(sm_m[w][g] - mx);
+            num = fmaf(sm_acc_dyn[w * G * hd + o], c, num);
+            den = fmaf(sm_l[w][g], c, den);
+        }
+        float v = num / den;
+        size_t idx = (size_t)r * nh * hd + (size_t)kvh * G * hd + o;
+        if (out_bf16) ((bf16_t*)out)[idx] = f2bf(v);
+        else ((float*)out)[idx] = v;
+    }
+}
+
+#define ATT_KEYS(D)                                                                                            \
+    extern "C" __global__ void __launch_bounds__(ATT_WARPS * 32) attention_keys_##D(                           \
+        const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
+        const int* row_seq, const int* tables, int max_pages, int nh, int nkv, int window, float scale,        \
+        int out_bf16) {                                                                                        \
+        attention_keys_t<D>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv, window,    \
+                            scale, out_bf16);                                                                  \
+    }
+ATT_KEYS(1)
+ATT_KEYS(2)
+ATT_KEYS(4)
+ATT_KEYS(8)

@@ -1,4 +1,5 @@
 // Shared helpers: the number formats by bit pattern, so no CUDA header is needed at NVRTC time.
+#define INFINITY __int_as_float(0x7f800000)
 typedef unsigned short bf16_t;
 typedef unsigned short f16_t;
 

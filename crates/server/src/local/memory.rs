@@ -11,8 +11,10 @@ pub fn human(bytes: u64) -> String {
         format!("{:.1} GB", b / 1e9)
     } else if b >= 1e6 {
         format!("{:.0} MB", b / 1e6)
-    } else {
+    } else if b >= 1e3 {
         format!("{:.0} kB", b / 1e3)
+    } else {
+        format!("{bytes} B")
     }
 }
 

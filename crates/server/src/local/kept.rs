@@ -1,7 +1,9 @@
 //! Conversations set aside: the caches of conversations not speaking, kept whole (moved, never copied) and found
 //! again by their tokens. Nothing names a conversation: the transcript a client sends is the key, and the one that
-//! speaks is whichever kept cache shares the longest token prefix with its prompt. They share the context the model
-//! was charged for; when it is short, the one that spoke longest ago goes first.
+//! speaks is whichever kept cache shares the longest token prefix with its prompt. A prompt that continues a whole
+//! conversation (its next turn) takes that cache; one that shares only part of it (the same system prompt, the same
+//! question asked again) starts from a copy of the shared part, so the conversation it parted from is still kept.
+//! They share the context the model was charged for; when it is short, the one that spoke longest ago goes first.
 
 use crate::engine::Held;
 
@@ -46,9 +48,10 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-impl<C: Cache> Kept<C> {
-    /// Takes out the conversation sharing the longest prefix with `prompt`, its cache cut to that prefix. At most
-    /// all but the prompt's last token is taken (that one is always read by itself). None when nothing is shared.
+impl<C: Cache + Clone> Kept<C> {
+    /// The cache of the conversation sharing the longest prefix with `prompt`, cut to that prefix: taken out when
+    /// the prompt continues the whole conversation, copied when it parts from it. At most all but the prompt's last
+    /// token is used (that one is always read by itself). None when nothing is shared.
     pub fn take(&mut self, prompt: &[u32]) -> Option<(C, usize)> {
         let most = prompt.len().saturating_sub(1);
         let (i, n) = self
@@ -60,10 +63,19 @@ impl<C: Cache> Kept<C> {
         if n == 0 {
             return None;
         }
-        let mut c = self.all.swap_remove(i);
-        c.cache.truncate(n);
-        Some((c.cache, n))
+        let mut cache = if n == self.all[i].tokens.len() {
+            self.all.swap_remove(i).cache
+        } else {
+            self.clock += 1;
+            self.all[i].spoke = self.clock;
+            self.all[i].cache.clone()
+        };
+        cache.truncate(n);
+        Some((cache, n))
     }
+}
+
+impl<C: Cache> Kept<C> {
 
     /// Sets a conversation aside: `tokens` are the ones its cache holds.
     pub fn put(&mut self, mut tokens: Vec<u32>, cache: C) {
@@ -94,7 +106,7 @@ mod tests {
     use super::*;
 
     /// A cache that is its tokens.
-    #[derive(Debug, PartialEq)]
+    #[derive(Debug, Clone, PartialEq)]
     struct Fake(Vec<u32>);
 
     impl Cache for Fake {
@@ -116,9 +128,13 @@ mod tests {
         keep(&mut k, &[1, 2, 3, 4, 5]);
         keep(&mut k, &[1, 2, 9, 9]);
         keep(&mut k, &[7, 7]);
-        // Shares 4 with the first, 2 with the second.
+        // Shares 4 with the first, 2 with the second: it parts from the first, which is still kept.
         let (c, n) = k.take(&[1, 2, 3, 4, 8, 8]).unwrap();
         assert_eq!((c, n), (Fake(vec![1, 2, 3, 4]), 4));
+        assert_eq!(k.held(), Held { conversations: 3, tokens: 11 });
+        // The next turn of the first conversation takes its cache whole.
+        let (c, n) = k.take(&[1, 2, 3, 4, 5, 6, 7]).unwrap();
+        assert_eq!((c.0.len(), n), (5, 5));
         assert_eq!(k.held(), Held { conversations: 2, tokens: 6 });
         // The same prompt again: only its last token is left to read.
         keep(&mut k, &[1, 2, 3, 4, 8, 8, 5]);

@@ -36,7 +36,11 @@ impl Histogram {
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {c}");
         }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}", self.count, self.sum, self.count);
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
+            self.count, self.sum, self.count
+        );
     }
 }
 
@@ -118,10 +122,16 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
         };
         counter(&mut out, "kvad_prompt_tokens_total", "Prompt tokens of replies that started.", &self.prompt_tokens);
-        counter(&mut out, "kvad_cached_tokens_total", "Prompt tokens found in kept conversations.", &self.cached_tokens);
+        counter(
+            &mut out,
+            "kvad_cached_tokens_total",
+            "Prompt tokens found in kept conversations.",
+            &self.cached_tokens,
+        );
         counter(&mut out, "kvad_generated_tokens_total", "Tokens generated.", &self.generated_tokens);
         counter(&mut out, "kvad_cache_hits_total", "Replies that found part of their prompt kept.", &self.cache_hits);
-        let _ = writeln!(out, "# HELP kvad_requests_total Requests by how they ended.\n# TYPE kvad_requests_total counter");
+        let _ =
+            writeln!(out, "# HELP kvad_requests_total Requests by how they ended.\n# TYPE kvad_requests_total counter");
         if let Ok(m) = self.requests.lock() {
             for (k, v) in m.iter() {
                 let _ = writeln!(out, "kvad_requests_total{{finish=\"{k}\"}} {v}");

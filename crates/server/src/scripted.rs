@@ -176,10 +176,7 @@ impl Engine for ScriptedEngine {
     }
 
     fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, ApiError> {
-        let delay = parts
-            .first()
-            .and_then(|p| self.seqs.get(&p.id))
-            .map_or(0, |s| self.models[s.model].spec.delay_ms);
+        let delay = parts.first().and_then(|p| self.seqs.get(&p.id)).map_or(0, |s| self.models[s.model].spec.delay_ms);
         std::thread::sleep(std::time::Duration::from_millis(delay));
         let mut out = Vec::new();
         for p in parts {

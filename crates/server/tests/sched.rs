@@ -50,7 +50,8 @@ fn until(what: &str, mut f: impl FnMut() -> bool) {
 /// (account, finish_reason, generated, cached) in the order rows landed.
 fn rows(s: &Server) -> Vec<(String, String, i64, i64)> {
     let db = rusqlite::Connection::open(s.dir.join("kvad.db")).unwrap();
-    let mut st = db.prepare("SELECT account, finish_reason, generated_tokens, cached_tokens FROM requests ORDER BY id").unwrap();
+    let mut st =
+        db.prepare("SELECT account, finish_reason, generated_tokens, cached_tokens FROM requests ORDER BY id").unwrap();
     st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
 }
 

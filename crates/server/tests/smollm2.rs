@@ -58,7 +58,8 @@ fn content(v: &serde_json::Value) -> String {
 fn smollm2_batched_replies_equal_alone_and_conversations_are_kept() {
     kvad_hub::ensure_smollm2().expect("the default model");
     let s = common::start("smollm2-sched", &["--model", "smollm2-instruct", "--backend", "cpu-f32"]);
-    let questions = ["What is the capital of France?", "Name three colours.", "What is 2 + 2?", "Say hello in Spanish."];
+    let questions =
+        ["What is the capital of France?", "Name three colours.", "What is 2 + 2?", "Say hello in Spanish."];
     let user = |q: &str| json!([{"role": "user", "content": q}]);
     // Alone: "cache": false runs with nobody beside, from an empty cache.
     let alone: Vec<String> = questions.iter().map(|q| content(&chat(&s, user(q), json!({"cache": false})))).collect();
@@ -92,7 +93,10 @@ fn smollm2_batched_replies_equal_alone_and_conversations_are_kept() {
         let v = chat(&s, msgs, json!({}));
         let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
         let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
-        assert!(cached >= *first_prompt && cached < prompt, "{q}: cached {cached} of {prompt} (first turn {first_prompt})");
+        assert!(
+            cached >= *first_prompt && cached < prompt,
+            "{q}: cached {cached} of {prompt} (first turn {first_prompt})"
+        );
         assert!(v["kvad"]["conversations"].as_u64().unwrap() >= 2, "{v}");
         assert!(v["kvad"]["held_tokens"].as_u64().unwrap() >= cached, "{v}");
     }

@@ -35,12 +35,26 @@ pub fn queue(url: &str, json_out: bool) -> Result<()> {
     println!("{:<6} {:<8} {:<9} {:<28} {:<16} WAITED", "ID", "STATE", "KIND", "MODEL", "ACCOUNT");
     let s = |x: &Value| x.as_str().unwrap_or("-").to_string();
     for r in v["running"].as_array().into_iter().flatten() {
-        println!("{:<6} {:<8} {:<9} {:<28} {:<16} -", r["id"], s(&r["phase"]), s(&r["kind"]), s(&r["model"]), s(&r["account"]));
+        println!(
+            "{:<6} {:<8} {:<9} {:<28} {:<16} -",
+            r["id"],
+            s(&r["phase"]),
+            s(&r["kind"]),
+            s(&r["model"]),
+            s(&r["account"])
+        );
     }
     for w in v["waiting"].as_array().into_iter().flatten() {
         let next = if w["id"] == v["next"] { "next" } else { "waiting" };
         let waited = format!("{:.1} s", w["waited_s"].as_f64().unwrap_or(0.0));
-        println!("{:<6} {:<8} {:<9} {:<28} {:<16} {waited}", w["id"], next, s(&w["kind"]), s(&w["model"]), s(&w["account"]));
+        println!(
+            "{:<6} {:<8} {:<9} {:<28} {:<16} {waited}",
+            w["id"],
+            next,
+            s(&w["kind"]),
+            s(&w["model"]),
+            s(&w["account"])
+        );
     }
     Ok(())
 }
@@ -98,7 +112,10 @@ pub fn unload(url: &str, model: Option<&str>, json_out: bool) -> Result<()> {
         return Ok(());
     }
     let names: Vec<&str> = v["unloaded"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    println!("{}", if names.is_empty() { "nothing was loaded".to_string() } else { format!("unloaded {}", names.join(", ")) });
+    println!(
+        "{}",
+        if names.is_empty() { "nothing was loaded".to_string() } else { format!("unloaded {}", names.join(", ")) }
+    );
     Ok(())
 }
 

@@ -75,7 +75,8 @@ fn trial(url: &str, model: &str, n: usize, a: &BenchArgs, tag: &str) -> Result<(
     let t0 = Instant::now();
     let handles: Vec<_> = (0..n)
         .map(|i| {
-            let (url, model, text) = (url.to_string(), model.to_string(), prompt(a.prompt_tokens, &format!("{tag}-{i}")));
+            let (url, model, text) =
+                (url.to_string(), model.to_string(), prompt(a.prompt_tokens, &format!("{tag}-{i}")));
             let max = a.gen_tokens;
             std::thread::spawn(move || one(&url, &model, &text, max))
         })
@@ -144,7 +145,8 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
         "kvad bench: {url}, {model}: {} rounds (+{} warm-up) of 1 stream then {n} at once, prompt ~{} words, {} tokens each",
         a.rounds, a.warmup, a.prompt_tokens, a.gen_tokens
     );
-    let (mut single, mut many, mut ttft, mut itl, mut silence, mut newcomer) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut single, mut many, mut ttft, mut itl, mut silence, mut newcomer) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for round in 0..a.warmup + a.rounds {
         let timed = round >= a.warmup;
         let (s1, w1) = trial(url, &model, 1, a, &format!("r{round}a"))?;
@@ -187,9 +189,16 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
     let t = &out["ttft_s"];
     println!("TTFT ({n} at once): p50 {:.3} s · p90 {:.3} s · max {:.3} s", t["p50"], t["p90"], t["max"]);
     let i = &out["itl_s"];
-    println!("between tokens:    p50 {:.3} s · p90 {:.3} s · p99 {:.3} s · max {:.3} s", i["p50"], i["p90"], i["p99"], i["max"]);
+    println!(
+        "between tokens:    p50 {:.3} s · p90 {:.3} s · p99 {:.3} s · max {:.3} s",
+        i["p50"], i["p90"], i["p99"], i["max"]
+    );
     if let Some(j) = out["join"].as_object() {
-        println!("longest silence while a {}-word prompt joins: {}", j["prompt_words"], fmt(&j["longest_silence_s"], "s", 1.0));
+        println!(
+            "longest silence while a {}-word prompt joins: {}",
+            j["prompt_words"],
+            fmt(&j["longest_silence_s"], "s", 1.0)
+        );
         println!("that prompt's first token: {}", fmt(&j["newcomer_ttft_s"], "s", 1.0));
     }
     Ok(())

@@ -78,7 +78,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "GET",
         path: "/metrics",
-        summary: "Prometheus metrics: queue depth, running, tokens in and out, cache hits, TTFT and step-time histograms",
+        summary:
+            "Prometheus metrics: queue depth, running, tokens in and out, cache hits, TTFT and step-time histograms",
         tag: "kvad",
     },
     Route { method: "GET", path: "/api/openapi.json", summary: "This API as an OpenAPI 3.1 document", tag: "kvad" },

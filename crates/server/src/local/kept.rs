@@ -11,6 +11,10 @@ use crate::engine::Held;
 pub trait Cache {
     /// Tokens held.
     fn len(&self) -> usize;
+    /// Nothing held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Keeps the first `n`.
     fn truncate(&mut self, n: usize);
 }
@@ -76,11 +80,10 @@ impl<C: Cache + Clone> Kept<C> {
 }
 
 impl<C: Cache> Kept<C> {
-
     /// Sets a conversation aside: `tokens` are the ones its cache holds.
     pub fn put(&mut self, mut tokens: Vec<u32>, cache: C) {
         tokens.truncate(cache.len());
-        if cache.len() == 0 {
+        if cache.is_empty() {
             return;
         }
         self.clock += 1;

@@ -84,7 +84,10 @@ mod tests {
     fn a_load_that_does_not_fit_names_what_holds_the_memory() {
         let a = Resident { name: "a@cpu-q8".into(), charged: 600_000_000, context: 8192, held: Held::default() };
         assert!(admit(1_000_000_000, &[], "b@cpu-q8", 900_000_000, "x").is_ok());
-        assert!(admit(1_000_000_000, &[a.clone()], "b@cpu-q8", 400_000_000, "x").is_ok(), "exactly what is left");
+        assert!(
+            admit(1_000_000_000, std::slice::from_ref(&a), "b@cpu-q8", 400_000_000, "x").is_ok(),
+            "exactly what is left"
+        );
         let e = admit(1_000_000_000, &[a], "b@cpu-q8", 400_000_001, "weights").unwrap_err();
         assert!(e.contains("b@cpu-q8 needs 400 MB (weights)") && e.contains("400 MB of 1.0 GB is left"), "{e}");
         assert!(e.contains("held by a@cpu-q8 (600 MB)"), "{e}");

@@ -6,8 +6,8 @@ pub mod kept;
 pub mod memory;
 
 use crate::engine::{
-    template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId,
-    Stepped, TokenLogprob,
+    template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
+    TokenLogprob,
 };
 use crate::error::ApiError;
 use crate::sched::{Part, Work};

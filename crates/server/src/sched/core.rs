@@ -300,7 +300,8 @@ impl Scheduler {
             return true;
         }
         let Kind::Generate { model, alone } = &next.kind else { return false };
-        let same_model = self.running.iter().all(|r| matches!(&r.kind, Kind::Generate { model: m, alone: false } if m == model));
+        let same_model =
+            self.running.iter().all(|r| matches!(&r.kind, Kind::Generate { model: m, alone: false } if m == model));
         let reading = self.running.iter().any(|r| !matches!(r.phase, Phase::Writing));
         let fits = next.reserve.is_none_or(|n| self.running.iter().map(|r| r.reserve).sum::<usize>() + n <= budget);
         !alone && same_model && !reading && self.running.len() < self.limits.batch && fits

@@ -204,7 +204,10 @@ fn below_batch_from_each_reply_takes_its_own_pass() {
     let d = s.decide(100);
     assert_eq!(
         d,
-        Decision::Step(vec![vec![Part { id: ids[0], work: Work::Decode }], vec![Part { id: ids[1], work: Work::Decode }]])
+        Decision::Step(vec![
+            vec![Part { id: ids[0], work: Work::Decode }],
+            vec![Part { id: ids[1], work: Work::Decode }]
+        ])
     );
     let third = s.submit("u2", gen("m"), t).unwrap();
     s.prepared(third, 10);
@@ -216,11 +219,9 @@ fn below_batch_from_each_reply_takes_its_own_pass() {
 #[test]
 fn another_model_an_alone_request_or_no_room_means_nobody_joins() {
     let t = Instant::now();
-    for (kind, reserve, budget) in [
-        (gen("other"), 10, 100),
-        (Kind::Generate { model: "m".into(), alone: true }, 10, 100),
-        (gen("m"), 60, 100),
-    ] {
+    for (kind, reserve, budget) in
+        [(gen("other"), 10, 100), (Kind::Generate { model: "m".into(), alone: true }, 10, 100), (gen("m"), 60, 100)]
+    {
         let mut s = Scheduler::new(limits());
         let a = s.submit("a", gen("m"), t).unwrap();
         s.prepared(a, 50);

@@ -121,4 +121,3 @@ pub struct Done {
     /// Tokens they hold.
     pub held_tokens: usize,
 }
-

@@ -227,10 +227,9 @@ impl Queue {
 
 fn refusal(r: Refusal) -> ApiError {
     match r {
-        Refusal::Full { waiting } => ApiError::unavailable(
-            format!("the queue is full ({waiting} generations waiting); retry shortly"),
-            Some(1),
-        ),
+        Refusal::Full { waiting } => {
+            ApiError::unavailable(format!("the queue is full ({waiting} generations waiting); retry shortly"), Some(1))
+        }
         Refusal::AccountFull { account, limit } => ApiError::too_many(
             format!(
                 "account {account:?} has {limit} generations waiting ([server] queue_per_account = {limit}); \

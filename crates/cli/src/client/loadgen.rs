@@ -1,5 +1,5 @@
 //! `kvad bench --concurrency N`: a load generator against a running server. Each round runs one stream alone and
-//! then N streams at once (interleaved, so both see the same machine), each a streamed chat completion with a
+//! then N streams at once (interleaved, so both see the same machine), each a streamed text completion with a
 //! prompt of its own (so no kept conversation serves it); it reports the aggregate decode rate per round (median and
 //! range), the ratio to one stream, and percentiles of time to first token and of the gaps between tokens. With
 //! `--join-prompt T`, a round also sends a T-token prompt while one stream is under way and reports that stream's
@@ -26,7 +26,7 @@ struct Stream {
 
 fn prompt(words: usize, tag: &str) -> String {
     const TEXT: &str = "the river runs past the old mill and the town where people walk slowly in the evening light ";
-    let mut s = format!("Request {tag}. Read this and then count upward from one, one number a line: ");
+    let mut s = format!("Request {tag}. ");
     let mut n = 0;
     while n < words {
         for w in TEXT.split_whitespace() {
@@ -39,10 +39,11 @@ fn prompt(words: usize, tag: &str) -> String {
 }
 
 fn one(url: &str, model: &str, text: &str, max_tokens: usize) -> Result<Stream> {
+    // A plain completion: a chat model may end its answer early, a text continued goes on to max_tokens.
     let body = json!({"model": model, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0,
-        "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]});
+        "max_tokens": max_tokens, "prompt": text});
     let t0 = Instant::now();
-    let resp = ureq::post(&format!("{url}/v1/chat/completions")).send_json(body).map_err(http_error)?;
+    let resp = ureq::post(&format!("{url}/v1/completions")).send_json(body).map_err(http_error)?;
     let mut s = Stream::default();
     let mut last = None::<Instant>;
     for line in BufReader::new(resp.into_reader()).lines() {
@@ -56,7 +57,7 @@ fn one(url: &str, model: &str, text: &str, max_tokens: usize) -> Result<Stream> 
             s.tokens = u["completion_tokens"].as_u64().unwrap_or(0);
             s.prompt_tokens = u["prompt_tokens"].as_u64().unwrap_or(0);
         }
-        let has_text = v["choices"][0]["delta"]["content"].as_str().is_some_and(|c| !c.is_empty());
+        let has_text = v["choices"][0]["text"].as_str().is_some_and(|c| !c.is_empty());
         if has_text {
             let now = Instant::now();
             match last {
@@ -92,7 +93,7 @@ fn trial(url: &str, model: &str, n: usize, a: &BenchArgs, tag: &str) -> Result<(
 fn join_trial(url: &str, model: &str, a: &BenchArgs, words: usize, tag: &str) -> Result<(f64, f64)> {
     let (u, m) = (url.to_string(), model.to_string());
     let text = prompt(a.prompt_tokens, &format!("{tag}-s"));
-    let gen = a.gen_tokens.max(64);
+    let gen = a.gen_tokens.max(256);
     let streaming = std::thread::spawn(move || one(&u, &m, &text, gen));
     std::thread::sleep(Duration::from_millis(1500));
     let t0 = Instant::now();

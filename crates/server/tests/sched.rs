@@ -195,7 +195,7 @@ fn a_load_that_does_not_fit_is_refused_naming_the_holder() {
     let (code, _, v) = load("qwen3-scripted");
     assert_eq!(code, 409, "{v}");
     let msg = v["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("qwen3-scripted@scripted needs 500 B") && msg.contains("400 B of 1000 B is left"), "{msg}");
+    assert!(msg.contains("qwen3-scripted@scripted needs 500 B") && msg.contains("400 B of 1 kB is left"), "{msg}");
     assert!(msg.contains("held by qwen2.5-scripted@scripted"), "{msg}");
     // A request naming it loads it under the same rule.
     let (code, _, v) = post_as(

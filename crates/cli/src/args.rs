@@ -82,6 +82,36 @@ pub enum Command {
         #[command(subcommand)]
         command: ServiceCommand,
     },
+    /// What waits on the server's queue (for how long, and whose) and what runs.
+    Queue,
+    /// The models in the server's memory: what each is charged, its kept conversations, the memory left.
+    Ps,
+    /// Load a model on the server (a job on its queue); refused, naming what holds the memory, when it does not fit.
+    Load {
+        /// The model's id, as /v1/models lists it.
+        model: String,
+    },
+    /// Unload a model from the server's memory; with no name, every model.
+    Unload {
+        /// The model's id (none: all of them).
+        model: Option<String>,
+    },
+    /// The server's figures.
+    Metrics {
+        #[command(subcommand)]
+        command: MetricsCommand,
+    },
+}
+
+/// `kvad metrics`.
+#[derive(Subcommand, Debug)]
+pub enum MetricsCommand {
+    /// The requests table added up by account: requests, tokens in, cached and out, waiting, first token.
+    Usage {
+        /// Over the last this many days.
+        #[arg(long, default_value_t = 7)]
+        days: u32,
+    },
 }
 
 /// `kvad service`.
@@ -144,6 +174,14 @@ pub struct BenchArgs {
     /// Worker threads (default: physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Load generator: N concurrent streams against a server (--remote, KVAD_URL or the local service) instead of
+    /// timing generations in this process; aggregate tok/s, TTFT and inter-token latency percentiles.
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// With --concurrency: also send one prompt of this many tokens (roughly: repeated words) after the streams are
+    /// under way, and report the longest silence of the streams while it is read.
+    #[arg(long, value_name = "TOKENS", requires = "concurrency")]
+    pub join_prompt: Option<usize>,
 }
 
 /// What model, on what backend, sampled how.

@@ -28,7 +28,21 @@ fn main() -> std::process::ExitCode {
             Target::Remote { url, .. } => client::remote::chat(&url, &a, c.json),
             Target::Local { .. } => generate::chat(a),
         }),
+        args::Command::Bench(a) if a.concurrency.is_some() => {
+            client::remote_only(&c, "bench --concurrency").and_then(|url| client::loadgen::run(&url, &a, c.json))
+        }
         args::Command::Bench(a) => bench::run(a, c.json),
+        args::Command::Queue => client::remote_only(&c, "queue").and_then(|url| client::admin::queue(&url, c.json)),
+        args::Command::Ps => client::remote_only(&c, "ps").and_then(|url| client::admin::ps(&url, c.json)),
+        args::Command::Load { model } => {
+            client::remote_only(&c, "load").and_then(|url| client::admin::load(&url, &model, c.json))
+        }
+        args::Command::Unload { model } => {
+            client::remote_only(&c, "unload").and_then(|url| client::admin::unload(&url, model.as_deref(), c.json))
+        }
+        args::Command::Metrics { command: args::MetricsCommand::Usage { days } } => {
+            client::remote_only(&c, "metrics usage").and_then(|url| client::admin::usage(&url, days, c.json))
+        }
         args::Command::Ppl(a) => bench::ppl(a),
         args::Command::Cache { action } => bench::cache(action == Some(args::CacheAction::Clear)),
         args::Command::Arch => {

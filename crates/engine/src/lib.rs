@@ -1,7 +1,8 @@
 //! kvad-engine: sequences, sampling and the generation loop over a stateless model.
 //!
 //! It owns everything stateful about a generation (the KV cache, the sampler's generator, the ids so far) so the
-//! model stays a pure function of its inputs. The scheduler (queue, fairness, batching) lands here too.
+//! model stays a pure function of its inputs. The scheduler (queue, fairness, batching) lives in `kvad-server`'s
+//! `sched`, which drives batched forward passes itself.
 
 pub mod bench;
 pub mod generate;

@@ -5,6 +5,12 @@
 //! [server]
 //! bind = "127.0.0.1:5823"        # KVAD_BIND
 //! queue = 16                     # KVAD_QUEUE: generations that may wait; the next is a 503
+//! queue_per_account = 4          # generations one account may have waiting; the next is a 429
+//! generations_per_minute = 30    # per account (off unless set); over it a 429 says when the next is taken
+//! batch = 4                      # KVAD_BATCH: replies on one model written together
+//! context = 8192                 # tokens of KV cache each model is charged for (unset: the model's context)
+//! memory = "24 GB"               # KVAD_MEMORY: what loaded models may be charged in all (unset: available now)
+//! autoload = false               # reload the models that were loaded, in the background, at start
 //! models = ["smollm2-instruct"]  # KVAD_MODELS (comma-separated): what /v1/models offers
 //! backend = "cpu-f32"            # KVAD_BACKEND
 //!
@@ -29,6 +35,18 @@ pub struct ServerSection {
     pub bind: String,
     /// Generations that may wait.
     pub queue: usize,
+    /// Generations one account may have waiting.
+    pub queue_per_account: usize,
+    /// Generations one account may start per minute (None: no limit).
+    pub generations_per_minute: Option<usize>,
+    /// Replies written together.
+    pub batch: usize,
+    /// Tokens of KV cache each model is charged for (None: the model's own context).
+    pub context: Option<usize>,
+    /// What loaded models may be charged in all, e.g. "24 GB" (None: the memory available at start).
+    pub memory: Option<String>,
+    /// Reload the models that were loaded when the server last ran.
+    pub autoload: bool,
     /// Models offered.
     pub models: Vec<String>,
     /// Backend models load on.
@@ -40,6 +58,12 @@ impl Default for ServerSection {
         ServerSection {
             bind: DEFAULT_BIND.into(),
             queue: 16,
+            queue_per_account: 4,
+            generations_per_minute: None,
+            batch: 4,
+            context: None,
+            memory: None,
+            autoload: false,
             models: vec![kvad_hub::DEFAULT_ALIAS.into()],
             backend: "cpu-f32".into(),
         }
@@ -92,6 +116,24 @@ impl Config {
         Ok(c)
     }
 
+    /// Checks values no type can: each names the key and the value.
+    pub fn check(&self) -> Result<(), String> {
+        let s = &self.server;
+        let positive = [("queue", s.queue), ("queue_per_account", s.queue_per_account), ("batch", s.batch)];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(format!("[server] {key} = 0: must be at least 1"));
+            }
+        }
+        if s.generations_per_minute == Some(0) {
+            return Err("[server] generations_per_minute = 0: at least 1 (leave it unset for no limit)".into());
+        }
+        if s.context == Some(0) {
+            return Err("[server] context = 0: must be at least 1 token (leave it unset for the model's)".into());
+        }
+        Ok(())
+    }
+
     /// Parses the file's text.
     pub fn parse(text: &str) -> Result<Config, String> {
         toml::from_str(text).map_err(|e| e.to_string())
@@ -104,6 +146,12 @@ impl Config {
         }
         if let Some(v) = get("KVAD_QUEUE").filter(|v| !v.is_empty()) {
             self.server.queue = v.parse().map_err(|_| format!("KVAD_QUEUE = {v:?}: not a whole number"))?;
+        }
+        if let Some(v) = get("KVAD_BATCH").filter(|v| !v.is_empty()) {
+            self.server.batch = v.parse().map_err(|_| format!("KVAD_BATCH = {v:?}: not a whole number"))?;
+        }
+        if let Some(v) = get("KVAD_MEMORY").filter(|v| !v.is_empty()) {
+            self.server.memory = Some(v);
         }
         if let Some(v) = get("KVAD_MODELS").filter(|v| !v.is_empty()) {
             self.server.models = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
@@ -141,5 +189,12 @@ mod tests {
         assert!(e.contains("queue") || e.contains("many"), "{e}");
         let e = Config::default().apply_env(|k| (k == "KVAD_QUEUE").then(|| "lots".to_string())).unwrap_err();
         assert!(e.contains("KVAD_QUEUE") && e.contains("lots"), "{e}");
+        let c = Config::parse("[server]\nbatch = 0\n").unwrap();
+        assert_eq!(c.check().unwrap_err(), "[server] batch = 0: must be at least 1");
+        let c = Config::parse("[server]\ngenerations_per_minute = 0\n").unwrap();
+        assert!(c.check().unwrap_err().contains("generations_per_minute = 0"));
+        let c = Config::parse("[server]\nbatch = 8\ncontext = 2048\nautoload = true\n").unwrap();
+        assert_eq!((c.server.batch, c.server.context, c.server.autoload), (8, Some(2048), true));
+        assert!(c.check().is_ok());
     }
 }

@@ -1,9 +1,9 @@
 //! The seam between the HTTP side and generation: the [`Engine`] trait.
 //!
-//! The worker thread owns one `Engine` and calls it for one job at a time. [`crate::local::LocalEngine`] runs real
-//! models through `kvad_engine`; [`crate::scripted::ScriptedEngine`] answers from a script (tests: a reply a tiny
-//! model cannot produce, such as a tool call, behind exactly the same code path). The scheduler of a later issue
-//! replaces the one-at-a-time worker but keeps this contract: a prepared prompt in, token pieces out.
+//! The scheduler's thread owns one `Engine` and drives it a pass at a time ([`Engine::step`]): several sequences,
+//! each reading a chunk of its prompt or writing a token. [`crate::local::LocalEngine`] runs real models through
+//! `kvad_models`' batched forward pass; [`crate::scripted::ScriptedEngine`] answers from a script (tests: a reply a
+//! tiny model cannot produce, such as a tool call, behind exactly the same code path).
 
 use crate::error::ApiError;
 use kvad_engine::{GenerateOptions, SamplingParams};
@@ -50,6 +50,8 @@ pub struct Prepared {
     pub vocab: usize,
     /// The backend it runs on.
     pub backend: String,
+    /// The model's id.
+    pub model: String,
 }
 
 /// Sampling and length of one generation.
@@ -83,39 +85,109 @@ pub struct Piece {
     pub logprob: Option<TokenLogprob>,
 }
 
-/// How a generation ended, as the engine saw it.
+/// One generation's sequence in the engine, named by the scheduler's job number.
+pub type SeqId = u64;
+
+/// What one part of a pass produced: for [`crate::sched::Work::Last`] and [`crate::sched::Work::Decode`], the
+/// token sampled; for a chunk of the prompt, nothing.
+#[derive(Debug, Clone)]
+pub struct Stepped {
+    /// The token's text and log-probability.
+    pub piece: Piece,
+    /// It is an end token (not part of the reply's text).
+    pub end: bool,
+    /// The sequence has reached the model's context: no further token fits.
+    pub full: bool,
+}
+
+/// Where a sequence starts: how much of its prompt a kept conversation already held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineFinish {
-    /// A stop token, or the caller stopped it.
-    Stop,
-    /// `max_tokens` or the context's end.
-    Length,
+pub struct Begun {
+    /// Prompt tokens found in a kept conversation.
+    pub cached: usize,
+    /// Prompt tokens still to read (the last one included: at least 1).
+    pub to_read: usize,
 }
 
-/// What a generation did.
-#[derive(Debug, Clone, Copy)]
-pub struct Generated {
-    /// Tokens generated (a stop token included).
+/// What a model keeps of conversations not speaking.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Conversations kept.
+    pub conversations: usize,
+    /// Tokens they hold.
     pub tokens: usize,
-    /// How it ended.
-    pub finish: EngineFinish,
 }
 
-/// A generation engine. Runs on the worker thread, one call at a time.
+/// What ending a sequence leaves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// Text the decoder still held (an incomplete character at the end).
+    pub rest: String,
+    /// What the model keeps after it.
+    pub held: Held,
+}
+
+/// A model in memory and what it is charged for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resident {
+    /// `model@backend`.
+    pub name: String,
+    /// Bytes charged: weights and a full context of KV cache.
+    pub charged: u64,
+    /// Tokens of context it is charged for (the KV budget its conversations share).
+    pub context: usize,
+    /// What its kept conversations hold.
+    pub held: Held,
+}
+
+/// The memory line of `kvad ps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Memory {
+    /// Bytes the server may charge in all.
+    pub total: u64,
+    /// Models in memory.
+    pub resident: Vec<Resident>,
+}
+
+impl Memory {
+    /// Bytes not charged.
+    pub fn left(&self) -> u64 {
+        self.total.saturating_sub(self.resident.iter().map(|r| r.charged).sum())
+    }
+}
+
+/// A generation engine, driven step by step by the scheduler's thread: the scheduler decides what runs (who joins,
+/// which prompt chunk, which replies write); the engine holds the models, every sequence's cache and sampler, and
+/// the conversations set aside.
 pub trait Engine: Send {
     /// The models it can serve, with their capabilities.
     fn catalog(&self) -> Vec<ModelInfo>;
 
-    /// Loads `model` when it is not loaded, renders and tokenizes the prompt.
+    /// Renders and tokenizes the prompt, loading the model first when it is not in memory (under the memory rule).
     fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError>;
 
-    /// Generates from a prepared prompt. `on_piece` returns false to stop (within one step).
-    fn generate(
-        &mut self,
-        prepared: &Prepared,
-        params: &GenParams,
-        on_piece: &mut dyn FnMut(Piece) -> bool,
-    ) -> Result<Generated, ApiError>;
+    /// The tokens of context a model's replies and kept conversations share (0 when it is not loaded).
+    fn budget(&self, model: &str) -> usize;
+
+    /// Starts a sequence: finds the kept conversation sharing the longest prefix with the prompt (unless `fresh`:
+    /// a request that asked for no cache) and sets up its sampler.
+    fn begin(&mut self, seq: SeqId, prepared: &Prepared, params: &GenParams, fresh: bool) -> Result<Begun, ApiError>;
+
+    /// Runs one forward pass over these parts (all of one model); one entry per part, in order.
+    fn step(&mut self, parts: &[crate::sched::Part]) -> Result<Vec<Option<Stepped>>, ApiError>;
+
+    /// Ends a sequence: `keep` sets its cache aside as a conversation (evicting the one that spoke longest ago when
+    /// the context is short); otherwise it is freed. Returns the text the decoder held back and what is kept.
+    fn end(&mut self, seq: SeqId, keep: bool) -> Ended;
+
+    /// Loads a model when it fits beside what is there; refused naming what holds the memory.
+    fn load(&mut self, model: &str) -> Result<(), ApiError>;
+
+    /// Unloads a model (None: all); returns the names unloaded.
+    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError>;
+
+    /// What is in memory.
+    fn memory(&self) -> Memory;
 }
 
 /// Whether a template source knows reasoning traces.

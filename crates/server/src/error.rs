@@ -81,6 +81,30 @@ impl ApiError {
         }
     }
 
+    /// 409: a model does not fit in memory beside the ones loaded (the message names what holds it).
+    pub fn insufficient_memory(message: String) -> Self {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            message,
+            kind: "server_error",
+            param: Some("model".into()),
+            code: Some("insufficient_memory"),
+            retry_after: None,
+        }
+    }
+
+    /// 429: the account has its share waiting, or reached its generations per minute.
+    pub fn too_many(message: String, retry_after: Option<u64>) -> Self {
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message,
+            kind: "rate_limit_error",
+            param: None,
+            code: Some("rate_limit_exceeded"),
+            retry_after,
+        }
+    }
+
     /// 500: the engine failed.
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError {

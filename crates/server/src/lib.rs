@@ -1,8 +1,9 @@
 //! kvad-server: the OpenAI-compatible HTTP server (`kvad-serve`).
 //!
-//! Requests become [`worker::Job`]s on a bounded queue; one worker thread owns the [`Engine`] and runs them one at
-//! a time, sending classified deltas (content, reasoning, tool calls) back over a channel; every completion's row
-//! lands in SQLite ([`store`]). The routes are listed in [`api::table::ROUTES`], from which the OpenAPI document
+//! Requests become [`sched::Job`]s in the scheduler's line (bounded, fair per account); one engine thread owns the
+//! [`Engine`] and writes up to `[server] batch` replies together, a forward pass a step, sending classified deltas
+//! (content, reasoning, tool calls) back over each job's channel; every completion's row lands in SQLite
+//! ([`store`]). The routes are listed in [`api::table::ROUTES`], from which the OpenAPI document
 //! and the `/api` page are made.
 
 pub mod api;
@@ -10,9 +11,10 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod local;
+pub mod metrics;
+pub mod sched;
 pub mod scripted;
 pub mod store;
-pub mod worker;
 
 pub use engine::Engine;
 
@@ -24,10 +26,12 @@ use std::sync::Arc;
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
-    /// The generation queue.
-    pub queue: worker::Queue,
+    /// The scheduler.
+    pub queue: sched::Queue,
     /// Set on shutdown: new generations are refused while the running ones finish.
     pub draining: Arc<AtomicBool>,
+    /// The SQLite file (usage reads open their own connection).
+    pub db: std::path::PathBuf,
 }
 
 impl AppState {

@@ -2,10 +2,10 @@
 
 use clap::Parser;
 use kvad_server::config::{data_dir, Config};
-use kvad_server::local::LocalEngine;
+use kvad_server::local::{memory, LocalEngine, LocalSettings};
+use kvad_server::sched::{backend_limits, Kind, Limits, Queue};
 use kvad_server::scripted::ScriptedEngine;
 use kvad_server::store::Store;
-use kvad_server::worker::Queue;
 use kvad_server::{api, AppState, Engine};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +35,24 @@ struct Args {
     /// Generations that may wait; the next gets a 503.
     #[arg(long)]
     queue: Option<usize>,
+    /// Generations one account may have waiting; the next gets a 429.
+    #[arg(long)]
+    queue_per_account: Option<usize>,
+    /// Generations one account may start per minute.
+    #[arg(long)]
+    generations_per_minute: Option<usize>,
+    /// Replies on one model written together.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Tokens of KV cache each model is charged for.
+    #[arg(long)]
+    context: Option<usize>,
+    /// What loaded models may be charged in all, e.g. "24 GB".
+    #[arg(long)]
+    memory: Option<String>,
+    /// Reload the models that were loaded when the server last ran.
+    #[arg(long)]
+    autoload: bool,
     /// Serve scripted models from this JSON file instead of real ones (tests; see kvad_server::scripted).
     #[arg(long)]
     scripted: Option<PathBuf>,
@@ -66,6 +84,14 @@ fn run(args: Args) -> Result<(), String> {
     if let Some(q) = args.queue {
         config.server.queue = q;
     }
+    let sv = &mut config.server;
+    sv.queue_per_account = args.queue_per_account.unwrap_or(sv.queue_per_account);
+    sv.generations_per_minute = args.generations_per_minute.or(sv.generations_per_minute);
+    sv.batch = args.batch.unwrap_or(sv.batch);
+    sv.context = args.context.or(sv.context);
+    sv.memory = args.memory.or(sv.memory.take());
+    sv.autoload |= args.autoload;
+    config.check()?;
     let addr: SocketAddr = config
         .server
         .bind
@@ -77,20 +103,38 @@ fn run(args: Args) -> Result<(), String> {
              pass --insecure to serve it with none, or bind a loopback address"
         ));
     }
-    if config.server.queue == 0 {
-        return Err("queue = 0: at least one generation must be able to wait".into());
-    }
+    let total = match &config.server.memory {
+        Some(m) => memory::parse_bytes(m)?,
+        None => memory::available().unwrap_or(u64::MAX),
+    };
+    let backend_name = if args.scripted.is_some() { "scripted" } else { config.server.backend.as_str() };
+    let (batch_from, chunk) = backend_limits(backend_name);
     let engine: Box<dyn Engine> = match &args.scripted {
-        Some(path) => Box::new(ScriptedEngine::from_file(path)?),
+        Some(path) => Box::new(ScriptedEngine::from_file(path, total)?),
         None => {
             let backend = config.server.backend.parse().map_err(|e| format!("backend: {e}"))?;
-            Box::new(LocalEngine::new(&config.server.models, backend)?)
+            let settings = LocalSettings { context: config.server.context, memory: total };
+            Box::new(LocalEngine::new(&config.server.models, backend, settings)?)
         }
     };
     let db = dir.join("kvad.db");
     let store = Store::open(&db).map_err(|e| format!("{}: {e}", db.display()))?;
-    let (queue, _worker) = Queue::start(engine, store, config.server.queue);
-    let state = AppState { queue, draining: Arc::new(AtomicBool::new(false)) };
+    let active = if config.server.autoload { store.active_models().map_err(|e| e.to_string())? } else { vec![] };
+    let limits = Limits {
+        queue: config.server.queue,
+        per_account: config.server.queue_per_account,
+        per_minute: config.server.generations_per_minute,
+        batch: config.server.batch,
+        chunk,
+        batch_from,
+    };
+    let (queue, _worker) = Queue::start(engine, store, limits);
+    // Autoload: a job on the same queue, so a request that turns up meanwhile waits for it.
+    for model in active {
+        eprintln!("kvad-serve: autoload: {model} (it was loaded when the server last ran)");
+        queue.admin("system", Kind::Load { model }, false);
+    }
+    let state = AppState { queue, draining: Arc::new(AtomicBool::new(false)), db };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

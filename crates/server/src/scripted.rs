@@ -8,12 +8,16 @@
 //! The first rule whose `when` occurs in the rendered prompt gives the reply. A "token" is 3 characters.
 
 use crate::engine::{
-    template_reasons, EngineFinish, GenParams, Generated, ModelInfo, Piece, Prepared, Prompt, TokenLogprob,
+    template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
+    TokenLogprob,
 };
 use crate::error::ApiError;
+use crate::local::memory;
+use crate::sched::{Part, Work};
 use crate::Engine;
 use kvad_text::{ChatContext, ChatTemplate};
 use serde::Deserialize;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 const CHARS_PER_TOKEN: usize = 3;
@@ -32,9 +36,12 @@ struct ScriptModel {
     context: usize,
     #[serde(default)]
     rules: Vec<Rule>,
-    /// Milliseconds per token, to make a reply slow enough to cancel.
+    /// Milliseconds per forward pass (whatever it holds), to make a reply slow enough to cancel or to batch.
     #[serde(default)]
     delay_ms: u64,
+    /// Bytes it is charged when loaded (memory admission tests).
+    #[serde(default)]
+    bytes: u64,
     default: String,
 }
 
@@ -54,10 +61,21 @@ struct Model {
     template: Option<ChatTemplate>,
 }
 
+/// One running reply.
+struct Seq {
+    model: usize,
+    reply: Vec<char>,
+    /// Characters written.
+    at: usize,
+    top_logprobs: Option<usize>,
+}
+
 /// Models that answer from a script.
 pub struct ScriptedEngine {
     models: Vec<Model>,
-    current: Option<(usize, String)>,
+    loaded: BTreeSet<usize>,
+    seqs: HashMap<SeqId, Seq>,
+    memory: u64,
 }
 
 fn count_tokens(s: &str) -> usize {
@@ -65,8 +83,9 @@ fn count_tokens(s: &str) -> usize {
 }
 
 impl ScriptedEngine {
-    /// Reads a script; template paths are relative to the script's directory.
-    pub fn from_file(path: &Path) -> Result<Self, String> {
+    /// Reads a script; template paths are relative to the script's directory. `memory` is what loads may be
+    /// charged in all.
+    pub fn from_file(path: &Path, memory: u64) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let script: Script = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
@@ -82,13 +101,22 @@ impl ScriptedEngine {
             };
             models.push(Model { spec, template });
         }
-        Ok(ScriptedEngine { models, current: None })
+        Ok(ScriptedEngine { models, loaded: BTreeSet::new(), seqs: HashMap::new(), memory })
+    }
+
+    fn index(&self, model: &str) -> Result<usize, ApiError> {
+        self.models.iter().position(|m| m.spec.id == model).ok_or_else(|| {
+            ApiError::model_not_found(model, &self.models.iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>())
+        })
+    }
+
+    fn name(&self, i: usize) -> String {
+        format!("{}@scripted", self.models[i].spec.id)
     }
 }
 
 impl Engine for ScriptedEngine {
     fn catalog(&self) -> Vec<ModelInfo> {
-        let loaded = self.current.as_ref().map(|(i, _)| *i);
         self.models
             .iter()
             .enumerate()
@@ -97,16 +125,15 @@ impl Engine for ScriptedEngine {
                 chat: m.template.is_some(),
                 tools: m.template.as_ref().is_some_and(ChatTemplate::supports_tools),
                 reasoning: m.template.as_ref().is_some_and(|t| template_reasons(t.source())),
-                loaded: loaded == Some(i),
+                loaded: self.loaded.contains(&i),
                 backend: "scripted".into(),
             })
             .collect()
     }
 
     fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
-        let idx = self.models.iter().position(|m| m.spec.id == model).ok_or_else(|| {
-            ApiError::model_not_found(model, &self.models.iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>())
-        })?;
+        let idx = self.index(model)?;
+        self.load(model)?;
         let m = &self.models[idx];
         let text = match prompt {
             Prompt::Chat { messages, tools } => {
@@ -123,45 +150,103 @@ impl Engine for ScriptedEngine {
             }
             Prompt::Text(s) => s.clone(),
         };
-        let reply = m.spec.rules.iter().find(|r| text.contains(&r.when)).map_or(&m.spec.default, |r| &r.reply);
-        self.current = Some((idx, reply.clone()));
+        let n = count_tokens(&text);
         Ok(Prepared {
-            tokens: Vec::new(),
-            prompt_tokens: count_tokens(&text),
+            tokens: vec![0; n],
+            prompt_tokens: n,
             text,
             context: m.spec.context,
             vocab: 256,
             backend: "scripted".into(),
+            model: model.into(),
         })
     }
 
-    fn generate(
-        &mut self,
-        _prepared: &Prepared,
-        params: &GenParams,
-        on_piece: &mut dyn FnMut(Piece) -> bool,
-    ) -> Result<Generated, ApiError> {
-        let Some((idx, reply)) = &self.current else {
-            return Err(ApiError::internal("generate before prepare"));
-        };
-        let chars: Vec<char> = reply.chars().collect();
-        let mut tokens = 0;
-        for chunk in chars.chunks(CHARS_PER_TOKEN) {
-            if tokens == params.max_tokens {
-                return Ok(Generated { tokens, finish: EngineFinish::Length });
+    fn budget(&self, model: &str) -> usize {
+        self.index(model).map_or(0, |i| self.models[i].spec.context)
+    }
+
+    fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, _fresh: bool) -> Result<Begun, ApiError> {
+        let model = self.index(&p.model)?;
+        let spec = &self.models[model].spec;
+        let reply = spec.rules.iter().find(|r| p.text.contains(&r.when)).map_or(&spec.default, |r| &r.reply);
+        let top_logprobs = params.sampling.top_logprobs;
+        self.seqs.insert(seq, Seq { model, reply: reply.chars().collect(), at: 0, top_logprobs });
+        Ok(Begun { cached: 0, to_read: p.prompt_tokens.max(1) })
+    }
+
+    fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, ApiError> {
+        let delay = parts.first().and_then(|p| self.seqs.get(&p.id)).map_or(0, |s| self.models[s.model].spec.delay_ms);
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let mut out = Vec::new();
+        for p in parts {
+            let s = self.seqs.get_mut(&p.id).ok_or_else(|| ApiError::internal("step: no such sequence"))?;
+            if let Work::Chunk(_) = p.work {
+                out.push(None);
+                continue;
             }
-            tokens += 1;
-            std::thread::sleep(std::time::Duration::from_millis(self.models[*idx].spec.delay_ms));
-            let text: String = chunk.iter().collect();
-            let logprob = params.sampling.top_logprobs.map(|_| TokenLogprob {
+            let end = (s.at + CHARS_PER_TOKEN).min(s.reply.len());
+            let text: String = s.reply[s.at..end].iter().collect();
+            let done = s.at == s.reply.len();
+            s.at = end;
+            let logprob = s.top_logprobs.map(|_| TokenLogprob {
                 token: text.clone(),
                 logprob: 0.0,
                 top: vec![(text.clone(), 0.0)],
             });
-            if !on_piece(Piece { text, logprob }) {
-                return Ok(Generated { tokens, finish: EngineFinish::Stop });
-            }
+            out.push(Some(Stepped { piece: Piece { text, logprob }, end: done, full: false }));
         }
-        Ok(Generated { tokens: tokens + 1, finish: EngineFinish::Stop })
+        Ok(out)
+    }
+
+    fn end(&mut self, seq: SeqId, _keep: bool) -> Ended {
+        self.seqs.remove(&seq);
+        Ended::default()
+    }
+
+    fn load(&mut self, model: &str) -> Result<(), ApiError> {
+        let i = self.index(model)?;
+        if self.loaded.contains(&i) {
+            return Ok(());
+        }
+        let bytes = self.models[i].spec.bytes;
+        memory::admit(self.memory, &self.memory().resident, &self.name(i), bytes, "its script says so")
+            .map_err(ApiError::insufficient_memory)?;
+        self.loaded.insert(i);
+        Ok(())
+    }
+
+    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError> {
+        let targets: Vec<usize> = match model {
+            Some(m) => {
+                let i = self.index(m)?;
+                if !self.loaded.contains(&i) {
+                    return Err(ApiError::bad_field("model", format!("{m} is not loaded")));
+                }
+                vec![i]
+            }
+            None => self.loaded.iter().copied().collect(),
+        };
+        let names = targets.iter().map(|&i| self.name(i)).collect();
+        for i in targets {
+            self.loaded.remove(&i);
+        }
+        Ok(names)
+    }
+
+    fn memory(&self) -> Memory {
+        Memory {
+            total: self.memory,
+            resident: self
+                .loaded
+                .iter()
+                .map(|&i| Resident {
+                    name: self.name(i),
+                    charged: self.models[i].spec.bytes,
+                    context: self.models[i].spec.context,
+                    held: Default::default(),
+                })
+                .collect(),
+        }
     }
 }

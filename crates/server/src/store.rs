@@ -4,7 +4,8 @@ use rusqlite::{params, Connection};
 use std::path::Path;
 
 /// Migrations in order; `PRAGMA user_version` records how many have run. Append, never edit.
-const MIGRATIONS: &[&str] = &["CREATE TABLE requests (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE requests (
         id INTEGER PRIMARY KEY,
         created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
         account TEXT NOT NULL,
@@ -20,7 +21,9 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE requests (
         finish_reason TEXT NOT NULL,
         error TEXT
     );
-    CREATE INDEX requests_account_time ON requests (account, created_at);"];
+    CREATE INDEX requests_account_time ON requests (account, created_at);",
+    "CREATE TABLE active_models (model TEXT PRIMARY KEY, since TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))",
+];
 
 /// One completion's row.
 #[derive(Debug, Clone, Default)]
@@ -95,6 +98,70 @@ impl Store {
     }
 }
 
+/// One account's figures over a period, as `kvad metrics usage` prints them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Usage {
+    /// The account.
+    pub account: String,
+    /// Completions asked for (every outcome).
+    pub requests: i64,
+    /// Prompt tokens.
+    pub prompt_tokens: i64,
+    /// Of them, found in kept conversations.
+    pub cached_tokens: i64,
+    /// Tokens generated.
+    pub generated_tokens: i64,
+    /// Mean time waiting in the queue, ms.
+    pub queue_ms_mean: f64,
+    /// Longest time waiting in the queue, ms.
+    pub queue_ms_max: f64,
+    /// Mean time to the first token, ms (None: no reply reached one).
+    pub ttft_ms_mean: Option<f64>,
+}
+
+impl Store {
+    /// Records that a model is loaded (`true`) or no longer (`false`), for `[server] autoload`.
+    pub fn set_active(&self, model: &str, active: bool) -> Result<(), rusqlite::Error> {
+        if active {
+            self.conn.execute("INSERT OR IGNORE INTO active_models (model) VALUES (?1)", params![model])?;
+        } else {
+            self.conn.execute("DELETE FROM active_models WHERE model = ?1", params![model])?;
+        }
+        Ok(())
+    }
+
+    /// The models that were loaded when the server last ran, in the order they were loaded.
+    pub fn active_models(&self) -> Result<Vec<String>, rusqlite::Error> {
+        let mut st = self.conn.prepare("SELECT model FROM active_models ORDER BY since, model")?;
+        let rows = st.query_map([], |r| r.get(0))?;
+        rows.collect()
+    }
+
+    /// The requests table added up by account over the last `days` days (`account`: only that one's).
+    pub fn usage(&self, days: u32, account: Option<&str>) -> Result<Vec<Usage>, rusqlite::Error> {
+        let mut st = self.conn.prepare(
+            "SELECT account, count(*), sum(prompt_tokens), sum(cached_tokens), sum(generated_tokens),
+                    avg(queue_ms), max(queue_ms), avg(ttft_ms)
+             FROM requests
+             WHERE created_at >= strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?1) AND (?2 IS NULL OR account = ?2)
+             GROUP BY account ORDER BY account",
+        )?;
+        let rows = st.query_map(params![format!("-{days} days"), account], |r| {
+            Ok(Usage {
+                account: r.get(0)?,
+                requests: r.get(1)?,
+                prompt_tokens: r.get(2)?,
+                cached_tokens: r.get(3)?,
+                generated_tokens: r.get(4)?,
+                queue_ms_mean: r.get(5)?,
+                queue_ms_max: r.get(6)?,
+                ttft_ms_mean: r.get(7)?,
+            })
+        })?;
+        rows.collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +180,27 @@ mod tests {
         let n: i64 = s.conn.query_row("SELECT count(*) FROM requests", [], |r| r.get(0)).unwrap();
         let mode: String = s.conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!((n, mode.as_str()), (1, "wal"));
+        s.set_active("m", true).unwrap();
+        s.set_active("m", true).unwrap();
+        s.set_active("n", true).unwrap();
+        s.set_active("m", false).unwrap();
+        assert_eq!(s.active_models().unwrap(), ["n"]);
+        let row = |account: &str, prompt, cached, q| RequestRow {
+            account: account.into(),
+            prompt_tokens: prompt,
+            cached_tokens: cached,
+            queue_ms: q,
+            ttft_ms: Some(10.0),
+            finish_reason: "stop".into(),
+            ..Default::default()
+        };
+        s.record(&row("b", 10, 4, 5.0)).unwrap();
+        s.record(&row("b", 30, 20, 15.0)).unwrap();
+        let u = s.usage(7, None).unwrap();
+        assert_eq!(u.iter().map(|u| u.account.as_str()).collect::<Vec<_>>(), ["b", "local"]);
+        assert_eq!((u[0].requests, u[0].prompt_tokens, u[0].cached_tokens), (2, 40, 24));
+        assert_eq!((u[0].queue_ms_mean, u[0].queue_ms_max), (10.0, 15.0));
+        assert_eq!(s.usage(7, Some("local")).unwrap().len(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -342,11 +342,11 @@ fn a_client_that_hangs_up_stops_its_generation() {
 
 #[test]
 fn a_full_queue_answers_503_with_retry_after() {
-    let s = scripted("queue", &["--queue", "1"]);
+    let s = scripted("queue", &["--queue", "1", "--batch", "1"]);
     let url = s.url.clone();
     let body = json!({"model": "slow-scripted", "messages": [{"role": "user", "content": "count"}], "max_tokens": 20})
         .to_string();
-    // One runs, one waits, the third finds the queue full.
+    // One runs (a batch of one), one waits, the third finds the queue full.
     let handles: Vec<_> = (0..2)
         .map(|i| {
             let (url, body) = (url.clone(), body.clone());

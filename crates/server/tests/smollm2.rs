@@ -39,3 +39,72 @@ fn smollm2_chat_completion_and_the_openai_sdk() {
     assert!(rows.len() >= 4, "{rows:?}");
     assert!(rows.iter().all(|r| r.2 > 0 && r.5.is_some()), "{rows:?}");
 }
+
+fn chat(s: &common::Server, messages: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    let mut body = json!({"model": "smollm2-instruct", "temperature": 0, "max_tokens": 24, "messages": messages});
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let (code, v) = s.post("/v1/chat/completions", &body.to_string());
+    assert_eq!(code, 200, "{v}");
+    v
+}
+
+fn content(v: &serde_json::Value) -> String {
+    v["choices"][0]["message"]["content"].as_str().unwrap().to_string()
+}
+
+/// The scheduler on the real model at f32: a reply written beside others is the reply written alone; a second turn
+/// reads only its new message; two conversations taking turns keep both caches.
+#[test]
+fn smollm2_batched_replies_equal_alone_and_conversations_are_kept() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let s = common::start("smollm2-sched", &["--model", "smollm2-instruct", "--backend", "cpu-f32"]);
+    let questions =
+        ["What is the capital of France?", "Name three colours.", "What is 2 + 2?", "Say hello in Spanish."];
+    let user = |q: &str| json!([{"role": "user", "content": q}]);
+    // Alone: "cache": false runs with nobody beside, from an empty cache.
+    let alone: Vec<String> = questions.iter().map(|q| content(&chat(&s, user(q), json!({"cache": false})))).collect();
+    let url = s.url.clone();
+    let handles: Vec<_> = questions
+        .iter()
+        .map(|q| {
+            let body = json!({"model": "smollm2-instruct", "temperature": 0, "max_tokens": 24, "messages": user(q)});
+            let url = url.clone();
+            std::thread::spawn(move || -> serde_json::Value {
+                ureq::post(&format!("{url}/v1/chat/completions")).send_json(body).unwrap().into_json().unwrap()
+            })
+        })
+        .collect();
+    let together: Vec<serde_json::Value> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for (v, a) in together.iter().zip(&alone) {
+        assert_eq!(&content(v), a, "the same reply beside others as alone at f32: {v}");
+    }
+    let beside: Vec<u64> = together.iter().map(|v| v["kvad"]["beside"].as_u64().unwrap()).collect();
+    assert!(beside.iter().any(|&b| b >= 2), "they were written together: {beside:?}");
+
+    // Two conversations taking turns: each second turn finds its own first turn kept.
+    let mut turns = Vec::new();
+    for q in ["Tell me about cats.", "Tell me about rivers."] {
+        let v = chat(&s, user(q), json!({}));
+        turns.push((q, content(&v), v["usage"]["prompt_tokens"].as_u64().unwrap()));
+    }
+    for (q, reply, first_prompt) in &turns {
+        let msgs = json!([{"role": "user", "content": q}, {"role": "assistant", "content": reply},
+                          {"role": "user", "content": "And one more thing?"}]);
+        let v = chat(&s, msgs, json!({}));
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+        assert!(
+            cached >= *first_prompt && cached < prompt,
+            "{q}: cached {cached} of {prompt} (first turn {first_prompt})"
+        );
+        assert!(v["kvad"]["conversations"].as_u64().unwrap() >= 2, "{v}");
+        assert!(v["kvad"]["held_tokens"].as_u64().unwrap() >= cached, "{v}");
+    }
+    // The same request twice at temperature 0 is the same reply, the second read from the cache.
+    let again = chat(&s, user(questions[0]), json!({}));
+    assert_eq!(content(&again), alone[0]);
+    assert!(again["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0, "{again}");
+    let ps: serde_json::Value = serde_json::from_str(&s.get("/api/ps").1).unwrap();
+    assert_eq!(ps["models"][0]["name"], "smollm2-instruct@cpu-f32", "{ps}");
+    assert!(ps["models"][0]["conversations"].as_u64().unwrap() >= 2, "{ps}");
+}

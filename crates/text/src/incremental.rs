@@ -17,6 +17,15 @@ use crate::{TextError, Tokenizer};
 /// The replacement character that decoders emit for incomplete or invalid UTF-8.
 const REPLACEMENT: char = '\u{FFFD}';
 
+/// An [`IncrementalDecoder`]'s position, stored apart from the tokenizer it borrows.
+#[derive(Debug, Clone, Default)]
+pub struct DecoderState {
+    ids: Vec<u32>,
+    prefix: usize,
+    read: usize,
+    in_byte_run: bool,
+}
+
 /// Streams text for ids as they come, never splitting a UTF-8 character across deltas.
 ///
 /// Concatenating every delta and [`IncrementalDecoder::finish`] gives the same text as decoding
@@ -71,6 +80,18 @@ impl<'a> IncrementalDecoder<'a> {
         Ok(rest)
     }
 
+    /// The decoder's position without its tokenizer borrow, so a caller that keeps many streams (the server's
+    /// scheduler, one per reply in a batch) can store it and [`IncrementalDecoder::resume`] it for the next id.
+    pub fn into_state(self) -> DecoderState {
+        DecoderState { ids: self.ids, prefix: self.prefix, read: self.read, in_byte_run: self.in_byte_run }
+    }
+
+    /// A decoder continuing from a stored [`DecoderState`].
+    pub fn resume(tokenizer: &'a Tokenizer, skip_special: bool, state: DecoderState) -> Self {
+        let DecoderState { ids, prefix, read, in_byte_run } = state;
+        IncrementalDecoder { tokenizer, skip_special, ids, prefix, read, in_byte_run }
+    }
+
     /// All ids pushed since the last [`IncrementalDecoder::finish`].
     pub fn ids(&self) -> &[u32] {
         &self.ids
@@ -106,8 +127,24 @@ mod tests {
         (deltas, rest)
     }
 
+    /// The same stream, with the decoder stored and resumed between every two ids.
+    fn stream_resumed(t: &Tokenizer, ids: &[u32], skip: bool) -> (Vec<String>, String) {
+        let mut state = DecoderState::default();
+        let mut deltas = Vec::new();
+        for &id in ids {
+            let mut d = IncrementalDecoder::resume(t, skip, state);
+            if let Some(s) = d.push(id).unwrap() {
+                deltas.push(s);
+            }
+            state = d.into_state();
+        }
+        let rest = IncrementalDecoder::resume(t, skip, state).finish().unwrap();
+        (deltas, rest)
+    }
+
     fn check(t: &Tokenizer, ids: &[u32], skip: bool) -> Result<(), TestCaseError> {
         let (deltas, rest) = stream(t, ids, skip);
+        prop_assert_eq!(stream_resumed(t, ids, skip), (deltas.clone(), rest.clone()));
         let whole = t.decode(ids, skip).unwrap();
         prop_assert_eq!(deltas.concat() + &rest, whole.clone());
         if !whole.contains(REPLACEMENT) {

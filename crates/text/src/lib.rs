@@ -20,6 +20,6 @@ mod tokenizer;
 pub use chrono;
 pub use error::TextError;
 pub use gguf::GgufVocab;
-pub use incremental::IncrementalDecoder;
+pub use incremental::{DecoderState, IncrementalDecoder};
 pub use template::{system_clock, ChatContext, ChatTemplate, Clock};
 pub use tokenizer::Tokenizer;

@@ -9,8 +9,15 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/v1/models", "kvad ls; kvad run and chat ask it which endpoint a model takes"),
     ("GET", "/api/health", "kvad service status; every remote command asks it first"),
     ("GET", "/api/openapi.json", "kvad api (with no path: lists every route)"),
+    ("GET", "/api/queue", "kvad queue"),
+    ("GET", "/api/ps", "kvad ps"),
+    ("POST", "/api/load", "kvad load MODEL"),
+    ("POST", "/api/unload", "kvad unload [MODEL] (no name: every model)"),
+    ("GET", "/api/metrics/usage", "kvad metrics usage [--days N]"),
 ];
 
 /// `(method, path, why no command sends it)`.
-pub const NOT_COMMANDS: &[(&str, &str, &str)] =
-    &[("GET", "/api", "an HTML page for a browser; `kvad api` lists the same routes from /api/openapi.json")];
+pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
+    ("GET", "/api", "an HTML page for a browser; `kvad api` lists the same routes from /api/openapi.json"),
+    ("GET", "/metrics", "Prometheus' text format for a scraper; `kvad metrics usage` and `kvad queue` are for people"),
+];

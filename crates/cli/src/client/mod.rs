@@ -6,7 +6,9 @@
 //! somebody said, so a server they name that does not answer is an error, never a quiet fallback; the last is a
 //! guess, and when nothing answers there the command runs in this process.
 
+pub mod admin;
 pub mod commands;
+pub mod loadgen;
 pub mod remote;
 pub mod service;
 

@@ -7,6 +7,7 @@ use crate::error::ApiError;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 
@@ -14,7 +15,8 @@ use serde_json::{json, Map, Value};
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
 /// The handler.
-pub async fn handler(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn handler(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let account = super::account(&headers)?;
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.string("model")?.to_string();
@@ -44,6 +46,8 @@ pub async fn handler(State(state): State<AppState>, body: Bytes) -> Result<Respo
             ));
         }
     }
+    // kvad's own field: `"cache": false` (benchmarks, evaluations) runs alone from an empty cache.
+    let fresh = f.opt_bool("cache")? == Some(false);
     ignored(&mut f)?;
     f.finish()?;
 
@@ -72,6 +76,8 @@ pub async fn handler(State(state): State<AppState>, body: Bytes) -> Result<Respo
         prompt: Prompt::Chat { messages, tools: offered },
         params,
         stop: stops,
+        account,
+        fresh,
         endpoint: "/v1/chat/completions",
     };
     respond(state, submit, Shape::Chat, is_stream, include_usage).await

@@ -7,11 +7,13 @@ use crate::error::ApiError;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
 
 /// The handler.
-pub async fn handler(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn handler(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let account = super::account(&headers)?;
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.string("model")?.to_string();
@@ -44,6 +46,8 @@ pub async fn handler(State(state): State<AppState>, body: Bytes) -> Result<Respo
         return Err(ApiError::unsupported("suffix", "suffix is not supported (no fill-in-the-middle)"));
     }
     f.opt_int("best_of", 1, 1)?;
+    // kvad's own field: `"cache": false` (benchmarks, evaluations) runs alone from an empty cache.
+    let fresh = f.opt_bool("cache")? == Some(false);
     ignored(&mut f)?;
     f.finish()?;
     state.model_info(&model)?;
@@ -54,6 +58,8 @@ pub async fn handler(State(state): State<AppState>, body: Bytes) -> Result<Respo
         stop: stops,
         parse_tools: false,
         parse_reasoning: false,
+        account,
+        fresh,
         endpoint: "/v1/completions",
     };
     respond(state, submit, Shape::Text, is_stream, include_usage).await

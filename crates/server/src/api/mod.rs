@@ -1,6 +1,7 @@
 //! The HTTP API: the router, and the machinery both completion endpoints share (queue a job, wait for it to start
 //! so errors keep their status codes, then answer whole or as server-sent events).
 
+pub mod admin;
 pub mod chat;
 pub mod completions;
 pub mod misc;
@@ -9,7 +10,7 @@ pub mod table;
 
 use crate::engine::{GenParams, Prompt, TokenLogprob};
 use crate::error::ApiError;
-use crate::worker::{Delta, Done, Event, Job};
+use crate::sched::{Delta, Done, Event, Job};
 use crate::AppState;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -29,6 +30,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::handler))
         .route("/v1/models", get(misc::models))
         .route("/api/health", get(misc::health))
+        .route("/api/queue", get(admin::queue))
+        .route("/api/ps", get(admin::ps))
+        .route("/api/load", post(admin::load))
+        .route("/api/unload", post(admin::unload))
+        .route("/api/metrics/usage", get(admin::usage))
+        .route("/metrics", get(admin::prometheus))
         .route("/api/openapi.json", get(misc::openapi))
         .route("/api", get(misc::page))
         .fallback(misc::fallback)
@@ -61,10 +68,33 @@ pub struct Submit {
     pub parse_reasoning: bool,
     /// For the requests table.
     pub endpoint: &'static str,
+    /// Who asked.
+    pub account: String,
+    /// The request asked for no cache (`"cache": false`): it runs alone and is not kept.
+    pub fresh: bool,
+}
+
+/// The header that names the account while authentication is `none` (issue 7's auth layer will set the account
+/// from the API key instead, and ignore this header).
+pub const ACCOUNT_HEADER: &str = "x-kvad-account";
+
+/// The account a request is from: the `x-kvad-account` header, else `local` (with no authentication every request
+/// is the local account's). A malformed name is a 400 naming the header and the value.
+pub fn account(headers: &axum::http::HeaderMap) -> Result<String, ApiError> {
+    let Some(v) = headers.get(ACCOUNT_HEADER) else { return Ok("local".into()) };
+    let s = v.to_str().unwrap_or("");
+    let ok = !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
+    if !ok {
+        return Err(ApiError::bad_field(
+            ACCOUNT_HEADER,
+            format!("{ACCOUNT_HEADER} = {v:?}: an account name is 1 to 64 letters, digits, '.', '_', '-' or '@'"),
+        ));
+    }
+    Ok(s.to_string())
 }
 
 /// Sets the job's cancel flag when dropped: a client that goes away drops the response (stream or future), and
-/// the worker stops within one token.
+/// scheduler drops it from the line, or stops it within a step.
 struct CancelOnDrop(Arc<AtomicBool>);
 
 impl Drop for CancelOnDrop {
@@ -107,7 +137,8 @@ pub async fn respond(
         parse_tools: s.parse_tools,
         parse_reasoning: s.parse_reasoning,
         endpoint: s.endpoint,
-        account: "local".into(),
+        account: s.account,
+        fresh: s.fresh,
         cancel,
         events: tx,
         queued_at: std::time::Instant::now(),
@@ -139,6 +170,11 @@ fn usage(d: &Done) -> Value {
         "total_tokens": d.prompt_tokens + d.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": d.cached_tokens},
     })
+}
+
+/// kvad's own figures on a reply: how many others it was written beside, and what the model keeps after it.
+fn kvad(d: &Done) -> Value {
+    json!({"beside": d.beside, "conversations": d.conversations, "held_tokens": d.held_tokens})
 }
 
 fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
@@ -223,7 +259,7 @@ async fn whole(meta: Meta, mut rx: UnboundedReceiver<Event>, _guard: CancelOnDro
     let object = if meta.shape == Shape::Chat { "chat.completion" } else { "text_completion" };
     Ok(axum::Json(json!({
         "id": meta.id, "object": object, "created": meta.created, "model": meta.model,
-        "choices": [choice], "usage": usage(&done),
+        "choices": [choice], "usage": usage(&done), "kvad": kvad(&done),
     }))
     .into_response())
 }
@@ -288,7 +324,9 @@ impl StreamState {
             Shape::Chat => json!([{"index": 0, "delta": {}, "logprobs": null, "finish_reason": d.finish_reason}]),
             Shape::Text => json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": d.finish_reason}]),
         };
-        let mut out = vec![self.chunk(last)];
+        let mut end = self.chunk(last);
+        end["kvad"] = kvad(&d);
+        let mut out = vec![end];
         if self.include_usage {
             let mut u = self.chunk(json!([]));
             u["usage"] = usage(&d);

@@ -42,6 +42,46 @@ pub const ROUTES: &[Route] = &[
         summary: "Liveness: ok, version, queue depth, the loaded model",
         tag: "kvad",
     },
+    Route {
+        method: "GET",
+        path: "/api/queue",
+        summary: "What waits (for how long, and whose, to an administrator) and what runs; the limits in force",
+        tag: "kvad",
+    },
+    Route {
+        method: "GET",
+        path: "/api/ps",
+        summary: "The models in memory: what each is charged (weights and a full context of KV cache), its kept \
+                  conversations, and the memory left",
+        tag: "kvad",
+    },
+    Route {
+        method: "POST",
+        path: "/api/load",
+        summary: "Load a model ({\"model\"}), as a job on the queue; refused, naming what holds the memory, when it \
+                  does not fit",
+        tag: "kvad",
+    },
+    Route {
+        method: "POST",
+        path: "/api/unload",
+        summary: "Unload a model ({\"model\"}) or every model ({\"all\": true}), as a job on the queue",
+        tag: "kvad",
+    },
+    Route {
+        method: "GET",
+        path: "/api/metrics/usage",
+        summary: "The requests table added up by account over the last days (?days=7): requests, tokens in, cached \
+                  and out, time waiting, time to first token",
+        tag: "kvad",
+    },
+    Route {
+        method: "GET",
+        path: "/metrics",
+        summary:
+            "Prometheus metrics: queue depth, running, tokens in and out, cache hits, TTFT and step-time histograms",
+        tag: "kvad",
+    },
     Route { method: "GET", path: "/api/openapi.json", summary: "This API as an OpenAPI 3.1 document", tag: "kvad" },
     Route { method: "GET", path: "/api", summary: "This API's documentation page", tag: "kvad" },
 ];

@@ -1,0 +1,110 @@
+//! What waits, what is in memory, who used the machine: `/api/queue`, `/api/ps`, `/api/load`, `/api/unload`,
+//! `/api/metrics/usage` and Prometheus' `/metrics`.
+//!
+//! With authentication `none` every caller is the local account and an administrator, so each sees whose jobs
+//! wait and everybody's usage; the auth layer (issue 7) narrows both to a caller's own for non-administrators.
+
+use super::request::{parse_body, Fields};
+use crate::error::ApiError;
+use crate::sched::Kind;
+use crate::store::Store;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// `GET /api/queue`: what waits (for how long, whose) and what runs.
+pub async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+    super::account(&headers)?;
+    let view = state.queue.view();
+    Ok(Json(serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?))
+}
+
+/// `GET /api/ps`: the models in memory, what each is charged, and the memory left.
+pub async fn ps(State(state): State<AppState>) -> Json<Value> {
+    let m = state.queue.memory();
+    let models: Vec<Value> = m
+        .resident
+        .iter()
+        .map(|r| {
+            json!({"name": r.name, "charged_bytes": r.charged, "context": r.context,
+                   "conversations": r.held.conversations, "cached_tokens": r.held.tokens})
+        })
+        .collect();
+    Json(json!({"models": models, "memory": {"total_bytes": m.total, "left_bytes": m.left()}}))
+}
+
+async fn admin(state: &AppState, headers: &HeaderMap, kind: Kind) -> Result<Vec<String>, ApiError> {
+    let who = super::account(headers)?;
+    let rx = state.queue.admin(&who, kind, true).ok_or_else(|| ApiError::unavailable("the scheduler refused", None))?;
+    rx.await.map_err(|_| ApiError::internal("the engine stopped before answering"))?
+}
+
+/// `POST /api/load {"model"}`: a job on the queue (nothing passes it); refused, naming the holders, when the model
+/// does not fit beside what is loaded.
+pub async fn load(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let obj = parse_body(&body)?;
+    let mut f = Fields::new(&obj, "");
+    let model = f.string("model")?.to_string();
+    f.finish()?;
+    state.model_info(&model)?;
+    let names = admin(&state, &headers, Kind::Load { model }).await?;
+    Ok(Json(json!({"loaded": names})))
+}
+
+/// `POST /api/unload {"model"}` or `{"all": true}`: a job on the queue; it runs when the replies before it are done.
+pub async fn unload(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let obj = parse_body(&body)?;
+    let mut f = Fields::new(&obj, "");
+    let model = f.opt_string("model")?.map(str::to_string);
+    let all = f.opt_bool("all")?.unwrap_or(false);
+    f.finish()?;
+    let model = match (model, all) {
+        (Some(_), true) => return Err(ApiError::bad_field("all", "give model or all: true, not both")),
+        (None, false) => {
+            return Err(ApiError::bad_field("model", "model is required (or all: true to unload every model)"))
+        }
+        (m, _) => m,
+    };
+    if let Some(m) = &model {
+        state.model_info(m)?;
+    }
+    let names = admin(&state, &headers, Kind::Unload { model }).await?;
+    Ok(Json(json!({"unloaded": names})))
+}
+
+/// `GET /api/metrics/usage?days=N`: the requests table added up by account over the last N days (7 unless given).
+pub async fn usage(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    super::account(&headers)?;
+    if let Some(k) = q.keys().find(|k| k.as_str() != "days") {
+        return Err(ApiError::bad_field(k, format!("{k} is not a parameter of /api/metrics/usage (days is)")));
+    }
+    let days = match q.get("days") {
+        None => 7,
+        Some(d) => match d.parse::<u32>() {
+            Ok(n @ 1..=3650) => n,
+            _ => return Err(ApiError::bad_field("days", format!("days = {d:?}: a whole number from 1 to 3650"))),
+        },
+    };
+    let db = state.db.clone();
+    let rows = tokio::task::spawn_blocking(move || Store::open(&db).and_then(|s| s.usage(days, None)))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("reading the requests table: {e}")))?;
+    Ok(Json(json!({"days": days, "accounts": rows})))
+}
+
+/// `GET /metrics`: Prometheus' text format.
+pub async fn prometheus(State(state): State<AppState>) -> Response {
+    let loaded = state.queue.memory().resident.len();
+    let text = state.queue.metrics().render(state.queue.depth(), state.queue.running(), loaded);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

@@ -1,0 +1,166 @@
+//! Conversations set aside: the caches of conversations not speaking, kept whole (moved, never copied) and found
+//! again by their tokens. Nothing names a conversation: the transcript a client sends is the key, and the one that
+//! speaks is whichever kept cache shares the longest token prefix with its prompt. A prompt that continues a whole
+//! conversation (its next turn) takes that cache; one that shares only part of it (the same system prompt, the same
+//! question asked again) starts from a copy of the shared part, so the conversation it parted from is still kept.
+//! They share the context the model was charged for; when it is short, the one that spoke longest ago goes first.
+
+use crate::engine::Held;
+
+/// What a kept cache must do: say how many tokens it holds and forget the ones after a point.
+pub trait Cache {
+    /// Tokens held.
+    fn len(&self) -> usize;
+    /// Nothing held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Keeps the first `n`.
+    fn truncate(&mut self, n: usize);
+}
+
+impl Cache for kvad_models::SeqKv {
+    fn len(&self) -> usize {
+        kvad_models::SeqKv::len(self)
+    }
+    fn truncate(&mut self, n: usize) {
+        kvad_models::SeqKv::truncate(self, n);
+    }
+}
+
+struct Conversation<C> {
+    /// The tokens whose keys and values the cache holds (as many as it holds).
+    tokens: Vec<u32>,
+    cache: C,
+    /// When it last spoke (a counter).
+    spoke: u64,
+}
+
+/// The conversations one model keeps.
+pub struct Kept<C> {
+    all: Vec<Conversation<C>>,
+    clock: u64,
+}
+
+impl<C: Cache> Default for Kept<C> {
+    fn default() -> Self {
+        Kept { all: Vec::new(), clock: 0 }
+    }
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl<C: Cache + Clone> Kept<C> {
+    /// The cache of the conversation sharing the longest prefix with `prompt`, cut to that prefix: taken out when
+    /// the prompt continues the whole conversation, copied when it parts from it. At most all but the prompt's last
+    /// token is used (that one is always read by itself). None when nothing is shared.
+    pub fn take(&mut self, prompt: &[u32]) -> Option<(C, usize)> {
+        let most = prompt.len().saturating_sub(1);
+        let (i, n) = self
+            .all
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i, common_prefix(&c.tokens, prompt).min(most)))
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))?;
+        if n == 0 {
+            return None;
+        }
+        let mut cache = if n == self.all[i].tokens.len() {
+            self.all.swap_remove(i).cache
+        } else {
+            self.clock += 1;
+            self.all[i].spoke = self.clock;
+            self.all[i].cache.clone()
+        };
+        cache.truncate(n);
+        Some((cache, n))
+    }
+}
+
+impl<C: Cache> Kept<C> {
+    /// Sets a conversation aside: `tokens` are the ones its cache holds.
+    pub fn put(&mut self, mut tokens: Vec<u32>, cache: C) {
+        tokens.truncate(cache.len());
+        if cache.is_empty() {
+            return;
+        }
+        self.clock += 1;
+        self.all.push(Conversation { tokens, cache, spoke: self.clock });
+    }
+
+    /// Lets go of the conversations that spoke longest ago until what is kept fits in `room` tokens.
+    pub fn fit(&mut self, room: usize) {
+        while self.held().tokens > room {
+            let Some(i) = self.all.iter().enumerate().min_by_key(|(_, c)| c.spoke).map(|(i, _)| i) else { return };
+            self.all.swap_remove(i);
+        }
+    }
+
+    /// Conversations and tokens kept.
+    pub fn held(&self) -> Held {
+        Held { conversations: self.all.len(), tokens: self.all.iter().map(|c| c.cache.len()).sum() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache that is its tokens.
+    #[derive(Debug, Clone, PartialEq)]
+    struct Fake(Vec<u32>);
+
+    impl Cache for Fake {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn truncate(&mut self, n: usize) {
+            self.0.truncate(n);
+        }
+    }
+
+    fn keep(k: &mut Kept<Fake>, t: &[u32]) {
+        k.put(t.to_vec(), Fake(t.to_vec()));
+    }
+
+    #[test]
+    fn the_one_that_speaks_is_the_longest_prefix_and_its_cache_is_cut_there() {
+        let mut k = Kept::default();
+        keep(&mut k, &[1, 2, 3, 4, 5]);
+        keep(&mut k, &[1, 2, 9, 9]);
+        keep(&mut k, &[7, 7]);
+        // Shares 4 with the first, 2 with the second: it parts from the first, which is still kept.
+        let (c, n) = k.take(&[1, 2, 3, 4, 8, 8]).unwrap();
+        assert_eq!((c, n), (Fake(vec![1, 2, 3, 4]), 4));
+        assert_eq!(k.held(), Held { conversations: 3, tokens: 11 });
+        // The next turn of the first conversation takes its cache whole.
+        let (c, n) = k.take(&[1, 2, 3, 4, 5, 6, 7]).unwrap();
+        assert_eq!((c.0.len(), n), (5, 5));
+        assert_eq!(k.held(), Held { conversations: 2, tokens: 6 });
+        // The same prompt again: only its last token is left to read.
+        keep(&mut k, &[1, 2, 3, 4, 8, 8, 5]);
+        let (c, n) = k.take(&[1, 2, 3, 4, 8, 8]).unwrap();
+        assert_eq!((c.0.len(), n), (5, 5), "all but the last token");
+        assert!(k.take(&[6, 6, 6]).is_none(), "nothing shared: a fresh cache");
+        assert!(k.take(&[7]).is_none(), "a one-token prompt reads its only token itself");
+    }
+
+    #[test]
+    fn when_the_context_is_short_the_one_that_spoke_longest_ago_goes() {
+        let mut k = Kept::default();
+        keep(&mut k, &[1; 10]);
+        keep(&mut k, &[2; 10]);
+        keep(&mut k, &[3; 10]);
+        // 1 speaks again, so 2 is now the oldest.
+        let (c, _) = k.take(&[1; 11]).unwrap();
+        k.put(vec![1; 11], Fake(c.0.into_iter().chain([1]).collect()));
+        k.fit(25);
+        assert_eq!(k.held(), Held { conversations: 2, tokens: 21 });
+        assert!(k.take(&[2, 2, 2]).is_none(), "2 went");
+        assert!(k.take(&[3, 3, 3]).is_some() && k.take(&[1, 1, 1]).is_some());
+        k.fit(0);
+        assert_eq!(k.held(), Held::default());
+    }
+}

@@ -1,0 +1,394 @@
+//! The real engine: models on this machine, loaded through `kvad_engine::open_model` under the memory rule
+//! ([`memory`]), several at once; every running sequence's cache, sampler and decoder; and the conversations set
+//! aside per model ([`kept`]). A step is one batched `CausalLm::forward` over the parts the scheduler chose.
+
+pub mod kept;
+pub mod memory;
+
+use crate::engine::{
+    template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
+    TokenLogprob,
+};
+use crate::error::ApiError;
+use crate::sched::{Part, Work};
+use crate::Engine;
+use kept::Kept;
+use kvad_engine::{open_model, OpenedModel, Sampler};
+use kvad_models::weights::GgufFile;
+use kvad_models::{LogitsMode, SeqInput, SeqKv};
+use kvad_tensor::BackendKind;
+use kvad_text::{ChatContext, ChatTemplate, DecoderState, IncrementalDecoder};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+struct Entry {
+    info: ModelInfo,
+    path: PathBuf,
+}
+
+/// A model in memory.
+struct Slot {
+    entry: usize,
+    m: OpenedModel,
+    stop: Vec<u32>,
+    charged: u64,
+    context: usize,
+    kept: Kept<SeqKv>,
+}
+
+/// One running sequence.
+struct Seq {
+    entry: usize,
+    kv: SeqKv,
+    prompt: Vec<u32>,
+    /// Prompt tokens in the cache.
+    read: usize,
+    reply: Vec<u32>,
+    sampler: Sampler,
+    dec: DecoderState,
+    params: GenParams,
+    /// Tokens it may hold (prompt + max_tokens).
+    reserve: usize,
+}
+
+/// How the local engine sizes things.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalSettings {
+    /// Tokens of KV cache each model is charged for (`[server] context`; None: the model's own context).
+    pub context: Option<usize>,
+    /// Bytes the server may charge in all (`[server] memory`, else what the machine has available at start).
+    pub memory: u64,
+}
+
+/// Models by name; those in memory kept with their conversations.
+pub struct LocalEngine {
+    entries: Vec<Entry>,
+    backend: BackendKind,
+    settings: LocalSettings,
+    slots: Vec<Slot>,
+    seqs: HashMap<SeqId, Seq>,
+}
+
+/// Reads a model's chat template without loading its weights (GGUF metadata is mapped, not read whole).
+fn probe_template(path: &Path) -> Result<Option<ChatTemplate>, String> {
+    if path.is_dir() {
+        return ChatTemplate::from_dir(path).map_err(|e| e.to_string());
+    }
+    let g = GgufFile::open(path).map_err(|e| e.to_string())?;
+    match g.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
+        Some(s) => ChatTemplate::new(s).map(Some).map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+impl LocalEngine {
+    /// Resolves every name (fetching the default alias when needed) and reads each template's capabilities.
+    pub fn new(names: &[String], backend: BackendKind, settings: LocalSettings) -> Result<Self, String> {
+        let mut entries = Vec::new();
+        for name in names {
+            let r = kvad_hub::resolve(name).map_err(|e| e.to_string())?;
+            let tpl = probe_template(&r.path).map_err(|e| format!("{name}: {e}"))?;
+            let info = ModelInfo {
+                id: name.clone(),
+                chat: tpl.is_some(),
+                tools: tpl.as_ref().is_some_and(ChatTemplate::supports_tools),
+                reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
+                loaded: false,
+                backend: backend.to_string(),
+            };
+            entries.push(Entry { info, path: r.path });
+        }
+        Ok(LocalEngine { entries, backend, settings, slots: Vec::new(), seqs: HashMap::new() })
+    }
+
+    fn entry(&self, model: &str) -> Result<usize, ApiError> {
+        self.entries.iter().position(|e| e.info.id == model).ok_or_else(|| {
+            ApiError::model_not_found(model, &self.entries.iter().map(|e| e.info.id.clone()).collect::<Vec<_>>())
+        })
+    }
+
+    fn slot(&self, entry: usize) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.entry == entry)
+    }
+
+    fn name(&self, entry: usize) -> String {
+        format!("{}@{}", self.entries[entry].info.id, self.backend)
+    }
+
+    fn load_entry(&mut self, entry: usize) -> Result<&Slot, ApiError> {
+        if self.slot(entry).is_none() {
+            let name = self.name(entry);
+            let m = open_model(&self.entries[entry].path, self.backend)
+                .map_err(|e| ApiError::internal(format!("loading {name}: {e}")))?;
+            let c = m.model.config();
+            let context = self.settings.context.unwrap_or(c.max_position);
+            let kv = (context * c.n_layers * 2 * c.kv_dim() * 4) as u64;
+            let weights = m.model.weight_bytes() as u64;
+            let detail = format!(
+                "{} of weights and {} of KV cache for {context} tokens",
+                memory::human(weights),
+                memory::human(kv)
+            );
+            let resident = self.memory().resident;
+            memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
+                .map_err(ApiError::insufficient_memory)?;
+            let stop = m.stop_ids();
+            self.slots.push(Slot { entry, m, stop, charged: weights + kv, context, kept: Kept::default() });
+        }
+        self.slot(entry).ok_or_else(|| ApiError::internal("the model was not kept after loading"))
+    }
+
+    /// Lets go of kept conversations of `entry` until they fit beside the running sequences' reserves.
+    fn fit(&mut self, entry: usize) {
+        let running: usize = self.seqs.values().filter(|s| s.entry == entry).map(|s| s.reserve).sum();
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.entry == entry) {
+            let room = slot.context.saturating_sub(running);
+            slot.kept.fit(room);
+        }
+    }
+}
+
+fn render(m: &OpenedModel, model: &str, prompt: &Prompt) -> Result<(String, Vec<u32>), ApiError> {
+    match prompt {
+        Prompt::Chat { messages, tools } => {
+            let Some(t) = &m.template else {
+                return Err(ApiError::bad_field(
+                    "model",
+                    format!("model {model} has no chat template; use /v1/completions with a plain prompt"),
+                ));
+            };
+            let ctx = ChatContext {
+                messages: messages.clone(),
+                tools: tools.clone(),
+                add_generation_prompt: true,
+                bos_token: m.tokenizer.bos_token().unwrap_or_default().to_string(),
+                eos_token: m.tokenizer.eos_token().unwrap_or_default().to_string(),
+                extra: Default::default(),
+            };
+            let text = t.render(&ctx).map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
+            let ids = m.tokenizer.encode(&text, false).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((text, ids))
+        }
+        Prompt::Text(s) => {
+            let ids = m.tokenizer.encode(s, true).map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok((s.clone(), ids))
+        }
+    }
+}
+
+impl Engine for LocalEngine {
+    fn catalog(&self) -> Vec<ModelInfo> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| ModelInfo { loaded: self.slot(i).is_some(), ..e.info.clone() })
+            .collect()
+    }
+
+    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
+        let entry = self.entry(model)?;
+        let backend = self.backend.to_string();
+        let slot = self.load_entry(entry)?;
+        let (text, tokens) = render(&slot.m, model, prompt)?;
+        let c = slot.m.model.config();
+        Ok(Prepared {
+            prompt_tokens: tokens.len(),
+            tokens,
+            text,
+            context: c.max_position,
+            vocab: c.vocab_size,
+            backend,
+            model: model.to_string(),
+        })
+    }
+
+    fn budget(&self, model: &str) -> usize {
+        self.entry(model).ok().and_then(|e| self.slot(e)).map_or(0, |s| s.context)
+    }
+
+    fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, fresh: bool) -> Result<Begun, ApiError> {
+        params.sampling.validate().map_err(kvad_engine::EngineError::from)?;
+        let entry = self.entry(&p.model)?;
+        if p.tokens.is_empty() {
+            return Err(ApiError::bad_request("the prompt is empty: nothing to continue"));
+        }
+        let reserve = p.tokens.len() + params.max_tokens;
+        let slot = self
+            .slots
+            .iter_mut()
+            .find(|s| s.entry == entry)
+            .ok_or_else(|| ApiError::internal(format!("{} was unloaded before its reply began", p.model)))?;
+        let (kv, cached) = match fresh {
+            true => None,
+            false => slot.kept.take(&p.tokens),
+        }
+        .unwrap_or_else(|| (slot.m.model.new_cache(), 0));
+        let sampler = Sampler::new(params.sampling.clone());
+        self.seqs.insert(
+            seq,
+            Seq {
+                entry,
+                kv,
+                prompt: p.tokens.clone(),
+                read: cached,
+                reply: Vec::new(),
+                sampler,
+                dec: DecoderState::default(),
+                params: params.clone(),
+                reserve,
+            },
+        );
+        self.fit(entry);
+        Ok(Begun { cached, to_read: p.tokens.len() - cached })
+    }
+
+    fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, ApiError> {
+        let mut seqs = Vec::with_capacity(parts.len());
+        for p in parts {
+            match self.seqs.remove(&p.id) {
+                Some(s) => seqs.push(s),
+                None => {
+                    for (s, q) in seqs.into_iter().zip(parts) {
+                        self.seqs.insert(q.id, s);
+                    }
+                    return Err(ApiError::internal(format!("step: sequence {} is not running", p.id)));
+                }
+            }
+        }
+        let result = run_pass(&self.slots, parts, &mut seqs);
+        for (s, p) in seqs.into_iter().zip(parts) {
+            self.seqs.insert(p.id, s);
+        }
+        result
+    }
+
+    fn end(&mut self, seq: SeqId, keep: bool) -> Ended {
+        let Some(s) = self.seqs.remove(&seq) else { return Ended::default() };
+        let Some(slot) = self.slots.iter_mut().find(|x| x.entry == s.entry) else { return Ended::default() };
+        let rest = IncrementalDecoder::resume(&slot.m.tokenizer, true, s.dec).finish().unwrap_or_default();
+        if keep {
+            let tokens: Vec<u32> = s.prompt.iter().chain(&s.reply).copied().collect();
+            slot.kept.put(tokens, s.kv);
+        }
+        self.fit(s.entry);
+        let held = self.slot(s.entry).map(|x| x.kept.held()).unwrap_or_default();
+        Ended { rest, held }
+    }
+
+    fn load(&mut self, model: &str) -> Result<(), ApiError> {
+        let entry = self.entry(model)?;
+        self.load_entry(entry).map(|_| ())
+    }
+
+    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError> {
+        let targets: Vec<usize> = match model {
+            Some(m) => {
+                let e = self.entry(m)?;
+                if self.slot(e).is_none() {
+                    let loaded: Vec<String> = self.slots.iter().map(|s| self.name(s.entry)).collect();
+                    return Err(ApiError::bad_field(
+                        "model",
+                        format!(
+                            "{m} is not loaded; in memory: {}",
+                            if loaded.is_empty() { "nothing".into() } else { loaded.join(", ") }
+                        ),
+                    ));
+                }
+                vec![e]
+            }
+            None => self.slots.iter().map(|s| s.entry).collect(),
+        };
+        if let Some(s) = self.seqs.values().find(|s| targets.contains(&s.entry)) {
+            return Err(ApiError::internal(format!("{} has a reply running", self.name(s.entry))));
+        }
+        let names = targets.iter().map(|&e| self.name(e)).collect();
+        self.slots.retain(|s| !targets.contains(&s.entry));
+        Ok(names)
+    }
+
+    fn memory(&self) -> Memory {
+        Memory {
+            total: self.settings.memory,
+            resident: self
+                .slots
+                .iter()
+                .map(|s| Resident {
+                    name: self.name(s.entry),
+                    charged: s.charged,
+                    context: s.context,
+                    held: s.kept.held(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One forward pass over the parts, then a token sampled for each part that asks for one.
+fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Option<Stepped>>, ApiError> {
+    let entry = seqs.first().map_or(0, |s| s.entry);
+    if seqs.iter().any(|s| s.entry != entry) {
+        return Err(ApiError::internal("one pass holds sequences of one model"));
+    }
+    let slot = slots
+        .iter()
+        .find(|s| s.entry == entry)
+        .ok_or_else(|| ApiError::internal("a running sequence's model is not in memory"))?;
+    let model = slot.m.model.as_ref();
+    let ctx = model.config().max_position;
+    let mut tokens: Vec<Vec<u32>> = Vec::with_capacity(parts.len());
+    for (p, s) in parts.iter().zip(seqs.iter()) {
+        let t = match p.work {
+            Work::Chunk(n) => s.prompt[s.read..(s.read + n).min(s.prompt.len().saturating_sub(1))].to_vec(),
+            Work::Last => s.prompt[s.prompt.len() - 1..].to_vec(),
+            Work::Decode => s.reply.last().map(|&t| vec![t]).unwrap_or_default(),
+        };
+        if t.is_empty() {
+            return Err(ApiError::internal(format!("step: part {:?} of sequence {} has no tokens", p.work, p.id)));
+        }
+        tokens.push(t);
+    }
+    let sampling = parts.iter().any(|p| !matches!(p.work, Work::Chunk(_)));
+    let mode = if sampling { LogitsMode::Last } else { LogitsMode::None };
+    let logits = {
+        let mut batch: Vec<SeqInput<'_>> =
+            seqs.iter_mut().zip(&tokens).map(|(s, t)| SeqInput { tokens: t, kv: &mut s.kv }).collect();
+        model.forward(&mut batch, mode).map_err(|e| ApiError::internal(e.to_string()))?
+    };
+    let tok = &slot.m.tokenizer;
+    let text_of = |id: u32| tok.decode(&[id], false).unwrap_or_default();
+    let mut out = Vec::with_capacity(parts.len());
+    for ((p, s), mut row) in parts.iter().zip(seqs.iter_mut()).zip(logits) {
+        match p.work {
+            Work::Chunk(_) => {
+                s.read += tokens[out.len()].len();
+                out.push(None);
+                continue;
+            }
+            Work::Last => s.read = s.prompt.len(),
+            Work::Decode => {}
+        }
+        for &(id, b) in &s.params.options.logit_bias {
+            if let Some(v) = row.get_mut(id as usize) {
+                *v += b;
+            }
+        }
+        let sampled = s.sampler.sample(&row, &s.prompt, &s.reply);
+        s.reply.push(sampled.id);
+        let end = slot.stop.contains(&sampled.id);
+        let text = if end {
+            String::new()
+        } else {
+            let mut d = IncrementalDecoder::resume(tok, true, std::mem::take(&mut s.dec));
+            let t = d.push(sampled.id).map_err(|e| ApiError::internal(e.to_string()))?;
+            s.dec = d.into_state();
+            t.unwrap_or_default()
+        };
+        let logprob = s.params.sampling.top_logprobs.map(|_| TokenLogprob {
+            token: text_of(sampled.id),
+            logprob: sampled.logprob,
+            top: sampled.top.iter().map(|(id, lp)| (text_of(*id), *lp)).collect(),
+        });
+        out.push(Some(Stepped { piece: Piece { text, logprob }, end, full: s.kv.len() + 1 >= ctx }));
+    }
+    Ok(out)
+}

@@ -1,0 +1,127 @@
+//! The scheduler: one engine thread ([`runner`]) owns the [`crate::Engine`] and everything queues behind it, so
+//! queue depth is a number rather than a mutex nobody can see. Its decisions ([`core`]: whose turn, who joins the
+//! batch, which prompt chunk is read between decode steps) are plain data, tested with no model; [`reply`] turns a
+//! reply's tokens into OpenAI deltas (stop strings, reasoning, tool calls). [`Queue`] is the HTTP side's handle:
+//! it refuses what cannot wait (503 with Retry-After, 429 per account) at once, and shows what waits.
+//!
+//! [`Job`] and [`Event`] are the contract with the HTTP side: a job sends `Started`, `Delta`s and `Done`, or
+//! `Failed` instead. A job whose client went away (its `cancel` flag set) leaves the line, or stops within a
+//! step, and its cache is freed.
+
+pub mod core;
+mod queue;
+pub mod reply;
+mod runner;
+
+pub use self::core::{Decision, JobId, Kind, Limits, Part, Phase, Refusal, Scheduler, Work};
+pub use queue::{AdminResult, Queue, QueueView, RunningView, WaitingView};
+
+use crate::engine::{GenParams, Prompt, TokenLogprob};
+use crate::error::ApiError;
+use kvad_text::stream::ToolCall;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// From how many parts one pass beats a pass per part, and how many prompt tokens a pass reads while others write,
+/// per backend. Measured (docs/performance.md, `kvad bench --concurrency 4`): at cpu-f32 the weights are read once
+/// for everybody and one pass wins from two rows; at cpu-q8 and cpu-q4 today's several-row product (weights
+/// dequantised to f32 per panel) costs more than a GEMV per row, so each reply takes its own pass (`usize::MAX`:
+/// never batched) until an integer GEMM lands. The GPU figures are the seed's (two at bf16, three at q8, six at
+/// q4), to be measured again when the CUDA backend lands.
+pub fn backend_limits(backend: &str) -> (usize, usize) {
+    match backend {
+        "gpu-bf16" => (2, 512),
+        "gpu-q8" => (3, 512),
+        "gpu-q4" => (6, 512),
+        "cpu-q8" | "cpu-q4" => (usize::MAX, 64),
+        _ => (2, 64),
+    }
+}
+
+/// One generation to run.
+pub struct Job {
+    /// The model's id.
+    pub model: String,
+    /// Messages or text.
+    pub prompt: Prompt,
+    /// Sampling and length (`max_tokens` 0: up to the context's end).
+    pub params: GenParams,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Parse `<tool_call>` blocks (only when the request offered tools).
+    pub parse_tools: bool,
+    /// Separate `<think>` traces (chat requests to models whose template knows them).
+    pub parse_reasoning: bool,
+    /// The endpoint, for the requests table.
+    pub endpoint: &'static str,
+    /// Who asked.
+    pub account: String,
+    /// The request asked for no cache (benchmarks, evaluations): it runs alone, from an empty cache, and is not
+    /// kept.
+    pub fresh: bool,
+    /// Set when the client went away.
+    pub cancel: Arc<AtomicBool>,
+    /// Where events go.
+    pub events: UnboundedSender<Event>,
+    /// When it was queued.
+    pub queued_at: Instant,
+}
+
+/// What a job sends back, in order: `Started`, `Delta`s, then `Done`; or `Failed` instead of all of them.
+#[derive(Debug)]
+pub enum Event {
+    /// The reply joined the batch: its prompt is being read.
+    Started {
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Of them, found in a kept conversation.
+        cached_tokens: usize,
+    },
+    /// Some of the reply.
+    Delta(Delta),
+    /// The end.
+    Done(Done),
+    /// The job failed before it started.
+    Failed(ApiError),
+}
+
+/// A piece of the reply, already classified.
+#[derive(Debug, Default)]
+pub struct Delta {
+    /// Answer text.
+    pub content: String,
+    /// Reasoning text.
+    pub reasoning: String,
+    /// Complete tool calls, with their ids.
+    pub tool_calls: Vec<(String, ToolCall)>,
+    /// Log-probabilities of the tokens behind this delta.
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+impl Delta {
+    /// Nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.content.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty() && self.logprobs.is_empty()
+    }
+}
+
+/// How a job ended.
+#[derive(Debug, Clone)]
+pub struct Done {
+    /// stop, length or tool_calls.
+    pub finish_reason: &'static str,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Tokens generated.
+    pub completion_tokens: usize,
+    /// Prompt tokens found in a kept conversation.
+    pub cached_tokens: usize,
+    /// The most other replies it was written beside in one step.
+    pub beside: usize,
+    /// Conversations the model keeps after this reply.
+    pub conversations: usize,
+    /// Tokens they hold.
+    pub held_tokens: usize,
+}

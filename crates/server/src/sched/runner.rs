@@ -1,0 +1,310 @@
+//! The engine thread: asks [`Scheduler::decide`] what to do next and does it on the engine — read a prompt (loading
+//! its model), start a reply in the batch, run a load or an unload, or one step of passes — then tells the scheduler
+//! what happened. Replies whose client went away leave the line or the batch here, their cache freed.
+
+use super::core::{Decision, JobId, Kind, Scheduler};
+use super::queue::{AdminResult, Payload, Shared, State};
+use super::reply::{self, Reply, Stop};
+use super::{Done, Event, Job};
+use crate::engine::{Prepared, Stepped};
+use crate::error::ApiError;
+use crate::store::{RequestRow, Store};
+use crate::Engine;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// A reply in the batch.
+struct Active {
+    job: Box<Job>,
+    prepared: Prepared,
+    reply: Reply,
+    row: RequestRow,
+    joined: Instant,
+    cached: usize,
+    beside: usize,
+}
+
+/// What the engine thread keeps between decisions.
+struct Runner<'a> {
+    engine: Box<dyn Engine>,
+    store: Store,
+    shared: &'a Shared,
+    /// Prompts read, waiting for their turn to join.
+    prepared: HashMap<JobId, Prepared>,
+    active: HashMap<JobId, Active>,
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+fn row_for(job: &Job) -> RequestRow {
+    RequestRow {
+        account: job.account.clone(),
+        endpoint: job.endpoint.into(),
+        model: job.model.clone(),
+        queue_ms: ms(job.queued_at),
+        ..Default::default()
+    }
+}
+
+/// What a decision needs, taken out while the lock is held.
+enum Todo {
+    Prepare(JobId, String, crate::engine::Prompt),
+    Exclusive(JobId, Kind, Option<oneshot::Sender<AdminResult>>),
+    Step(Vec<Vec<super::Part>>),
+}
+
+/// Runs until the process ends.
+pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared) {
+    let mut r = Runner { engine, store, shared, prepared: HashMap::new(), active: HashMap::new() };
+    loop {
+        let todo = r.next();
+        match todo {
+            Todo::Prepare(id, model, prompt) => r.prepare(id, &model, &prompt),
+            Todo::Exclusive(id, kind, tx) => r.exclusive(id, kind, tx),
+            Todo::Step(passes) => {
+                for pass in passes {
+                    r.step(&pass);
+                }
+            }
+        }
+    }
+}
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Runner<'_> {
+    /// Waits for something to do; joins replies (quick) under the lock.
+    fn next(&mut self) -> Todo {
+        let shared = self.shared;
+        let mut st = lock(shared);
+        loop {
+            self.reap(&mut st);
+            let budget = batch_model(&st.core).map_or(usize::MAX, |m| self.engine.budget(&m));
+            match st.core.decide(budget) {
+                Decision::Idle => st = shared.wake.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner),
+                Decision::Prepare(id) => match st.payloads.get(&id) {
+                    Some(Payload::Generate(job)) => return Todo::Prepare(id, job.model.clone(), job.prompt.clone()),
+                    _ => {
+                        st.core.remove(id);
+                    }
+                },
+                Decision::Join(id) => self.join(&mut st, id),
+                Decision::Exclusive(id) => {
+                    let kind = st.core.waiting().iter().find(|w| w.id == id).map(|w| w.kind.clone());
+                    st.core.start(id, 0);
+                    let tx = match st.payloads.remove(&id) {
+                        Some(Payload::Admin(tx)) => tx,
+                        _ => None,
+                    };
+                    if let Some(kind) = kind {
+                        return Todo::Exclusive(id, kind, tx);
+                    }
+                    st.core.remove(id);
+                }
+                Decision::Step(passes) => return Todo::Step(passes),
+            }
+        }
+    }
+
+    /// Drops waiting jobs whose client went away, and stops running ones.
+    fn reap(&mut self, st: &mut State) {
+        let gone: Vec<JobId> = st
+            .payloads
+            .iter()
+            .filter(|(_, p)| matches!(p, Payload::Generate(j) if j.cancel.load(Ordering::SeqCst)))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            st.core.remove(id);
+            self.prepared.remove(&id);
+            if let Some(Payload::Generate(job)) = st.payloads.remove(&id) {
+                let mut row = row_for(&job);
+                row.finish_reason = "cancelled".into();
+                self.record(&row);
+            }
+        }
+        let stopped: Vec<JobId> =
+            self.active.iter().filter(|(_, a)| a.job.cancel.load(Ordering::SeqCst)).map(|(id, _)| *id).collect();
+        for id in stopped {
+            self.finish(st, id, Stop::Cancelled);
+        }
+    }
+
+    fn record(&self, row: &RequestRow) {
+        if let Err(e) = self.store.record(row) {
+            eprintln!("kvad-serve: writing the requests row failed: {e}");
+        }
+        self.shared.metrics.finished(&row.finish_reason);
+    }
+
+    fn refresh(&self) {
+        if let Ok(mut c) = self.shared.catalog.write() {
+            *c = self.engine.catalog();
+        }
+        if let Ok(mut m) = self.shared.memory.write() {
+            *m = self.engine.memory();
+        }
+    }
+
+    /// A job that failed before it started: out of the line, an error row, a `Failed` event.
+    fn fail(&mut self, st: &mut State, id: JobId, e: ApiError) {
+        st.core.remove(id);
+        self.prepared.remove(&id);
+        if let Some(Payload::Generate(job)) = st.payloads.remove(&id) {
+            let mut row = row_for(&job);
+            row.error = Some(e.message.clone());
+            row.finish_reason = "error".into();
+            self.record(&row);
+            let _ = job.events.send(Event::Failed(e));
+        }
+    }
+
+    /// Reads a prompt (loading its model when needed) and records what it may hold.
+    fn prepare(&mut self, id: JobId, model: &str, prompt: &crate::engine::Prompt) {
+        let result = self.engine.prepare(model, prompt);
+        self.refresh();
+        let mut st = lock(self.shared);
+        let checked = result.and_then(|p| match st.payloads.get_mut(&id) {
+            Some(Payload::Generate(job)) => reply::check(job, &p).map(|()| (p, job.params.max_tokens)),
+            _ => Err(ApiError::internal("the job left the line")),
+        });
+        match checked {
+            Ok((p, max_tokens)) => {
+                st.core.prepared(id, p.prompt_tokens + max_tokens);
+                self.prepared.insert(id, p);
+            }
+            Err(e) => self.fail(&mut st, id, e),
+        }
+    }
+
+    /// Starts a prepared reply in the batch.
+    fn join(&mut self, st: &mut State, id: JobId) {
+        let (Some(Payload::Generate(job)), Some(p)) = (st.payloads.remove(&id), self.prepared.remove(&id)) else {
+            st.core.remove(id);
+            return;
+        };
+        match self.engine.begin(id, &p, &job.params, job.fresh) {
+            Ok(b) => {
+                st.core.start(id, b.to_read);
+                self.shared.metrics.joined(p.prompt_tokens, b.cached);
+                let _ = job.events.send(Event::Started { prompt_tokens: p.prompt_tokens, cached_tokens: b.cached });
+                let mut row = row_for(&job);
+                row.backend = p.backend.clone();
+                row.prompt_tokens = p.prompt_tokens;
+                row.cached_tokens = b.cached;
+                let reply = Reply::new(&job, &p);
+                let a = Active { job, prepared: p, reply, row, joined: Instant::now(), cached: b.cached, beside: 0 };
+                self.active.insert(id, a);
+            }
+            Err(e) => {
+                st.payloads.insert(id, Payload::Generate(job));
+                self.fail(st, id, e);
+            }
+        }
+    }
+
+    /// One forward pass, and what each part's token means for its reply.
+    fn step(&mut self, pass: &[super::Part]) {
+        let t = Instant::now();
+        let result = self.engine.step(pass);
+        self.shared.metrics.step(t.elapsed().as_secs_f64());
+        let mut st = lock(self.shared);
+        st.core.stepped(pass);
+        match result {
+            Ok(outs) => {
+                for (part, out) in pass.iter().zip(outs) {
+                    let beside = st.core.beside(part.id);
+                    let Some(a) = self.active.get_mut(&part.id) else { continue };
+                    a.beside = a.beside.max(beside);
+                    let Some(s): Option<Stepped> = out else { continue };
+                    if a.row.ttft_ms.is_none() {
+                        a.row.ttft_ms = Some(ms(a.joined));
+                        self.shared.metrics.first_token(ms(a.joined) / 1000.0 + a.row.queue_ms / 1000.0);
+                    }
+                    if let Some(why) = a.reply.token(&a.job, s) {
+                        self.finish(&mut st, part.id, why);
+                    }
+                }
+            }
+            Err(e) => {
+                for part in pass {
+                    if let Some(a) = self.active.remove(&part.id) {
+                        self.engine.end(part.id, false);
+                        st.core.remove(part.id);
+                        let mut row = a.row;
+                        row.error = Some(e.message.clone());
+                        row.finish_reason = "error".into();
+                        row.duration_ms = ms(a.joined);
+                        self.record(&row);
+                        let _ = a.job.events.send(Event::Failed(e.clone()));
+                    }
+                }
+            }
+        }
+        drop(st);
+        self.refresh();
+    }
+
+    /// Ends a reply: its cache set aside (or freed), its row written, `Done` sent.
+    fn finish(&mut self, st: &mut State, id: JobId, why: Stop) {
+        let Some(mut a) = self.active.remove(&id) else { return };
+        let ended = self.engine.end(id, !a.job.fresh && why != Stop::Cancelled);
+        st.core.remove(id);
+        let reason = a.reply.finish(&a.job, ended.rest, why);
+        a.row.generated_tokens = a.reply.tokens;
+        a.row.finish_reason = reason.into();
+        a.row.duration_ms = ms(a.joined);
+        self.shared.metrics.generated(a.reply.tokens);
+        // The row lands before the client hears the end, so whoever reads the table after a reply finds it.
+        self.record(&a.row);
+        let _ = a.job.events.send(Event::Done(Done {
+            finish_reason: reason,
+            prompt_tokens: a.prepared.prompt_tokens,
+            completion_tokens: a.reply.tokens,
+            cached_tokens: a.cached,
+            beside: a.beside,
+            conversations: ended.held.conversations,
+            held_tokens: ended.held.tokens,
+        }));
+    }
+
+    /// A load or an unload, with nothing else running.
+    fn exclusive(&mut self, id: JobId, kind: Kind, tx: Option<oneshot::Sender<AdminResult>>) {
+        let result = match &kind {
+            Kind::Load { model } => self.engine.load(model).map(|()| {
+                let _ = self.store.set_active(model, true);
+                vec![model.clone()]
+            }),
+            Kind::Unload { model } => self.engine.unload(model.as_deref()).inspect(|names| {
+                for n in names {
+                    let id = n.rsplit_once('@').map_or(n.as_str(), |(m, _)| m);
+                    let _ = self.store.set_active(id, false);
+                }
+            }),
+            Kind::Generate { .. } => Err(ApiError::internal("a generation is not a load")),
+        };
+        if let Err(e) = &result {
+            eprintln!("kvad-serve: {kind:?}: {}", e.message);
+        }
+        self.refresh();
+        lock(self.shared).core.remove(id);
+        if let Some(tx) = tx {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+/// The model the running batch is on.
+fn batch_model(core: &Scheduler) -> Option<String> {
+    core.running().iter().find_map(|r| match &r.kind {
+        Kind::Generate { model, .. } => Some(model.clone()),
+        _ => None,
+    })
+}

@@ -20,15 +20,15 @@ if [[ " $steps " == *" make "* && ! -f "$W/teacher.json" ]]; then
   python3 scripts/gpu/make_bench_model.py "$W" .gpu/smollm2-tokenizer
 fi
 if [[ " $steps " == *" agree "* ]]; then
-  KVAD_BIG_MODELS="$W/hf@gpu-bf16,$W/model-bf16.gguf@gpu-bf16,$W/hf@gpu-q8,$W/hf@gpu-q4" \
+  KVAD_BIG_MODELS="$W/hf@gpu-bf16,$W/model-bf16.gguf@gpu-bf16,$W/hf@gpu-q8,$W/hf@gpu-q4,$W/hf@cpu-q4" \
     KVAD_BIG_REF="$W/teacher.json" .gpu/bin/gpu_big --nocapture
 fi
 if [[ " $steps " == *" tg "* ]]; then
-  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 5 --out "$O/tg128.json"
+  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 3 --out "$O/tg128.json"
 fi
 if [[ " $steps " == *" batch "* ]]; then
-  $K bench "$W/hf" --backend gpu-bf16 --batch 32 --prompt-tokens 128 --gen-tokens 128 --rounds 3 --out "$O/batch32.json"
+  $K bench "$W/hf" --backend gpu-bf16 --batch 32 --prompt-tokens 128 --gen-tokens 128 --rounds 2 --out "$O/batch32.json"
 fi
 if [[ " $steps " == *" pp "* ]]; then
-  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 2048 --gen-tokens 2 --rounds 5 --out "$O/pp2048.json"
+  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 2048 --gen-tokens 2 --rounds 3 --out "$O/pp2048.json"
 fi

@@ -47,6 +47,25 @@ impl SeqKv {
         }
     }
 
+    /// A copy of the first `n` tokens (a conversation that parts from a kept one), or None when the GPU's page
+    /// pool has no room for it. On the GPU the pages are copied on the device.
+    pub fn copy_prefix(&self, n: usize) -> Option<SeqKv> {
+        let n = n.min(self.len);
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                let dim = l.k.len().checked_div(self.len).unwrap_or(0);
+                LayerKv { k: l.k[..n * dim].to_vec(), v: l.v[..n * dim].to_vec() }
+            })
+            .collect();
+        let pages = match &self.pages {
+            None => None,
+            Some(p) => Some(p.copy_prefix(n)?),
+        };
+        Some(SeqKv { layers, len: n, pages })
+    }
+
     /// Bytes held, for memory accounting.
     pub fn bytes(&self) -> usize {
         let device = self.pages.as_ref().map_or(0, crate::gpu::Pages::bytes);

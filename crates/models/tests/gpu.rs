@@ -244,6 +244,30 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
 }
 
 #[test]
+fn a_copied_prefix_continues_like_the_prefix_read_alone() {
+    if no_gpu() {
+        return;
+    }
+    for backend in [BackendKind::GpuBf16, BackendKind::GpuQ4] {
+        let m = load("qwen3", backend);
+        let p: Vec<u32> = (3..40).collect();
+        let mut kv = m.new_cache();
+        m.forward(&mut [SeqInput { tokens: &p, kv: &mut kv }], LogitsMode::None).unwrap();
+        // A copy of the first 20 positions (a conversation parting from a kept one), then one more token.
+        let mut copy = kv.copy_prefix(20).expect("room for a copy");
+        assert_eq!(copy.len(), 20);
+        let a = m.forward(&mut [SeqInput { tokens: &[7], kv: &mut copy }], LogitsMode::Last).unwrap().remove(0);
+        let mut fresh = m.new_cache();
+        m.forward(&mut [SeqInput { tokens: &p[..20], kv: &mut fresh }], LogitsMode::None).unwrap();
+        let b = m.forward(&mut [SeqInput { tokens: &[7], kv: &mut fresh }], LogitsMode::Last).unwrap().remove(0);
+        let d = max_diff(&a, &b) / spread(&b);
+        assert!(d <= TOL_SAME_WEIGHTS, "{backend}: {d} of the spread");
+        // The original is untouched by the copy's new token.
+        assert_eq!(kv.len(), p.len());
+    }
+}
+
+#[test]
 fn a_cache_of_another_model_is_refused_by_name() {
     if no_gpu() {
         return;

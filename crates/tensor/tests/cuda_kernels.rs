@@ -94,6 +94,21 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                     assert!((got[i] - w).abs() <= tol, "{qt:?} {n}x{k} rows {rows} [{i}]: {} vs {w}", got[i]);
                 }
                 yb.write_slice(&g, &start).unwrap();
+                // The same product with RMSNorm folded in: against the CPU norm, then the reference product.
+                let gw = data(k, 17);
+                let gb = DevBuf::from_slice(&g, &gw).unwrap();
+                let act = Act::F32Rms { x: xb.ptr(), g: gb.ptr(), eps: 1e-5 };
+                // SAFETY: shapes as allocated above.
+                unsafe { g.matmul(&m, act, rows, yb.ptr(), 0, false, None) }.unwrap();
+                let got: Vec<f32> = yb.read(&g, rows * n).unwrap();
+                let mut normed = vec![0f32; rows * k];
+                kvad_tensor::cpu::ops::rms_norm(&x, &gw, 1e-5, &mut normed);
+                let want = reference(&wd, &normed, rows, n, k);
+                for i in 0..rows * n {
+                    let tol = 1e-4 * (k as f32).sqrt() * 4.0 * want[i].abs().max(1.0);
+                    assert!((got[i] - want[i]).abs() <= tol, "{qt:?} rms {n}x{k} rows {rows} [{i}]: {} vs {}", got[i], want[i]);
+                }
+                yb.write_slice(&g, &start).unwrap();
             }
         }
     }

@@ -2,7 +2,7 @@
 //! f32 on the device. Products of up to [`GEMV_MAX_ROWS`] rows (decode) run kvad's GEMV kernels on f32
 //! activations; larger ones (prefill) run cuBLAS on bf16 activations, block formats dequantised per product.
 
-use super::pages::{PagePool, Pages};
+use super::pages::{PagePool, Pages, Store};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::kv::SeqKv;
@@ -63,11 +63,12 @@ pub(crate) struct Parts {
 pub(crate) struct GpuDecoder {
     gpu: Arc<Gpu>,
     p: Parts,
+    /// The KV pages (`[layers][pages][nkv][PAGE][hd]` f16, K and V) and which are free.
     pool: Arc<PagePool>,
-    /// K and V pages: `[layers][pages][nkv][PAGE][hd]` f16 each.
-    k_pages: DevBuf,
-    v_pages: DevBuf,
     scratch: Mutex<Option<Scratch>>,
+    /// Fold decode's RMSNorms into the following GEMV (`KVAD_GPU_FUSE_NORM=1`) rather than run the norm kernel:
+    /// measured both ways in docs/performance.md.
+    fuse_norm: bool,
 }
 
 /// Working buffers for a pass of up to `rows` rows and `sel` logit rows, grown as needed.
@@ -136,15 +137,20 @@ impl GpuDecoder {
             .min(c.max_position.max(KV_PAGE) * 64);
         let (free, _) = gpu.memory()?;
         let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
-        let k_pages = DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?;
-        let v_pages = DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?;
-        Ok(GpuDecoder { gpu, pool: PagePool::new(pages, page_bytes), k_pages, v_pages, scratch: Mutex::new(None), p })
+        let store = Store {
+            gpu: gpu.clone(),
+            k: DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?,
+            v: DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?,
+            layers: c.n_layers,
+            page_layer_bytes: page_one_layer,
+        };
+        let pool = PagePool::new(pages, page_bytes, Some(store));
+        let fuse_norm = std::env::var("KVAD_GPU_FUSE_NORM").is_ok_and(|v| v == "1");
+        Ok(GpuDecoder { gpu, pool, scratch: Mutex::new(None), p, fuse_norm })
     }
 
     fn layer_pages(&self, li: usize) -> (u64, u64) {
-        let c = &self.p.cfg;
-        let per_layer = self.pool.total * KV_PAGE * c.n_kv_heads * c.head_dim * 2;
-        (self.k_pages.at(li * per_layer), self.v_pages.at(li * per_layer))
+        self.pool.page_addr(li, 0).expect("a GPU pool has a store")
     }
 
     fn norm(&self, n: &Norm, x: u64, out: u64, rows: usize, bf16: bool) -> Result<(), ModelError> {
@@ -159,6 +165,20 @@ impl GpuDecoder {
             }
         }
         Ok(())
+    }
+
+    /// The activations a product after norm `n` reads: on the GEMV path an RMSNorm is folded into the product
+    /// (no kernel, no copy); otherwise the norm kernel writes `out` (bf16 for cuBLAS).
+    fn normed(&self, n: &Norm, x: u64, out: &DevBuf, rows: usize, gemv: bool) -> Result<Act, ModelError> {
+        match (n, gemv) {
+            (Norm::Rms(w), true) if self.fuse_norm => {
+                Ok(Act::F32Rms { x, g: w.ptr(), eps: self.p.cfg.norm_eps as f32 })
+            }
+            _ => {
+                self.norm(n, x, out.ptr(), rows, !gemv)?;
+                Ok(act(out, gemv))
+            }
+        }
     }
 
     fn largest_block_matrix(&self) -> usize {
@@ -355,8 +375,8 @@ impl GpuDecoder {
             gpu.embed(&self.p.embed, ids, m.row_pos, ptr(&self.p.pos_emb), s.x.ptr(), rows)?;
             for (li, l) in self.p.layers.iter().enumerate() {
                 let (kp, vp) = self.layer_pages(li);
-                self.norm(&l.norm1, s.x.ptr(), s.h.ptr(), rows, !gemv)?;
-                gpu.matmul(&l.qkv, act(&s.h, gemv), rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
+                let a = self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)?;
+                gpu.matmul(&l.qkv, a, rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
                 gpu.qkv_post(&QkvPost {
                     qkv: s.qkv.ptr(),
                     q_out: s.q.ptr(),
@@ -387,8 +407,8 @@ impl GpuDecoder {
                     scale: 1.0 / (hd as f32).sqrt(),
                 })?;
                 gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
-                self.norm(&l.norm2, s.x.ptr(), s.h.ptr(), rows, !gemv)?;
-                gpu.matmul(&l.up, act(&s.h, gemv), rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;
+                let a = self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?;
+                gpu.matmul(&l.up, a, rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;
                 match self.p.mlp {
                     Mlp::SwiGlu => gpu.silu_mul(s.up.ptr(), s.act.ptr(), rows, c.intermediate, !gemv)?,
                     Mlp::Gelu => gpu.gelu(s.up.ptr(), s.act.ptr(), rows * c.intermediate, !gemv)?,
@@ -400,9 +420,9 @@ impl GpuDecoder {
             if n > 0 {
                 let small = n <= GEMV_MAX_ROWS;
                 gpu.gather_rows(s.x.ptr(), sel_ptr, s.hsel.ptr(), n, h)?;
-                self.norm(&self.p.final_norm, s.hsel.ptr(), s.h.ptr(), n, !small)?;
+                let a = self.normed(&self.p.final_norm, s.hsel.ptr(), &s.h, n, small)?;
                 let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
-                gpu.matmul(head, act(&s.h, small), n, s.logits.ptr(), 0, false, wtmp)?;
+                gpu.matmul(head, a, n, s.logits.ptr(), 0, false, wtmp)?;
             }
         }
         for (sq, &n) in batch.iter_mut().zip(&counts) {

@@ -1,22 +1,41 @@
 //! The paged KV cache: one pool of fixed-size pages per model, and per sequence the list of pages it holds.
 
-use kvad_tensor::cuda::KV_PAGE;
+use kvad_tensor::cuda::{DevBuf, Gpu, KV_PAGE};
 use std::sync::{Arc, Mutex};
 
-/// A model's page pool: which pages are free, and what a page costs.
+/// The pages' device memory: K and V, `[layers][pages][page_layer_bytes]` each.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) gpu: Arc<Gpu>,
+    pub(crate) k: DevBuf,
+    pub(crate) v: DevBuf,
+    pub(crate) layers: usize,
+    /// Bytes of one page of one layer (K or V alone).
+    pub(crate) page_layer_bytes: usize,
+}
+
+/// A model's page pool: which pages are free, what a page costs, and (on the GPU) where the pages are.
 #[derive(Debug)]
 pub(crate) struct PagePool {
     free: Mutex<Vec<u32>>,
     pub(crate) total: usize,
     /// Device bytes of one page across all layers, K and V.
     pub(crate) page_bytes: usize,
+    pub(crate) store: Option<Store>,
 }
 
 impl PagePool {
-    pub(crate) fn new(total: usize, page_bytes: usize) -> Arc<PagePool> {
+    pub(crate) fn new(total: usize, page_bytes: usize, store: Option<Store>) -> Arc<PagePool> {
         // Pages handed out from the low ids first.
         let free = (0..total as u32).rev().collect();
-        Arc::new(PagePool { free: Mutex::new(free), total, page_bytes })
+        Arc::new(PagePool { free: Mutex::new(free), total, page_bytes, store })
+    }
+
+    /// Address of page `page` of layer `layer` in K and V.
+    pub(crate) fn page_addr(&self, layer: usize, page: usize) -> Option<(u64, u64)> {
+        let s = self.store.as_ref()?;
+        let off = (layer * self.total + page) * s.page_layer_bytes;
+        Some((s.k.at(off), s.v.at(off)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
@@ -65,6 +84,24 @@ impl Pages {
         }
     }
 
+    /// A copy of the pages of the first `tokens` positions (copied on the device), or None when the pool is short.
+    pub(crate) fn copy_prefix(&self, tokens: usize) -> Option<Pages> {
+        let mut out = Pages::new(self.pool.clone());
+        if !out.ensure(tokens) {
+            return None;
+        }
+        let store = self.pool.store.as_ref()?;
+        for layer in 0..store.layers {
+            for (&src, &dst) in self.ids.iter().zip(&out.ids) {
+                let (sk, sv) = self.pool.page_addr(layer, src as usize)?;
+                let (dk, dv) = self.pool.page_addr(layer, dst as usize)?;
+                store.gpu.copy_device(sk, dk, store.page_layer_bytes).ok()?;
+                store.gpu.copy_device(sv, dv, store.page_layer_bytes).ok()?;
+            }
+        }
+        Some(out)
+    }
+
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
         self.ids.len() * self.pool.page_bytes
@@ -84,7 +121,7 @@ mod tests {
 
     #[test]
     fn pages_are_taken_kept_and_returned() {
-        let pool = PagePool::new(4, 100);
+        let pool = PagePool::new(4, 100, None);
         let mut a = Pages::new(pool.clone());
         assert!(a.ensure(KV_PAGE + 1));
         assert_eq!(a.ids, vec![0, 1]);

@@ -17,6 +17,10 @@ pub trait Cache {
     }
     /// Keeps the first `n`.
     fn truncate(&mut self, n: usize);
+    /// A copy of the first `n` tokens' cache, or None when there is no room for one (a GPU page pool that is full).
+    fn copy_prefix(&self, n: usize) -> Option<Self>
+    where
+        Self: Sized;
 }
 
 impl Cache for kvad_models::SeqKv {
@@ -25,6 +29,9 @@ impl Cache for kvad_models::SeqKv {
     }
     fn truncate(&mut self, n: usize) {
         kvad_models::SeqKv::truncate(self, n);
+    }
+    fn copy_prefix(&self, n: usize) -> Option<Self> {
+        kvad_models::SeqKv::copy_prefix(self, n)
     }
 }
 
@@ -52,7 +59,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-impl<C: Cache + Clone> Kept<C> {
+impl<C: Cache> Kept<C> {
     /// The cache of the conversation sharing the longest prefix with `prompt`, cut to that prefix: taken out when
     /// the prompt continues the whole conversation, copied when it parts from it. At most all but the prompt's last
     /// token is used (that one is always read by itself). None when nothing is shared.
@@ -72,7 +79,7 @@ impl<C: Cache + Clone> Kept<C> {
         } else {
             self.clock += 1;
             self.all[i].spoke = self.clock;
-            self.all[i].cache.clone()
+            self.all[i].cache.copy_prefix(n)?
         };
         cache.truncate(n);
         Some((cache, n))
@@ -118,6 +125,9 @@ mod tests {
         }
         fn truncate(&mut self, n: usize) {
             self.0.truncate(n);
+        }
+        fn copy_prefix(&self, n: usize) -> Option<Self> {
+            Some(Fake(self.0[..n.min(self.0.len())].to_vec()))
         }
     }
 

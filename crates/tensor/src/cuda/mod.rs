@@ -79,7 +79,7 @@ pub struct GpuInfo {
 pub struct Gpu {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
-    funcs: HashMap<&'static str, CudaFunction>,
+    funcs: HashMap<String, CudaFunction>,
     pub(crate) blas: Mutex<blas::Blas>,
     info: GpuInfo,
 }
@@ -120,30 +120,6 @@ const KERNELS: &[&str] = &[
     "dequant_q8",
     "dequant_q4",
     "argmax_rows",
-    "gemv_bf16_1",
-    "gemv_bf16_2",
-    "gemv_bf16_3",
-    "gemv_bf16_4",
-    "gemv_bf16_5",
-    "gemv_bf16_6",
-    "gemv_bf16_7",
-    "gemv_bf16_8",
-    "gemv_q8_1",
-    "gemv_q8_2",
-    "gemv_q8_3",
-    "gemv_q8_4",
-    "gemv_q8_5",
-    "gemv_q8_6",
-    "gemv_q8_7",
-    "gemv_q8_8",
-    "gemv_q4_1",
-    "gemv_q4_2",
-    "gemv_q4_3",
-    "gemv_q4_4",
-    "gemv_q4_5",
-    "gemv_q4_6",
-    "gemv_q4_7",
-    "gemv_q4_8",
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, compiled by NVRTC (no GPU needed): what CI checks, so a
@@ -152,9 +128,16 @@ pub fn compile_kernels(capability: (i32, i32)) -> Result<String, GpuError> {
     Ok(compile::ptx(&SOURCES.concat(), capability, None)?.to_src())
 }
 
-/// The kernel entry points the binary loads.
-pub fn kernel_names() -> &'static [&'static str] {
-    KERNELS
+/// The kernel entry points the binary loads: the fixed ones and the GEMV family (format × rows × fused norm).
+pub fn kernel_names() -> Vec<String> {
+    let mut names: Vec<String> = KERNELS.iter().map(|s| s.to_string()).collect();
+    for f in ["bf16", "q8", "q4"] {
+        for b in 1..=ops::GEMV_MAX_ROWS {
+            names.push(format!("gemv_{f}_{b}"));
+            names.push(format!("gemv_{f}_{b}_rms"));
+        }
+    }
+    names
 }
 
 /// Whether the CUDA driver library can be loaded at all (no device is touched).
@@ -232,8 +215,9 @@ impl Gpu {
         let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache)?;
         let module = ctx.load_module(ptx)?;
         let mut funcs = HashMap::new();
-        for &name in KERNELS {
-            funcs.insert(name, module.load_function(name)?);
+        for name in kernel_names() {
+            let f = module.load_function(&name)?;
+            funcs.insert(name, f);
         }
         let blas = blas::Blas::new(stream.clone())?;
         Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info })
@@ -256,6 +240,14 @@ impl Gpu {
     /// Waits for all queued work.
     pub fn synchronize(&self) -> Result<(), GpuError> {
         Ok(self.stream.synchronize()?)
+    }
+
+    /// Copies `bytes` from device address `src` to `dst`, in stream order.
+    pub fn copy_device(&self, src: u64, dst: u64, bytes: usize) -> Result<(), GpuError> {
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the caller's addresses come from live DevBufs of at least `bytes` past them.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }?;
+        Ok(())
     }
 
     /// The stream everything runs on (for graphs and events).

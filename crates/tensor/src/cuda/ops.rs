@@ -18,6 +18,15 @@ pub const KV_PAGE: usize = 16;
 pub enum Act {
     /// f32 rows at this address.
     F32(u64),
+    /// f32 rows at `x`, RMS-normed with weights `g` and `eps` inside the GEMV (decode's pre-norms).
+    F32Rms {
+        /// The rows (the residual stream).
+        x: u64,
+        /// Norm weights, one per column.
+        g: u64,
+        /// Norm epsilon.
+        eps: f32,
+    },
     /// bf16 rows at this address.
     Bf16(u64),
 }
@@ -148,15 +157,22 @@ impl Gpu {
         }
         let (n, k) = (i(m.rows), i(m.cols));
         match x {
-            Act::F32(xp) => {
+            Act::F32(_) | Act::F32Rms { .. } => {
                 if rows > GEMV_MAX_ROWS {
                     return Err(GpuError::Shape(format!("GEMV of {rows} rows (at most {GEMV_MAX_ROWS})")));
                 }
-                let name = match m.format {
-                    DevFormat::Bf16 => format!("gemv_bf16_{rows}"),
-                    DevFormat::Q8 => format!("gemv_q8_{rows}"),
-                    DevFormat::Q4 => format!("gemv_q4_{rows}"),
+                let (xp, g, eps, rms) = match x {
+                    Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
+                    Act::F32(x) => (x, 0u64, 0f32, ""),
+                    Act::Bf16(_) => unreachable!(),
                 };
+                // Output rows per block: 4 warps of ROWS_* rows, as in gemv.cu.
+                let (fname, per_block) = match m.format {
+                    DevFormat::Bf16 => ("bf16", 8),
+                    DevFormat::Q8 => ("q8", 8),
+                    DevFormat::Q4 => ("q4", 16),
+                };
+                let name = format!("gemv_{fname}_{rows}{rms}");
                 let acc = i32::from(accumulate);
                 let q = m.q.ptr();
                 let s = m.s.as_ref().map_or(0, DevBuf::ptr);
@@ -166,8 +182,8 @@ impl Gpu {
                 if m.format != DevFormat::Bf16 {
                     b.arg(&s);
                 }
-                b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc);
-                b.launch(cfg((grid_for(m.rows, 8), 1, 1), 128, 0))?;
+                b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&g).arg(&eps);
+                b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
             }
             Act::Bf16(xp) => {
                 let w = match m.format {
@@ -214,7 +230,7 @@ impl Gpu {
         let (hh, ob) = (i(h), i32::from(out_bf16));
         let mut b = self.stream.launch_builder(self.func("rms_norm"));
         b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps).arg(&ob);
-        b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
+        b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
     }
 

@@ -6,6 +6,7 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
     __shared__ float red[32];
     const float* xr = x + (size_t)blockIdx.x * H;
     float ss = 0.0f;
+#pragma unroll 4
     for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, red);
     float inv = rsqrtf(ss / (float)H + eps);

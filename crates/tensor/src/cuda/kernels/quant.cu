@@ -7,10 +7,11 @@ extern "C" __global__ void quantize_q8(const bf16_t* __restrict__ w, signed char
     const bf16_t* x = w + b * 32;
     float amax = 0.0f;
     for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(bf2f(x[j])));
-    float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float d = __fdiv_rn(amax, 127.0f);
+    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     s[b] = f2h(d);
-    for (int j = 0; j < 32; j++) q[b * 32 + j] = (signed char)roundf(bf2f(x[j]) * id);
+    // __fmul_rn/__fadd_rn: no contraction into an FMA, so the rounding is the CPU quantiser's, step for step.
+    for (int j = 0; j < 32; j++) q[b * 32 + j] = (signed char)roundf(__fmul_rn(bf2f(x[j]), id));
 }
 
 extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned char* q, unsigned* dm, size_t blocks) {
@@ -22,14 +23,14 @@ extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned ch
         float v = bf2f(x[j]);
         if (fabsf(v) > fabsf(vmax)) vmax = v;
     }
-    float d = vmax / -8.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float d = __fdiv_rn(vmax, -8.0f);
+    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     f16_t dh = f2h(d);
     // weight = d*(q-8) = d*q + (-8d): stored as (d, m) like Q4_1.
     dm[b] = (unsigned)dh | ((unsigned)f2h(-8.0f * h2f(dh)) << 16);
     for (int j = 0; j < 16; j++) {
-        int q0 = min(15, max(0, (int)(bf2f(x[j]) * id + 8.5f)));
-        int q1 = min(15, max(0, (int)(bf2f(x[j + 16]) * id + 8.5f)));
+        int q0 = min(15, max(0, (int)__fadd_rn(__fmul_rn(bf2f(x[j]), id), 8.5f)));
+        int q1 = min(15, max(0, (int)__fadd_rn(__fmul_rn(bf2f(x[j + 16]), id), 8.5f)));
         q[b * 16 + j] = (unsigned char)(q0 | (q1 << 4));
     }
 }

@@ -199,9 +199,7 @@ pub(crate) fn conversation(
 /// `kvad arch`.
 pub fn arch() {
     use kvad_models::ArchKind;
-    let names = |a: ArchKind| {
-        kvad_models::gpu::backends_for(a).iter().map(|b| b.name()).collect::<Vec<_>>().join(" ")
-    };
+    let names = |a: ArchKind| kvad_models::gpu::backends_for(a).iter().map(|b| b.name()).collect::<Vec<_>>().join(" ");
     println!("{:<8} {:<55} BACKENDS", "ARCH", "COVERS");
     println!("{:<8} {:<55} {}", "gpt2", "GPT-2", names(ArchKind::Gpt2));
     println!("{:<8} {:<55} {}", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2", names(ArchKind::Llama));

@@ -115,7 +115,8 @@ pub fn sample_batch(
     let t1 = std::time::Instant::now();
     for _ in 1..gen_tokens {
         let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
-        let mut b: Vec<SeqInput<'_>> = toks.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
+        let mut b: Vec<SeqInput<'_>> =
+            toks.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
         next = model.forward_greedy(&mut b)?;
     }
     let decode = t1.elapsed();
@@ -127,7 +128,13 @@ pub fn sample_batch(
     })
 }
 
-fn one(m: &OpenedModel, prompt: &[u32], gen_tokens: usize, cfg: &BenchConfig, round: usize) -> Result<Sample, EngineError> {
+fn one(
+    m: &OpenedModel,
+    prompt: &[u32],
+    gen_tokens: usize,
+    cfg: &BenchConfig,
+    round: usize,
+) -> Result<Sample, EngineError> {
     if cfg.batch > 1 {
         sample_batch(m, prompt, gen_tokens, cfg.batch, round)
     } else {

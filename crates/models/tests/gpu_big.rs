@@ -31,7 +31,9 @@ const SAME_WEIGHTS: f64 = 0.75;
 #[test]
 fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
     let (Ok(models), Ok(reference)) = (std::env::var("KVAD_BIG_MODELS"), std::env::var("KVAD_BIG_REF")) else {
-        eprintln!("KVAD_BIG_MODELS / KVAD_BIG_REF not given: this check runs on the GPU machine (scripts/gpu/bench.sh)");
+        eprintln!(
+            "KVAD_BIG_MODELS / KVAD_BIG_REF not given: this check runs on the GPU machine (scripts/gpu/bench.sh)"
+        );
         return;
     };
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&reference).unwrap()).unwrap();
@@ -57,9 +59,12 @@ fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
         let last = m.forward(&mut [SeqInput { tokens: &tokens[..p], kv: &mut kv }], LogitsMode::Last).unwrap();
         got.push(kvad_models::first_argmax(&last[0]));
         if let Some(first) = r["f32_logits_first"].as_array() {
-            let d = first.iter().zip(&last[0]).map(|(a, b)| (a.as_f64().unwrap() as f32 - b).abs()).fold(0f32, f32::max);
+            let d =
+                first.iter().zip(&last[0]).map(|(a, b)| (a.as_f64().unwrap() as f32 - b).abs()).fold(0f32, f32::max);
             let mag = first.iter().map(|a| a.as_f64().unwrap().abs() as f32).fold(0f32, f32::max);
-            eprintln!("{spec}: logits of the prompt's last position within {d:.4} of PyTorch f32 (largest |logit| {mag:.3})");
+            eprintln!(
+                "{spec}: logits of the prompt's last position within {d:.4} of PyTorch f32 (largest |logit| {mag:.3})"
+            );
         }
         for i in 1..want.len() {
             got.extend(m.forward_greedy(&mut [SeqInput { tokens: &tokens[p + i - 1..p + i], kv: &mut kv }]).unwrap());
@@ -76,7 +81,10 @@ fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
         let agree32 = got.iter().zip(&want32).filter(|(a, b)| a == b).count();
         let firm: Vec<usize> = (0..want32.len()).filter(|&i| gaps32[i] >= FIRM).collect();
         let firm_agree = firm.iter().filter(|&&i| got[i] == want32[i]).count();
-        eprintln!("{spec}: top-1 equal to PyTorch bf16 at {agree}/{} steps ({frac:.3}); differs at {parted:?}", want.len());
+        eprintln!(
+            "{spec}: top-1 equal to PyTorch bf16 at {agree}/{} steps ({frac:.3}); differs at {parted:?}",
+            want.len()
+        );
         eprintln!(
             "{spec}: top-1 equal to PyTorch f32 at {agree32}/{}; at the {} steps where f32's top two are {FIRM} or \
              more apart: {firm_agree}",

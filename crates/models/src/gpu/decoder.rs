@@ -158,10 +158,8 @@ impl GpuDecoder {
         // SAFETY: x and out hold rows × hidden (checked by the scratch sizes).
         unsafe {
             match n {
-                Norm::Rms(w) => self.gpu.rms_norm(x, w.ptr(), out, rows, c.hidden, c.norm_eps as f32, bf16)?,
-                Norm::Layer(w, b) => {
-                    self.gpu.layer_norm(x, w.ptr(), b.ptr(), out, rows, c.hidden, c.norm_eps as f32, bf16)?
-                }
+                Norm::Rms(w) => self.gpu.rms_norm(x, w.ptr(), out, rows, c.hidden, c.norm_eps, bf16)?,
+                Norm::Layer(w, b) => self.gpu.layer_norm(x, w.ptr(), b.ptr(), out, rows, c.hidden, c.norm_eps, bf16)?,
             }
         }
         Ok(())
@@ -171,9 +169,7 @@ impl GpuDecoder {
     /// (no kernel, no copy); otherwise the norm kernel writes `out` (bf16 for cuBLAS).
     fn normed(&self, n: &Norm, x: u64, out: &DevBuf, rows: usize, gemv: bool) -> Result<Act, ModelError> {
         match (n, gemv) {
-            (Norm::Rms(w), true) if self.fuse_norm => {
-                Ok(Act::F32Rms { x, g: w.ptr(), eps: self.p.cfg.norm_eps as f32 })
-            }
+            (Norm::Rms(w), true) if self.fuse_norm => Ok(Act::F32Rms { x, g: w.ptr(), eps: self.p.cfg.norm_eps }),
             _ => {
                 self.norm(n, x, out.ptr(), rows, !gemv)?;
                 Ok(act(out, gemv))
@@ -390,7 +386,7 @@ impl GpuDecoder {
                     nh: c.n_heads,
                     nkv: c.n_kv_heads,
                     hd,
-                    eps: c.norm_eps as f32,
+                    eps: c.norm_eps,
                 })?;
                 gpu.attention(&Attn {
                     q: s.q.ptr(),

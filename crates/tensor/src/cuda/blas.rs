@@ -22,6 +22,7 @@ impl Blas {
     ///
     /// # Safety
     /// The addresses must hold the shapes given, on this handle's device.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn gemm_bf16(
         &self,
         w: u64,

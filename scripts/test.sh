@@ -33,8 +33,7 @@ NVRTC_LIB=.venv-test/nvrtc/nvidia/cu13/lib
 if [ ! -f "$NVRTC_LIB/libnvrtc.so.13" ]; then
   echo "== NVRTC (nvidia-cuda-nvrtc) into .venv-test/nvrtc, to compile the CUDA kernels without a GPU"
   tmp="$(mktemp -d)"
-  python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 \
-    nvidia-cuda-nvrtc==13.5.37 -d "$tmp"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: nvidia-cuda-nvrtc==13.5.37 -d "$tmp"
   mkdir -p .venv-test/nvrtc
   python3 -m zipfile -e "$tmp"/nvidia_cuda_nvrtc-*.whl .venv-test/nvrtc
   rm -rf "$tmp"

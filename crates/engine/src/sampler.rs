@@ -224,15 +224,10 @@ impl Sampler {
     }
 }
 
-/// The index of the largest value (the first, on ties: as `torch.argmax`).
+/// The index of the largest value (the first, on ties: as `torch.argmax`): the models' own rule, so the host and
+/// a GPU's greedy pick agree.
 pub fn argmax(l: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in l.iter().enumerate() {
-        if v > l[best] {
-            best = i;
-        }
-    }
-    best as u32
+    kvad_models::first_argmax(l)
 }
 
 /// `log(softmax(l))`, computed stably in f64.

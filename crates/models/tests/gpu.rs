@@ -131,13 +131,7 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32() {
 }
 
 fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best
+    kvad_models::first_argmax(v) as usize
 }
 
 /// Where two bf16 implementations may choose differently: PyTorch's bf16 top two within this many logits

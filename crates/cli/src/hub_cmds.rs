@@ -4,9 +4,9 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use kvad_hub::plan::{self, WeightRule};
 use kvad_engine::checks::checks;
 use kvad_hub::events::{PullEvent, Recorder};
+use kvad_hub::plan::{self, WeightRule};
 use kvad_hub::{index, HfCache, Hub, PlannedFile, Progress, RepoRef};
 use kvad_models::ModelConfig;
 use serde_json::{json, Value};
@@ -198,12 +198,11 @@ pub fn pull(a: PullArgs, json: bool) -> Result<()> {
     let progress: &mut dyn Progress = if json { &mut recorder } else { &mut bars };
     let mut notes = Vec::new();
     let result = pull_here(&a.model, progress, &mut notes);
-    let result = result.map(|done| {
+    if result.is_ok() {
         for n in &notes {
             progress.note(n);
         }
-        done
-    });
+    }
     match (result, json) {
         (Ok(done), true) => print(done),
         (Ok(PullEvent::Done { path, commit, transferred, .. }), false) => {
@@ -214,7 +213,9 @@ pub fn pull(a: PullArgs, json: bool) -> Result<()> {
         }
         (Ok(_), false) => {}
         (Err(e), true) => {
-            print(PullEvent::Error { error: json!({"message": e.to_string(), "type": "invalid_request_error", "param": "model", "code": null}) });
+            print(PullEvent::Error {
+                error: json!({"message": e.to_string(), "type": "invalid_request_error", "param": "model", "code": null}),
+            });
             return Err(e);
         }
         (Err(e), false) => return Err(e),

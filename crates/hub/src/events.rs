@@ -134,8 +134,7 @@ impl<F: FnMut(PullEvent)> Recorder<F> {
 
 impl<F: FnMut(PullEvent)> Progress for Recorder<F> {
     fn plan(&mut self, title: &str, files: &[PlannedFile]) {
-        let files =
-            files.iter().map(|f| PlanFile { name: f.name.clone(), size: f.size, cached: f.cached }).collect();
+        let files = files.iter().map(|f| PlanFile { name: f.name.clone(), size: f.size, cached: f.cached }).collect();
         (self.send)(PullEvent::Plan { title: title.into(), files });
     }
     fn start(&mut self, file: &str, size: Option<u64>, resumed_from: u64) {

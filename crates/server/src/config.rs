@@ -166,9 +166,8 @@ impl Config {
             self.server.backend = v;
         }
         if let Some(v) = get("KVAD_SHUTDOWN_TIMEOUT").filter(|v| !v.is_empty()) {
-            self.server.shutdown_timeout = v
-                .parse()
-                .map_err(|_| format!("KVAD_SHUTDOWN_TIMEOUT = {v:?}: not a whole number of seconds"))?;
+            self.server.shutdown_timeout =
+                v.parse().map_err(|_| format!("KVAD_SHUTDOWN_TIMEOUT = {v:?}: not a whole number of seconds"))?;
         }
         if let Some(v) = get("KVAD_URL").filter(|v| !v.is_empty()) {
             self.client.url = Some(v);

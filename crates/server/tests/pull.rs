@@ -55,8 +55,11 @@ fn a_pull_streams_its_plan_progress_and_result_and_lands_in_the_servers_cache() 
     assert_eq!((w["size"].as_u64(), w["cached"].as_bool()), (Some(weights.len() as u64), Some(false)));
     // The weights start after the plan, advance, and finish with every byte.
     let at = |k: &str, file: &str| ev.iter().position(|e| e["event"] == k && e["file"] == file);
-    let (plan_at, start, finish) =
-        (kinds.iter().position(|k| *k == "plan").unwrap(), at("start", "model.safetensors"), at("finish", "model.safetensors"));
+    let (plan_at, start, finish) = (
+        kinds.iter().position(|k| *k == "plan").unwrap(),
+        at("start", "model.safetensors"),
+        at("finish", "model.safetensors"),
+    );
     assert!(plan_at < start.unwrap() && start < finish, "{kinds:?}");
     assert_eq!(ev[finish.unwrap()]["bytes"], weights.len());
     let advanced: u64 = ev
@@ -98,7 +101,10 @@ fn a_refused_model_is_an_error_event_naming_the_field_and_bad_names_are_400s() {
     let msg = e["message"].as_str().unwrap();
     assert!(msg.contains("architectures") && msg.contains("GPTNeoXForCausalLM"), "{msg}");
     assert!(msg.contains("nothing else was downloaded"), "{msg}");
-    assert_eq!((e["code"].as_str(), e["param"].as_str(), e["type"].as_str()), (Some("model_refused"), Some("model"), Some("invalid_request_error")));
+    assert_eq!(
+        (e["code"].as_str(), e["param"].as_str(), e["type"].as_str()),
+        (Some("model_refused"), Some("model"), Some("invalid_request_error"))
+    );
     assert!(!ev.iter().any(|e| e["event"] == "plan"), "refused before the plan: {ev:?}");
     assert!(!cache.join("models--eleuther--neox/snapshots").join(C1).join("model.safetensors").exists());
     // A repo the Hub does not have.

@@ -31,7 +31,10 @@ fn a_long_stream_is_ended_cleanly_at_the_timeout_and_the_server_exits_0() {
     // slow-scripted: about 70 tokens at 50 ms a pass, so some 3.5 s of reply.
     let body = json!({"model": "slow-scripted", "stream": true, "messages": [{"role": "user", "content": "count"}]});
     let r = ureq::post(&format!("{}/v1/chat/completions", s.url)).send_string(&body.to_string()).unwrap();
-    let mut lines = BufReader::new(r.into_reader()).lines().map_while(Result::ok).filter_map(|l| l.strip_prefix("data: ").map(str::to_string));
+    let mut lines = BufReader::new(r.into_reader())
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| l.strip_prefix("data: ").map(str::to_string));
     let first = lines.next().expect("the first chunk");
     assert!(first.contains("chat.completion.chunk"), "{first}");
     sigterm(&s);
@@ -44,7 +47,12 @@ fn a_long_stream_is_ended_cleanly_at_the_timeout_and_the_server_exits_0() {
     assert_eq!(end["kvad"]["shutdown"], true, "{end}");
     let text: String = std::iter::once(&first)
         .chain(&rest[..rest.len() - 2])
-        .map(|c| serde_json::from_str::<Value>(c).unwrap()["choices"][0]["delta"]["content"].as_str().unwrap_or("").to_string())
+        .map(|c| {
+            serde_json::from_str::<Value>(c).unwrap()["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
         .collect();
     assert!(text.starts_with("one two") && !text.contains("twenty-four"), "cut short, not finished: {text:?}");
     assert!(took >= Duration::from_millis(900), "the reply had its timeout first ({took:?})");

@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use kvad_hub::events::{PullEvent, Recorder};
 use kvad_hub::ollama::OllamaTag;
-use kvad_hub::{HubError, Hub, Progress, RepoRef};
+use kvad_hub::{Hub, HubError, Progress, RepoRef};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;

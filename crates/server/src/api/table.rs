@@ -71,7 +71,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "POST",
         path: "/api/pull",
-        summary: "Download a model into the server's cache, as `kvad pull` does. Request: {\"model\": \"owner/name[@rev]\" \
+        summary:
+            "Download a model into the server's cache, as `kvad pull` does. Request: {\"model\": \"owner/name[@rev]\" \
                   | an alias | \"ollama:name[:tag]\"}. Response: server-sent events, each JSON with an \"event\" key: \
                   plan {title, files: [{name, size, cached}]}; per file start {file, size, resumed_from}, advance \
                   {file, bytes, done}, finish {file, bytes}; note {line}; then done {model, path, commit, transferred} \

@@ -45,7 +45,8 @@ pub enum Command {
     },
     /// Perplexity of a text file on one or more backends (the accuracy measure of quantisation).
     Ppl(PplArgs),
-    /// Download a model (owner/name[@revision], an alias, or ollama:name[:tag]) into the cache.
+    /// Download a model (owner/name[@revision], an alias, or ollama:name[:tag]) into the cache: the server's when one
+    /// answers (the first line says which), else this machine's.
     Pull(crate::hub_cmds::PullArgs),
     /// What models are on this machine, and how big.
     Ls(crate::hub_cmds::LsArgs),

@@ -4,8 +4,10 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use kvad_engine::checks::checks;
+use kvad_hub::events::{PullEvent, Recorder};
 use kvad_hub::plan::{self, WeightRule};
-use kvad_hub::{index, Checks, HfCache, Hub, PlannedFile, Progress, RepoId, RepoRef};
+use kvad_hub::{index, HfCache, Hub, PlannedFile, Progress, RepoRef};
 use kvad_models::ModelConfig;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -105,23 +107,6 @@ pub enum ModelsCommand {
 
 // ---------------------------------------------------------------- checks and progress
 
-fn check_config(cfg: &Value) -> std::result::Result<(), String> {
-    ModelConfig::from_hf_json(cfg).map(|_| ()).map_err(|e| e.to_string())
-}
-
-fn check_tokenizer(dir: &Path) -> std::result::Result<(), String> {
-    if !dir.join("tokenizer.json").is_file() {
-        return Err("tokenizer.json is absent: this build reads tokenizer.json only, and does not convert a \
-                    SentencePiece tokenizer.model or vocab.json/merges.txt"
-            .into());
-    }
-    kvad_text::Tokenizer::from_dir(dir).map(|_| ()).map_err(|e| format!("tokenizer.json: {e}"))
-}
-
-fn checks() -> Checks<'static> {
-    Checks { config: &check_config, tokenizer: &check_tokenizer }
-}
-
 /// Whether this build implements an architecture class: asked of the loader itself, so there is one list.
 fn arch_supported(name: &str) -> bool {
     match ModelConfig::from_hf_json(&json!({ "architectures": [name] })) {
@@ -130,7 +115,8 @@ fn arch_supported(name: &str) -> bool {
     }
 }
 
-fn human(bytes: u64) -> String {
+/// Bytes as people read them (kB, MB, GB).
+pub(crate) fn human(bytes: u64) -> String {
     let b = bytes as f64;
     match bytes {
         0..1_000 => format!("{bytes} B"),
@@ -141,8 +127,9 @@ fn human(bytes: u64) -> String {
 }
 
 /// Progress on stderr: the plan as lines, each file as a bar (drawn only on a terminal).
+/// The server's pull is drawn with these too (its events replayed onto them), so both look the same.
 #[derive(Default)]
-struct Bars {
+pub(crate) struct Bars {
     bar: Option<ProgressBar>,
 }
 
@@ -194,34 +181,61 @@ pub fn resolve_model(name: &str) -> Result<kvad_hub::Resolved> {
 }
 
 fn repo_ref(name: &str) -> Result<RepoRef> {
-    if let Some(a) = kvad_hub::alias::lookup(name) {
-        return Ok(RepoRef { repo: RepoId::parse(a.repo)?, revision: a.revision.into() });
-    }
-    Ok(RepoRef::parse(name)?)
+    Ok(kvad_hub::alias::repo_ref(name)?)
 }
 
 // ---------------------------------------------------------------- commands
 
-/// `kvad pull`: always asks the registry (a branch moves); files already here are kept.
-pub fn pull(a: PullArgs) -> Result<()> {
+/// `kvad pull` in this process: always asks the registry (a branch moves); files already here are kept. With
+/// `json`, prints the events `POST /api/pull` would stream, one a line, instead of bars.
+pub fn pull(a: PullArgs, json: bool) -> Result<()> {
     if kvad_hub::offline() {
         bail!("kvad pull {}: offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) forbids downloading", a.model);
     }
-    if let Some(tag) = a.model.strip_prefix("ollama:") {
-        let r = kvad_hub::ollama::resolve(&kvad_hub::ollama::OllamaTag::parse(tag)?, &mut Bars::default())?;
-        eprintln!("kvad: {}", r.source_note.unwrap_or_default());
-        println!("{}", r.path.display());
-        return Ok(());
+    let print = |e: PullEvent| println!("{}", serde_json::to_string(&e).unwrap_or_default());
+    let mut recorder = Recorder::new(print);
+    let mut bars = Bars::default();
+    let progress: &mut dyn Progress = if json { &mut recorder } else { &mut bars };
+    let mut notes = Vec::new();
+    let result = pull_here(&a.model, progress, &mut notes);
+    if result.is_ok() {
+        for n in &notes {
+            progress.note(n);
+        }
     }
-    let rr = repo_ref(&a.model)?;
-    let hub = Hub::from_env();
-    let p = hub.pull(&rr, &checks(), &mut Bars::default())?;
-    for n in &p.notes {
-        eprintln!("kvad: {n}");
+    match (result, json) {
+        (Ok(done), true) => print(done),
+        (Ok(PullEvent::Done { path, commit, transferred, .. }), false) => {
+            if let Some(c) = commit {
+                eprintln!("kvad: {} at {c}: complete ({} transferred)", a.model, human(transferred));
+            }
+            println!("{path}");
+        }
+        (Ok(_), false) => {}
+        (Err(e), true) => {
+            print(PullEvent::Error {
+                error: json!({"message": e.to_string(), "type": "invalid_request_error", "param": "model", "code": null}),
+            });
+            return Err(e);
+        }
+        (Err(e), false) => return Err(e),
     }
-    eprintln!("kvad: {} at {}: complete ({} transferred)", rr.repo, p.commit, human(p.transferred));
-    println!("{}", p.dir.display());
     Ok(())
+}
+
+/// The download itself; returns the `done` event, and the lines to say after it in `notes`.
+fn pull_here(model: &str, progress: &mut dyn Progress, notes: &mut Vec<String>) -> Result<PullEvent> {
+    if let Some(tag) = model.strip_prefix("ollama:") {
+        let r = kvad_hub::ollama::resolve(&kvad_hub::ollama::OllamaTag::parse(tag)?, progress)?;
+        notes.extend(r.source_note.iter().chain(&r.notes).cloned());
+        let path = r.path.display().to_string();
+        return Ok(PullEvent::Done { model: model.into(), path, commit: None, transferred: 0 });
+    }
+    let rr = repo_ref(model)?;
+    let p = Hub::from_env().pull(&rr, &checks(), progress)?;
+    notes.extend(p.notes.iter().cloned());
+    let path = p.dir.display().to_string();
+    Ok(PullEvent::Done { model: model.into(), path, commit: Some(p.commit), transferred: p.transferred })
 }
 
 /// `kvad ls`.

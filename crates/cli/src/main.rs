@@ -55,7 +55,10 @@ fn main() -> std::process::ExitCode {
             }
             Ok(())
         }
-        args::Command::Pull(a) => hub_cmds::pull(a),
+        args::Command::Pull(a) => chosen().and_then(|t| match t {
+            Target::Remote { url, .. } => client::pull::pull(&url, &a.model, c.json),
+            Target::Local { .. } => hub_cmds::pull(a, c.json),
+        }),
         args::Command::Ls(a) => chosen().and_then(|t| match t {
             Target::Remote { url, .. } => client::remote::ls(&url, c.json),
             Target::Local { .. } => hub_cmds::ls(a),

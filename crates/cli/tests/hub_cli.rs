@@ -19,12 +19,10 @@ impl Env {
     fn new() -> Env {
         let fake = Fake::start();
         fake.add_repo("tiny/llama", C1, tiny_llama_files(), &["main"]);
-        Env {
-            fake,
-            hf: tempfile::tempdir().unwrap(),
-            kvad: tempfile::tempdir().unwrap(),
-            config: tempfile::tempdir().unwrap(),
-        }
+        let config = tempfile::tempdir().unwrap();
+        // No service of this machine answers these tests: the data directory's kvad.toml names a dead port.
+        std::fs::write(config.path().join("kvad.toml"), "[server]\nbind = \"127.0.0.1:1\"\n").unwrap();
+        Env { fake, hf: tempfile::tempdir().unwrap(), kvad: tempfile::tempdir().unwrap(), config }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -33,6 +31,8 @@ impl Env {
             .env("HF_HUB_CACHE", self.hf.path())
             .env("KVAD_CACHE", self.kvad.path())
             .env("KVAD_CONFIG_DIR", self.config.path())
+            .env("KVAD_DATA", self.config.path())
+            .env_remove("KVAD_URL")
             .env("HF_ENDPOINT", &self.fake.url)
             .env("KVAD_OLLAMA_REGISTRY", &self.fake.url)
             .env("KVAD_THREADS", "1")
@@ -327,4 +327,85 @@ fn the_cache_is_shared_with_python_huggingface_hub() {
     let (_, e) = texts(&out);
     assert!(out.status.success(), "{e}");
     assert!(e.contains(&format!("py/llama at {}: from the Hugging Face cache", &C2[..12])), "{e}");
+}
+
+/// kvad-serve, built beside kvad, on a free loopback port with this environment's Hub and caches of its own.
+struct Serve(std::process::Child, String, tempfile::TempDir);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Serve {
+    fn start(env: &Env) -> Serve {
+        use std::io::BufRead;
+        let bin = Path::new(env!("CARGO_BIN_EXE_kvad")).with_file_name("kvad-serve");
+        assert!(bin.is_file(), "{} is missing: cargo build -p kvad-server", bin.display());
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/tests/fixtures/script.json");
+        let caches = tempfile::tempdir().unwrap();
+        let mut child = Command::new(bin)
+            .args(["--bind", "127.0.0.1:0", "--scripted", script.to_str().unwrap(), "--data-dir"])
+            .arg(caches.path().join("data"))
+            .env("HF_HUB_CACHE", caches.path().join("hub"))
+            .env("KVAD_CACHE", caches.path().join("kvad"))
+            .env("HF_ENDPOINT", &env.fake.url)
+            .env("KVAD_OLLAMA_REGISTRY", &env.fake.url)
+            .env_remove("KVAD_OFFLINE")
+            .env_remove("HF_HUB_OFFLINE")
+            .env_remove("HF_TOKEN")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines.next().expect("kvad-serve exited").unwrap();
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_string();
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Serve(child, url, caches)
+    }
+}
+
+#[test]
+fn pull_goes_to_the_server_and_lands_in_its_cache_or_runs_here_with_local() {
+    let env = Env::new();
+    let s = Serve::start(&env);
+    let (out, err) = env.ok(&["--remote", &s.1, "pull", "tiny/llama"]);
+    let mut lines = err.lines();
+    assert_eq!(lines.next().unwrap(), format!("kvad: {} (from --remote)", s.1), "{err}");
+    assert!(err.contains(&format!("kvad: tiny/llama at {C1}: 4 files")), "the plan, from the events: {err}");
+    assert!(err.contains("fetched model.safetensors"), "per-file progress: {err}");
+    assert!(err.contains("complete on the server"), "{err}");
+    let snap = s.2.path().join("hub/models--tiny--llama/snapshots").join(C1);
+    assert_eq!(out.trim(), snap.display().to_string(), "the path is the server's");
+    assert!(snap.join("model.safetensors").is_file());
+    assert!(!env.hf.path().join("models--tiny--llama").exists(), "nothing in this process's cache");
+
+    // --json: the server's events, one a line, ending with done.
+    let (out, _) = env.ok(&["--remote", &s.1, "--json", "pull", "tiny/llama"]);
+    let events: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.first().unwrap()["event"], "plan", "{out}");
+    assert_eq!(events.last().unwrap()["event"], "done");
+    assert_eq!(events.last().unwrap()["transferred"], 0, "already there");
+
+    // A refusal comes back as the server's error, naming the field.
+    let mut files = tiny_llama_files();
+    files[0].1 = br#"{"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox"}"#.to_vec();
+    env.fake.add_repo("eleuther/neox", C1, files, &["main"]);
+    let e = env.fails(&["--remote", &s.1, "pull", "eleuther/neox"]);
+    assert!(e.contains("the server's pull of eleuther/neox failed") && e.contains("architectures"), "{e}");
+
+    // --local: in this process, into this process's cache; --json prints the same events.
+    let (out, err) = env.ok(&["--local", "--json", "pull", "tiny/llama"]);
+    assert_eq!(err.lines().next().unwrap(), "kvad: in this process (--local)");
+    let events: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(events.iter().any(|e| e["event"] == "finish" && e["file"] == "model.safetensors"), "{out}");
+    let done = events.last().unwrap();
+    assert_eq!((done["event"].as_str(), done["commit"].as_str()), (Some("done"), Some(C1)));
+    assert!(env.hf.path().join("models--tiny--llama/snapshots").join(C1).join("model.safetensors").is_file());
 }

@@ -5,6 +5,7 @@
 //! `sched`, which drives batched forward passes itself.
 
 pub mod bench;
+pub mod checks;
 pub mod generate;
 pub mod open;
 pub mod perplexity;

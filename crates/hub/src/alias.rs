@@ -40,6 +40,15 @@ pub fn lookup(name: &str) -> Option<&'static Alias> {
     ALIASES.iter().find(|a| a.name == name)
 }
 
+/// What `pull`, `rm` and `info` mean by a name: an alias's repo at its pinned revision, else `owner/name[@rev]`
+/// parsed. One rule for the CLI and the server, so a name pulls the same thing wherever it is typed.
+pub fn repo_ref(name: &str) -> Result<crate::RepoRef, crate::HubError> {
+    if let Some(a) = lookup(name) {
+        return Ok(crate::RepoRef { repo: crate::RepoId::parse(a.repo)?, revision: a.revision.into() });
+    }
+    crate::RepoRef::parse(name)
+}
+
 /// The names, for messages.
 pub fn names() -> Vec<&'static str> {
     ALIASES.iter().map(|a| a.name).collect()

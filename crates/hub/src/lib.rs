@@ -11,6 +11,7 @@ pub mod alias;
 pub mod api;
 pub mod cache;
 pub mod env;
+pub mod events;
 pub mod fetch;
 pub mod http;
 pub mod index;

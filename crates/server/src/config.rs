@@ -13,6 +13,8 @@
 //! autoload = false               # reload the models that were loaded, in the background, at start
 //! models = ["smollm2-instruct"]  # KVAD_MODELS (comma-separated): what /v1/models offers
 //! backend = "cpu-f32"            # KVAD_BACKEND
+//! shutdown_timeout = 30          # KVAD_SHUTDOWN_TIMEOUT: seconds running replies get after SIGINT/SIGTERM; then
+//!                                # they end (finish_reason "length", kvad.shutdown, [DONE]) and the server exits 0
 //!
 //! [client]
 //! url = "http://127.0.0.1:5823"  # KVAD_URL: where `kvad` sends its commands
@@ -51,6 +53,9 @@ pub struct ServerSection {
     pub models: Vec<String>,
     /// Backend models load on.
     pub backend: String,
+    /// Seconds running replies (and pulls) get to finish after SIGINT/SIGTERM before they are ended, so a long
+    /// stream cannot hold shutdown forever.
+    pub shutdown_timeout: u64,
 }
 
 impl Default for ServerSection {
@@ -66,6 +71,7 @@ impl Default for ServerSection {
             autoload: false,
             models: vec![kvad_hub::DEFAULT_ALIAS.into()],
             backend: "cpu-f32".into(),
+            shutdown_timeout: 30,
         }
     }
 }
@@ -159,6 +165,10 @@ impl Config {
         if let Some(v) = get("KVAD_BACKEND").filter(|v| !v.is_empty()) {
             self.server.backend = v;
         }
+        if let Some(v) = get("KVAD_SHUTDOWN_TIMEOUT").filter(|v| !v.is_empty()) {
+            self.server.shutdown_timeout =
+                v.parse().map_err(|_| format!("KVAD_SHUTDOWN_TIMEOUT = {v:?}: not a whole number of seconds"))?;
+        }
         if let Some(v) = get("KVAD_URL").filter(|v| !v.is_empty()) {
             self.client.url = Some(v);
         }
@@ -193,6 +203,13 @@ mod tests {
         assert_eq!(c.check().unwrap_err(), "[server] batch = 0: must be at least 1");
         let c = Config::parse("[server]\ngenerations_per_minute = 0\n").unwrap();
         assert!(c.check().unwrap_err().contains("generations_per_minute = 0"));
+        assert_eq!(Config::default().server.shutdown_timeout, 30);
+        let mut c = Config::parse("[server]\nshutdown_timeout = 5\n").unwrap();
+        assert_eq!(c.server.shutdown_timeout, 5);
+        c.apply_env(|k| (k == "KVAD_SHUTDOWN_TIMEOUT").then(|| "2".to_string())).unwrap();
+        assert_eq!(c.server.shutdown_timeout, 2);
+        let e = c.apply_env(|k| (k == "KVAD_SHUTDOWN_TIMEOUT").then(|| "soon".to_string())).unwrap_err();
+        assert!(e.contains("KVAD_SHUTDOWN_TIMEOUT") && e.contains("soon"), "{e}");
         let c = Config::parse("[server]\nbatch = 8\ncontext = 2048\nautoload = true\n").unwrap();
         assert_eq!((c.server.batch, c.server.context, c.server.autoload), (8, Some(2048), true));
         assert!(c.check().is_ok());

@@ -32,6 +32,10 @@ pub struct AppState {
     pub draining: Arc<AtomicBool>,
     /// The SQLite file (usage reads open their own connection).
     pub db: std::path::PathBuf,
+    /// The downloads `POST /api/pull` runs now, so a second pull of one repo is refused rather than racing.
+    pub pulls: api::pull::Pulls,
+    /// Turns true when the shutdown timeout has passed: what still streams (pulls) ends now.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AppState {

@@ -7,13 +7,15 @@ use kvad_server::sched::{backend_limits, Kind, Limits, Queue};
 use kvad_server::scripted::ScriptedEngine;
 use kvad_server::store::Store;
 use kvad_server::{api, AppState, Engine};
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// kvad-serve: the OpenAI-compatible server. Settings come from kvad.toml in the data directory, then the
-/// environment (KVAD_BIND, KVAD_QUEUE, KVAD_MODELS, KVAD_BACKEND), then these flags.
+/// environment (KVAD_BIND, KVAD_QUEUE, KVAD_MODELS, KVAD_BACKEND, KVAD_SHUTDOWN_TIMEOUT, ...), then these flags.
 #[derive(Parser, Debug)]
 #[command(name = "kvad-serve", version)]
 struct Args {
@@ -53,6 +55,9 @@ struct Args {
     /// Reload the models that were loaded when the server last ran.
     #[arg(long)]
     autoload: bool,
+    /// Seconds running replies get after SIGINT/SIGTERM before they are ended (default 30).
+    #[arg(long, value_name = "SECONDS")]
+    shutdown_timeout: Option<u64>,
     /// Serve scripted models from this JSON file instead of real ones (tests; see kvad_server::scripted).
     #[arg(long)]
     scripted: Option<PathBuf>,
@@ -91,6 +96,7 @@ fn run(args: Args) -> Result<(), String> {
     sv.context = args.context.or(sv.context);
     sv.memory = args.memory.or(sv.memory.take());
     sv.autoload |= args.autoload;
+    sv.shutdown_timeout = args.shutdown_timeout.unwrap_or(sv.shutdown_timeout);
     config.check()?;
     let addr: SocketAddr = config
         .server
@@ -134,30 +140,75 @@ fn run(args: Args) -> Result<(), String> {
         eprintln!("kvad-serve: autoload: {model} (it was loaded when the server last ran)");
         queue.admin("system", Kind::Load { model }, false);
     }
-    let state = AppState { queue, draining: Arc::new(AtomicBool::new(false)), db };
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let state = AppState {
+        queue,
+        draining: Arc::new(AtomicBool::new(false)),
+        db,
+        pulls: api::pull::Pulls::default(),
+        stopping,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("starting the runtime: {e}"))?;
-    rt.block_on(serve(addr, state, dir))
+    let timeout = Duration::from_secs(config.server.shutdown_timeout);
+    let result = rt.block_on(serve(addr, state, dir, stop, timeout));
+    // A pull's download thread may still be writing (its partial file is kept for the next pull): not waited for.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    result
 }
 
-async fn serve(addr: SocketAddr, state: AppState, dir: PathBuf) -> Result<(), String> {
+/// How long connections may stay open after the shutdown timeout ended what ran on them, before the process exits
+/// without them (a client that stopped reading).
+const AFTER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves until SIGINT/SIGTERM; then takes no new generations, gives running ones `timeout`, ends what still runs
+/// (cleanly: a final chunk and `[DONE]`), and returns once the connections close or [`AFTER_TIMEOUT`] passes.
+async fn serve(
+    addr: SocketAddr,
+    state: AppState,
+    dir: PathBuf,
+    stop: tokio::sync::watch::Sender<bool>,
+    timeout: Duration,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("binding {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let models: Vec<String> = state.queue.catalog().into_iter().map(|m| m.id).collect();
     eprintln!("kvad-serve: listening on http://{local} (models: {}; data: {})", models.join(", "), dir.display());
     let draining = state.draining.clone();
+    let queue = state.queue.clone();
+    let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let app = api::router(state);
-    axum::serve(listener, app)
+    let server = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             draining.store(true, Ordering::SeqCst);
-            eprintln!("kvad-serve: shutting down; replies in progress finish first");
+            eprintln!(
+                "kvad-serve: shutting down; replies in progress get {} s to finish ([server] shutdown_timeout)",
+                timeout.as_secs()
+            );
+            let _ = signalled.send(());
         })
-        .await
-        .map_err(|e| format!("serving: {e}"))?;
+        .into_future();
+    let bound = async move {
+        if on_signal.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(timeout).await;
+        eprintln!("kvad-serve: the shutdown timeout passed; ending the replies and pulls still running");
+        queue.stop_all();
+        let _ = stop.send(true);
+        tokio::time::sleep(AFTER_TIMEOUT).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(|e| format!("serving: {e}"))?,
+        () = bound => eprintln!(
+            "kvad-serve: connections still open {} s after the timeout; exiting without them",
+            AFTER_TIMEOUT.as_secs()
+        ),
+    }
     eprintln!("kvad-serve: stopped");
     Ok(())
 }

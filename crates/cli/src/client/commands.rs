@@ -14,6 +14,7 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("POST", "/api/load", "kvad load MODEL"),
     ("POST", "/api/unload", "kvad unload [MODEL] (no name: every model)"),
     ("GET", "/api/metrics/usage", "kvad metrics usage [--days N]"),
+    ("POST", "/api/pull", "kvad pull MODEL (progress from the events; --json prints them)"),
 ];
 
 /// `(method, path, why no command sends it)`.

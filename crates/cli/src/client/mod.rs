@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod commands;
 pub mod loadgen;
+pub mod pull;
 pub mod remote;
 pub mod service;
 

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod chat;
 pub mod completions;
 pub mod misc;
+pub mod pull;
 pub mod request;
 pub mod table;
 
@@ -34,6 +35,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/ps", get(admin::ps))
         .route("/api/load", post(admin::load))
         .route("/api/unload", post(admin::unload))
+        .route("/api/pull", post(pull::handler))
         .route("/api/metrics/usage", get(admin::usage))
         .route("/metrics", get(admin::prometheus))
         .route("/api/openapi.json", get(misc::openapi))
@@ -172,9 +174,14 @@ fn usage(d: &Done) -> Value {
     })
 }
 
-/// kvad's own figures on a reply: how many others it was written beside, and what the model keeps after it.
+/// kvad's own figures on a reply: how many others it was written beside, and what the model keeps after it; and,
+/// when the server's shutdown cut it short, `"shutdown": true`.
 fn kvad(d: &Done) -> Value {
-    json!({"beside": d.beside, "conversations": d.conversations, "held_tokens": d.held_tokens})
+    let mut v = json!({"beside": d.beside, "conversations": d.conversations, "held_tokens": d.held_tokens});
+    if d.shutdown {
+        v["shutdown"] = json!(true);
+    }
+    v
 }
 
 fn chat_logprobs(lps: &[TokenLogprob]) -> Value {

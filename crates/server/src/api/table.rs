@@ -69,6 +69,18 @@ pub const ROUTES: &[Route] = &[
         tag: "kvad",
     },
     Route {
+        method: "POST",
+        path: "/api/pull",
+        summary:
+            "Download a model into the server's cache, as `kvad pull` does. Request: {\"model\": \"owner/name[@rev]\" \
+                  | an alias | \"ollama:name[:tag]\"}. Response: server-sent events, each JSON with an \"event\" key: \
+                  plan {title, files: [{name, size, cached}]}; per file start {file, size, resumed_from}, advance \
+                  {file, bytes, done}, finish {file, bytes}; note {line}; then done {model, path, commit, transferred} \
+                  or error {error: {message, type, param, code}} (a refused config names its field and value). 400 a \
+                  bad name, 403 offline mode, 409 the same repo is being pulled, 503 shutting down",
+        tag: "kvad",
+    },
+    Route {
         method: "GET",
         path: "/api/metrics/usage",
         summary: "The requests table added up by account over the last days (?days=7): requests, tokens in, cached \

@@ -124,4 +124,6 @@ pub struct Done {
     pub conversations: usize,
     /// Tokens they hold.
     pub held_tokens: usize,
+    /// The server's shutdown cut the reply short (its finish reason is then `length`).
+    pub shutdown: bool,
 }

@@ -28,6 +28,8 @@ pub(crate) enum Payload {
 pub(crate) struct State {
     pub(crate) core: Scheduler,
     pub(crate) payloads: HashMap<JobId, Payload>,
+    /// Set by [`Queue::stop_all`] at the end of the shutdown timeout: running replies end, waiting ones fail.
+    pub(crate) stopping: bool,
 }
 
 pub(crate) struct Shared {
@@ -112,7 +114,7 @@ impl Queue {
     /// Starts the engine thread.
     pub fn start(engine: Box<dyn Engine>, store: Store, limits: Limits) -> (Queue, std::thread::JoinHandle<()>) {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { core: Scheduler::new(limits), payloads: HashMap::new() }),
+            state: Mutex::new(State { core: Scheduler::new(limits), payloads: HashMap::new(), stopping: false }),
             wake: Condvar::new(),
             catalog: RwLock::new(engine.catalog()),
             memory: RwLock::new(engine.memory()),
@@ -124,6 +126,13 @@ impl Queue {
             .spawn(move || runner::run(engine, store, &s))
             .expect("spawning the engine thread");
         (Queue { shared }, handle)
+    }
+
+    /// Shutdown's last word: every running reply ends within a step, cleanly (its final chunk, finish reason
+    /// `length` and `kvad.shutdown`, then `[DONE]`), and every waiting job is answered 503. Nothing is taken after.
+    pub fn stop_all(&self) {
+        self.lock().stopping = true;
+        self.shared.wake.notify_all();
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

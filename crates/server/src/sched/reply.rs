@@ -52,6 +52,8 @@ pub enum Stop {
     Length,
     /// The client went away.
     Cancelled,
+    /// The server's shutdown timeout passed: the reply ends here, as cut short as by `max_tokens`.
+    Shutdown,
 }
 
 /// A reply's parsers and counts.

@@ -113,8 +113,32 @@ impl Runner<'_> {
         }
     }
 
-    /// Drops waiting jobs whose client went away, and stops running ones.
+    /// Drops waiting jobs whose client went away, and stops running ones; once the server is stopping, ends every
+    /// running reply and answers every waiting job 503.
     fn reap(&mut self, st: &mut State) {
+        if st.stopping {
+            let running: Vec<JobId> = self.active.keys().copied().collect();
+            for id in running {
+                self.finish(st, id, Stop::Shutdown);
+            }
+            let waiting: Vec<JobId> = st.payloads.keys().copied().collect();
+            for id in waiting {
+                let e = ApiError::unavailable("the server is shutting down", None);
+                match st.payloads.remove(&id) {
+                    Some(Payload::Admin(Some(tx))) => {
+                        st.core.remove(id);
+                        let _ = tx.send(Err(e));
+                    }
+                    Some(p @ Payload::Generate(_)) => {
+                        st.payloads.insert(id, p);
+                        self.fail(st, id, e);
+                    }
+                    _ => {
+                        st.core.remove(id);
+                    }
+                }
+            }
+        }
         let gone: Vec<JobId> = st
             .payloads
             .iter()
@@ -255,11 +279,11 @@ impl Runner<'_> {
     /// Ends a reply: its cache set aside (or freed), its row written, `Done` sent.
     fn finish(&mut self, st: &mut State, id: JobId, why: Stop) {
         let Some(mut a) = self.active.remove(&id) else { return };
-        let ended = self.engine.end(id, !a.job.fresh && why != Stop::Cancelled);
+        let ended = self.engine.end(id, !a.job.fresh && !matches!(why, Stop::Cancelled | Stop::Shutdown));
         st.core.remove(id);
         let reason = a.reply.finish(&a.job, ended.rest, why);
         a.row.generated_tokens = a.reply.tokens;
-        a.row.finish_reason = reason.into();
+        a.row.finish_reason = if why == Stop::Shutdown { "shutdown".into() } else { reason.into() };
         a.row.duration_ms = ms(a.joined);
         self.shared.metrics.generated(a.reply.tokens);
         // The row lands before the client hears the end, so whoever reads the table after a reply finds it.
@@ -272,6 +296,7 @@ impl Runner<'_> {
             beside: a.beside,
             conversations: ended.held.conversations,
             held_tokens: ended.held.tokens,
+            shutdown: why == Stop::Shutdown,
         }));
     }
 

@@ -30,8 +30,21 @@ fn fresh_dir(tag: &str) -> PathBuf {
 
 /// Starts kvad-serve with `args` (plus a loopback port 0 and a fresh data directory) and waits until it listens.
 pub fn start(tag: &str, args: &[&str]) -> Server {
+    start_with(tag, args, |_| {})
+}
+
+/// As [`start`], with the environment set by `env` (offline mode is off unless `env` turns it on).
+pub fn start_env(tag: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
+    start_with(tag, args, |c| {
+        c.env_remove("KVAD_OFFLINE").env_remove("HF_HUB_OFFLINE").env_remove("HF_TOKEN").envs(env.iter().copied());
+    })
+}
+
+fn start_with(tag: &str, args: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
     let dir = fresh_dir(tag);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvad-serve"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvad-serve"));
+    configure(&mut cmd);
+    let mut child = cmd
         .args(["--bind", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap()])
         .args(args)
         .stdout(Stdio::null())

@@ -14,7 +14,13 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
     let backend: BackendKind = match args.quant.as_deref() {
         None => match &args.backend {
             Some(b) => b.parse()?,
-            None => kvad_engine::system::default_backend(None),
+            None => {
+                let (b, line) = kvad_engine::system::default_backend_for(&args.model);
+                if let Some(line) = line {
+                    eprintln!("kvad: {line}");
+                }
+                b
+            }
         },
         Some("q8") => BackendKind::CpuQ8,
         Some("q4") => BackendKind::CpuQ4,

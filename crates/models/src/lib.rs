@@ -15,7 +15,7 @@ pub mod qcache;
 mod tensors;
 pub mod weights;
 
-pub use config::{ArchKind, ModelConfig, RopeScaling};
+pub use config::{arch_of_model_type, ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use kv::SeqKv;
 pub use load::{load_model, load_model_with, CacheUse, LoadOptions, LoadedModel, ModelFiles};

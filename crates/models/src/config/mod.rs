@@ -120,6 +120,16 @@ fn ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// The family a `config.model_type` (what the Hub reports before anything is downloaded, and what a GGUF's
+/// `general.architecture` says) belongs to, when this build implements it.
+pub fn arch_of_model_type(model_type: &str) -> Option<ArchKind> {
+    match model_type {
+        "llama" | "mistral" | "qwen2" | "qwen3" => Some(ArchKind::Llama),
+        "gpt2" => Some(ArchKind::Gpt2),
+        _ => None,
+    }
+}
+
 impl ModelConfig {
     /// Reads and checks an HF `config.json` (already parsed). The refusals follow caldrix-models.md.
     pub fn from_hf_json(cfg: &Value) -> Result<Self, ModelError> {

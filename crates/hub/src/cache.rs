@@ -133,6 +133,23 @@ impl HfCache {
         &self.root
     }
 
+    /// Takes the exclusive lock on one blob's download, waiting while another process (kvad or huggingface_hub,
+    /// which locks the same file) holds it; released when the returned file is dropped.
+    pub fn lock_blob(&self, repo: &RepoId, blob: &str) -> Result<std::fs::File, HubError> {
+        let dir = self.root.join(".locks").join(repo.folder_name());
+        let io = |source| HubError::Io { path: dir.display().to_string(), source };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let path = dir.join(format!("{blob}.lock"));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|source| HubError::Io { path: path.display().to_string(), source })?;
+        f.lock().map_err(|source| HubError::Io { path: path.display().to_string(), source })?;
+        Ok(f)
+    }
+
     /// `models--owner--name`.
     pub fn repo_dir(&self, repo: &RepoId) -> PathBuf {
         self.root.join(repo.folder_name())
@@ -272,6 +289,21 @@ mod tests {
         }
         check_file_name("model.safetensors").unwrap();
         check_file_name("onnx/model.onnx").unwrap();
+    }
+
+    #[test]
+    fn a_blob_lock_is_exclusive_until_dropped_and_sits_where_huggingface_hub_puts_it() {
+        let t = tempfile::tempdir().unwrap();
+        let c = HfCache::new(t.path());
+        let repo = RepoId::parse("o/n").unwrap();
+        let held = c.lock_blob(&repo, "abc123").unwrap();
+        let path = t.path().join(".locks/models--o--n/abc123.lock");
+        assert!(path.is_file());
+        // Another holder (another open file description, as another process would have) cannot take it now.
+        let other = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)));
+        drop(held);
+        other.try_lock().expect("free once the first holder is dropped");
     }
 
     #[test]

@@ -101,6 +101,9 @@ impl Hub {
         })?;
         crate::cache::check_blob_name(blob)?;
         let blob_path = self.cache.blob_path(repo, blob);
+        // One writer per blob across processes, at the lock file huggingface_hub takes for it too
+        // (`.locks/models--owner--name/<blob>.lock`), so kvad and Python downloading together never interleave.
+        let _lock = if size_ok(&blob_path) { None } else { Some(self.cache.lock_blob(repo, blob)?) };
         if !size_ok(&blob_path) {
             let url = api::file_url(&self.endpoint, repo, commit, name);
             let who = repo.to_string();

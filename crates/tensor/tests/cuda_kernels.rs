@@ -106,7 +106,12 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let want = reference(&wd, &normed, rows, n, k);
                 for i in 0..rows * n {
                     let tol = 1e-4 * (k as f32).sqrt() * 4.0 * want[i].abs().max(1.0);
-                    assert!((got[i] - want[i]).abs() <= tol, "{qt:?} rms {n}x{k} rows {rows} [{i}]: {} vs {}", got[i], want[i]);
+                    assert!(
+                        (got[i] - want[i]).abs() <= tol,
+                        "{qt:?} rms {n}x{k} rows {rows} [{i}]: {} vs {}",
+                        got[i],
+                        want[i]
+                    );
                 }
                 yb.write_slice(&g, &start).unwrap();
             }

@@ -146,4 +146,3 @@ impl DevMatrix {
         Ok((self.q.read(gpu, self.q.len())?, s))
     }
 }
-

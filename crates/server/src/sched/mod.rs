@@ -25,17 +25,16 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// From how many parts one pass beats a pass per part, and how many prompt tokens a pass reads while others write,
-/// per backend. Measured (docs/performance.md, `kvad bench --concurrency 4`): at cpu-f32 the weights are read once
-/// for everybody and one pass wins from two rows; at cpu-q8 and cpu-q4 today's several-row product (weights
-/// dequantised to f32 per panel) costs more than a GEMV per row, so each reply takes its own pass (`usize::MAX`:
-/// never batched) until an integer GEMM lands. The GPU figures are the seed's (two at bf16, three at q8, six at
-/// q4), to be measured again when the CUDA backend lands.
+/// per backend. On the CPU one pass wins from two parts at every format: decode is memory-bound and the few-row GEMV
+/// (`kvad_tensor::cpu::gemv_rows`, 2–8 rows) reads each weight once for all of them, at about the cost of one row
+/// (docs/performance.md); it also gives each reply the bits it would get alone, so batching a pure decode step does
+/// not change anyone's tokens. The GPU figures are the seed's (two at bf16, three at q8, six at q4), to be measured
+/// again when the CUDA backend lands.
 pub fn backend_limits(backend: &str) -> (usize, usize) {
     match backend {
         "gpu-bf16" => (2, 512),
         "gpu-q8" => (3, 512),
         "gpu-q4" => (6, 512),
-        "cpu-q8" | "cpu-q4" => (usize::MAX, 64),
         _ => (2, 64),
     }
 }

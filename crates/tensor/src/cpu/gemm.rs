@@ -198,7 +198,7 @@ mod tests {
                 let w = QMatrix::quantize(t, m, k, &data(m * k, (n * m) as u64)).unwrap();
                 let x = data(n * k, 5);
                 let mut got = vec![0f32; n * m];
-                w.matmul(&x, n, &mut got);
+                gemm(&w, &x, n, &mut got);
                 let mut want = vec![0f32; n * m];
                 gemm_ref(&w, &x, n, &mut want);
                 for (i, (g, e)) in got.iter().zip(&want).enumerate() {

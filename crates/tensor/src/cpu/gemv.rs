@@ -80,9 +80,8 @@ impl ActQ {
 /// `out[r] = w.row(r) · x` for every row.
 pub fn gemv(w: &QMatrix, x: &[f32], out: &mut [f32]) {
     let rows = w.rows();
-    // Long contiguous runs of rows (two per thread at least) keep each thread's memory stream sequential.
-    let tasks = rows.div_ceil(ROWS_PER_TASK.max(rows.div_ceil(pool::threads() * 2)));
-    let per = rows.div_ceil(tasks);
+    let per = rows_per_task(rows);
+    let tasks = rows.div_ceil(per);
     let act = (w.qtype() != QType::F32).then(|| ActQ::new(x));
     let o = SyncPtr(out.as_mut_ptr());
     pool::parallel_for(tasks, |t| {
@@ -92,6 +91,13 @@ pub fn gemv(w: &QMatrix, x: &[f32], out: &mut [f32]) {
         let out = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0), r1 - r0) };
         rows_dot(w, r0..r1, x, act.as_ref(), out);
     });
+}
+
+/// How many output rows one task streams: long contiguous runs (two tasks per thread at least) keep each thread's
+/// memory stream sequential.
+pub(super) fn rows_per_task(rows: usize) -> usize {
+    let tasks = rows.div_ceil(ROWS_PER_TASK.max(rows.div_ceil(pool::threads() * 2)));
+    rows.div_ceil(tasks.max(1)).max(1)
 }
 
 /// Dot products of a range of rows with `x`, by the best kernel this processor has.
@@ -113,40 +119,43 @@ fn rows_dot(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], act: Option<&A
 
 /// The scalar path, with the same arithmetic as the SIMD one (the reference in tests, and the fallback).
 pub fn rows_dot_scalar(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], act: Option<&ActQ>, out: &mut [f32]) {
+    for (o, r) in out.iter_mut().zip(rows) {
+        *o = dot_scalar(w, r, x, act);
+    }
+}
+
+/// Row `r` of `w` times `x` (F32) or its quantised twin `act`, block by block in order: the one scalar definition
+/// that the one-row and the few-row paths share, so both give the same bits.
+pub(super) fn dot_scalar(w: &QMatrix, r: usize, x: &[f32], act: Option<&ActQ>) -> f32 {
     let t = w.qtype();
     let nb = w.cols() / BLOCK;
-    for (o, r) in out.iter_mut().zip(rows) {
-        let row = w.row(r);
-        let Some(a) = act else {
-            *o = row.chunks_exact(4).zip(x).map(|(b, x)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * x).sum();
-            continue;
-        };
-        let p = parts(t, row, nb);
-        let mut acc = 0f32;
-        for b in 0..nb {
-            let d = half::f16::from_le_bytes([p.d[2 * b], p.d[2 * b + 1]]).to_f32();
-            let xq = &a.xq[b * BLOCK..(b + 1) * BLOCK];
-            let isum: i32 = match t {
-                QType::Q8_0 => {
-                    p.q[b * 32..(b + 1) * 32].iter().zip(xq).map(|(&q, &x)| (q as i8) as i32 * x as i32).sum()
-                }
-                _ => {
-                    let off = if t == QType::Q4_0 { 8 } else { 0 };
-                    (0..16)
-                        .map(|j| {
-                            let byte = p.q[b * 16 + j];
-                            ((byte & 15) as i32 - off) * xq[j] as i32 + ((byte >> 4) as i32 - off) * xq[j + 16] as i32
-                        })
-                        .sum()
-                }
-            };
-            acc += isum as f32 * (d * a.dx[b]);
-            if t == QType::Q4_1 {
-                acc += half::f16::from_le_bytes([p.m[2 * b], p.m[2 * b + 1]]).to_f32() * a.xsum[b];
+    let row = w.row(r);
+    let Some(a) = act else {
+        return row.chunks_exact(4).zip(x).map(|(b, x)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * x).sum();
+    };
+    let p = parts(t, row, nb);
+    let mut acc = 0f32;
+    for b in 0..nb {
+        let d = half::f16::from_le_bytes([p.d[2 * b], p.d[2 * b + 1]]).to_f32();
+        let xq = &a.xq[b * BLOCK..(b + 1) * BLOCK];
+        let isum: i32 = match t {
+            QType::Q8_0 => p.q[b * 32..(b + 1) * 32].iter().zip(xq).map(|(&q, &x)| (q as i8) as i32 * x as i32).sum(),
+            _ => {
+                let off = if t == QType::Q4_0 { 8 } else { 0 };
+                (0..16)
+                    .map(|j| {
+                        let byte = p.q[b * 16 + j];
+                        ((byte & 15) as i32 - off) * xq[j] as i32 + ((byte >> 4) as i32 - off) * xq[j + 16] as i32
+                    })
+                    .sum()
             }
+        };
+        acc += isum as f32 * (d * a.dx[b]);
+        if t == QType::Q4_1 {
+            acc += half::f16::from_le_bytes([p.m[2 * b], p.m[2 * b + 1]]).to_f32() * a.xsum[b];
         }
-        *o = acc;
     }
+    acc
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -2,11 +2,12 @@
 //!
 //! Weights are `[rows = outputs, cols = inputs]`, row-major, each row a whole number of blocks. The bytes are owned
 //! or borrowed from a memory map (the quantised cache, a GGUF file), so a cached model costs no copy to load.
-//! One row of `x` (decode) runs the GEMV kernels, which widen weights to f32 in registers and keep activations in
-//! f32: decode is memory-bound, so precision costs nothing. Several rows (prefill) run the panel GEMM.
+//! One row of `x` (decode) runs the GEMV kernels (weights widened to i16 in registers, activations in i16 per
+//! block); 2–8 rows (a scheduler step of several replies) run the few-row GEMV, which reads the weights once for
+//! all of them and gives each row the one-row GEMV's bits; more rows (prefill) run the panel GEMM.
 
 use super::quant::QType;
-use super::{gemm, gemv, pool};
+use super::{gemm, gemv, gemv_rows, pool};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -174,10 +175,12 @@ impl QMatrix {
             return;
         }
         // bf16 is a GPU format; on the CPU it only runs through the GEMM's dequantised panels.
-        if n == 1 && self.qtype != QType::BF16 {
-            gemv::gemv(self, &x[..self.cols], &mut out[..self.rows]);
-        } else {
-            gemm::gemm(self, x, n, out);
+        match n {
+            _ if self.qtype == QType::BF16 => gemm::gemm(self, x, n, out),
+            1 => gemv::gemv(self, &x[..self.cols], &mut out[..self.rows]),
+            // Memory-bound like one row: weights read once for all rows, each row's result the one-row GEMV's.
+            2..=gemv_rows::MAX_ROWS => gemv_rows::gemv_rows(self, x, n, out),
+            _ => gemm::gemm(self, x, n, out),
         }
     }
 }
@@ -191,5 +194,36 @@ unsafe impl<T> Send for SyncPtr<T> {}
 impl<T> SyncPtr<T> {
     pub(crate) fn get(self) -> *mut T {
         self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testdata::data;
+    use super::*;
+
+    #[test]
+    fn matmul_gives_each_of_up_to_eight_rows_its_one_row_bits_and_more_rows_the_gemm() {
+        let (m, k) = (45, 320);
+        for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            let w = QMatrix::quantize(t, m, k, &data(m * k, 21)).unwrap();
+            for n in 1..=11 {
+                let x = data(n * k, 22 + n as u64);
+                let mut got = vec![0f32; n * m];
+                w.matmul(&x, n, &mut got);
+                if n <= gemv_rows::MAX_ROWS {
+                    for i in 0..n {
+                        let mut alone = vec![0f32; m];
+                        w.matmul(&x[i * k..(i + 1) * k], 1, &mut alone);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got[i * m..(i + 1) * m]), bits(&alone), "{t:?} n{n} row {i}");
+                    }
+                } else {
+                    let mut want = vec![0f32; n * m];
+                    gemm::gemm(&w, &x, n, &mut want);
+                    assert_eq!(got, want, "{t:?} n{n}");
+                }
+            }
+        }
     }
 }

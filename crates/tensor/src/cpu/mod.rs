@@ -6,6 +6,7 @@
 
 pub mod gemm;
 pub mod gemv;
+pub mod gemv_rows;
 pub mod matrix;
 pub mod ops;
 pub mod pool;

@@ -1,0 +1,61 @@
+//! A decode step of n replies over SmolLM2-135M's matrices (30 layers of qkv, o, gate_up, down, and the head): one
+//! `matmul` of n rows per matrix (the few-row GEMV for 2–8, the panel GEMM above) against n one-row GEMVs, as the
+//! scheduler would run them without a shared pass. Prints median milliseconds a step and the ratio.
+//! `cargo run --release -p kvad-tensor --example gemv_rows -- [threads] [formats, e.g. Q8_0,Q4_1]`.
+use kvad_tensor::cpu::{pool, QMatrix, QType};
+use std::time::Instant;
+
+fn median_ms(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..15)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn main() {
+    let threads = std::env::args().nth(1).and_then(|s| s.parse().ok());
+    let formats = std::env::args().nth(2).unwrap_or_else(|| "Q8_0,Q4_0,Q4_1,F32".into());
+    let n_threads = pool::init(threads);
+    let shapes: Vec<(usize, usize)> = (0..30)
+        .flat_map(|_| [(960, 576), (576, 576), (3072, 576), (576, 1536)])
+        .chain(std::iter::once((49152, 576)))
+        .collect();
+    for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::F32] {
+        if !formats.split(',').any(|f| f == t.name()) {
+            continue;
+        }
+        let mats: Vec<QMatrix> = shapes
+            .iter()
+            .map(|&(r, c)| {
+                let w: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+                QMatrix::quantize(t, r, c, &w).unwrap()
+            })
+            .collect();
+        let x: Vec<f32> = (0..12 * 1536).map(|i| (i % 17) as f32 / 17.0 - 0.4).collect();
+        let mut out = vec![0f32; 12 * 49152];
+        let one = median_ms(|| {
+            for m in &mats {
+                m.matmul(&x[..m.cols()], 1, &mut out[..m.rows()]);
+            }
+        });
+        println!("{:5} {n_threads} threads: one row {one:6.2} ms a step", t.name());
+        for n in [2, 3, 4, 6, 8, 12] {
+            let shared = median_ms(|| {
+                for m in &mats {
+                    m.matmul(&x[..n * m.cols()], n, &mut out[..n * m.rows()]);
+                }
+            });
+            println!(
+                "      {n:2} rows: one pass {shared:6.2} ms ({:4.2}x one row), {n} one-row passes {:6.2} ms",
+                shared / one,
+                one * n as f64
+            );
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! Decode's matrix product for a few rows at once: the scheduler's step of 2–8 replies, each one token.
+//!
+//! Decode is bound by memory bandwidth, so multiplying a weight matrix by n rows costs about what one row costs if
+//! every weight block is read from memory once and used for all n rows while it is in registers. The panel GEMM
+//! (built for hundreds of prompt rows) dequantises each panel to f32 first, which at 4 rows costs five times a
+//! GEMV; this kernel instead widens each block to i16 once and runs `vpmaddwd` against every row's i16 activations
+//! ([`ActQ`], the one-row GEMV's own quantisation).
+//!
+//! **Bit-identical to the one-row GEMV.** For every (weight row, activation row) pair the floating-point work is the
+//! one-row kernel's, operation for operation: the same per-block scale product, the same 8-lane accumulator fed in
+//! block order, the same horizontal sum (integer sums are exact whatever their order). So a reply's logits, and its
+//! tokens, do not depend on who else is in the step. The scalar path shares `dot_scalar` with the one-row scalar
+//! path for the same reason. Tests check both equalities bit for bit.
+
+use super::gemv::{dot_scalar, rows_per_task, ActQ};
+use super::matrix::{QMatrix, SyncPtr};
+use super::pool;
+use super::quant::QType;
+
+/// Most activation rows one pass takes; more go to the panel GEMM.
+pub const MAX_ROWS: usize = 8;
+
+/// `out[i·m + r] = w.row(r) · x[i·k..]` for `n` (1..=[`MAX_ROWS`]) rows of `x`, where `m = w.rows()` and
+/// `k = w.cols()`; every value equal, bit for bit, to [`super::gemv::gemv`] on that row of `x` alone.
+///
+/// # Panics
+/// When `n` is outside 1..=8 or a slice is shorter than the shapes say (callers own the shapes).
+pub fn gemv_rows(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let (m, k) = (w.rows(), w.cols());
+    assert!((1..=MAX_ROWS).contains(&n) && x.len() >= n * k && out.len() >= n * m, "gemv_rows shapes");
+    if m == 0 {
+        return;
+    }
+    let acts: Vec<ActQ> =
+        if w.qtype() == QType::F32 { Vec::new() } else { (0..n).map(|i| ActQ::new(&x[i * k..(i + 1) * k])).collect() };
+    let per = rows_per_task(m);
+    let o = SyncPtr(out.as_mut_ptr());
+    pool::parallel_for(m.div_ceil(per), |t| {
+        let r0 = t * per;
+        let r1 = (r0 + per).min(m);
+        // SAFETY: each task writes only columns r0..r1 of each of the n output rows; the slices are disjoint.
+        let mut outs: [&mut [f32]; MAX_ROWS] = std::array::from_fn(|i| {
+            if i < n {
+                unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + r0), r1 - r0) }
+            } else {
+                &mut []
+            }
+        });
+        let xs: [&[f32]; MAX_ROWS] = std::array::from_fn(|i| if i < n { &x[i * k..(i + 1) * k] } else { &[] });
+        rows_dot(w, r0..r1, &xs[..n], &acts, &mut outs[..n]);
+    });
+}
+
+/// Rows `rows` of `w` times every row of `xs` (F32) or of `acts` (their quantised twins), by the best kernel this
+/// processor has.
+fn rows_dot(w: &QMatrix, rows: std::ops::Range<usize>, xs: &[&[f32]], acts: &[ActQ], outs: &mut [&mut [f32]]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present; rows are `row_bytes` long (checked by QMatrix), every `xs[i]`
+        // holds `cols` values and `acts[i]` was made from it; every `outs[i]` holds `rows.len()` values.
+        unsafe {
+            if w.qtype() == QType::F32 {
+                avx::rows_f32(w, rows, xs, outs);
+                return;
+            }
+            match acts.len() {
+                1 => avx::rows_q::<1>(w, rows, acts, outs),
+                2 => avx::rows_q::<2>(w, rows, acts, outs),
+                3 => avx::rows_q::<3>(w, rows, acts, outs),
+                4 => avx::rows_q::<4>(w, rows, acts, outs),
+                5 => avx::rows_q::<5>(w, rows, acts, outs),
+                6 => avx::rows_q::<6>(w, rows, acts, outs),
+                7 => avx::rows_q::<7>(w, rows, acts, outs),
+                _ => avx::rows_q::<8>(w, rows, acts, outs),
+            }
+        }
+        return;
+    }
+    rows_dot_scalar(w, rows, xs, acts, outs);
+}
+
+/// The scalar path: each weight row is read once and multiplied into every activation row while it is in cache,
+/// by the one-row scalar path's own arithmetic (the reference in tests, and the fallback).
+pub fn rows_dot_scalar(
+    w: &QMatrix,
+    rows: std::ops::Range<usize>,
+    xs: &[&[f32]],
+    acts: &[ActQ],
+    outs: &mut [&mut [f32]],
+) {
+    for (j, r) in rows.enumerate() {
+        for (i, o) in outs.iter_mut().enumerate() {
+            o[j] = dot_scalar(w, r, xs[i], acts.get(i));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use super::super::gemm::{dot_f32, hsum};
+    use super::super::quant::BLOCK;
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// F32: each weight row (at most 6 KiB here) is streamed from memory by the first activation row's dot product
+    /// and read from L1 by the others; `dot_f32` is the one-row kernel's, so the bits are the same.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_f32(w: &QMatrix, rows: std::ops::Range<usize>, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+        for (j, r) in rows.enumerate() {
+            let wr = w.row(r).as_ptr() as *const f32;
+            for (x, o) in xs.iter().zip(outs.iter_mut()) {
+                o[j] = dot_f32(x.as_ptr(), wr, w.cols());
+            }
+        }
+    }
+
+    /// Block `b` of a Q4 row, widened to i16 for the tail of a row with an odd block count (the one-row kernel's
+    /// `weights`).
+    #[inline(always)]
+    unsafe fn q4_block(t: QType, q: *const u8, b: usize) -> (__m256i, __m256i) {
+        let raw = _mm_loadu_si128(q.add(b * 16) as *const __m128i);
+        let mask = _mm_set1_epi8(0x0f);
+        let lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, mask));
+        let hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), mask));
+        if t == QType::Q4_0 {
+            let eight = _mm256_set1_epi16(8);
+            (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
+        } else {
+            (lo, hi)
+        }
+    }
+
+    /// One weight row at a time, all N activation rows per block: the block is loaded and widened once, then each
+    /// row's i16 activations meet it in `vpmaddwd`; each (weight row, activation row) pair keeps its own 8-lane
+    /// accumulator fed exactly as the one-row kernel feeds its own.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn rows_q<const N: usize>(
+        w: &QMatrix,
+        rows: std::ops::Range<usize>,
+        acts: &[ActQ],
+        outs: &mut [&mut [f32]],
+    ) {
+        let t = w.qtype();
+        let nb = w.cols() / BLOCK;
+        let q_off = nb * 2 * t.scale_arrays();
+        let qb = t.quant_bytes();
+        let mut one = [_mm256_setzero_si256(); 8];
+        for (j, v) in one.iter_mut().enumerate() {
+            *v = _mm256_set1_epi32(j as i32);
+        }
+        let mut two = [_mm256_setzero_si256(); 4];
+        for (h, v) in two.iter_mut().enumerate() {
+            let (j, k) = (2 * h as i32, 2 * h as i32 + 1);
+            *v = _mm256_setr_epi32(j, j, j, j, k, k, k, k);
+        }
+        let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let a: [&ActQ; N] = std::array::from_fn(|i| &acts[i]);
+        let (xq, x8, x4) = (a.map(|a| a.xq.as_ptr()), a.map(|a| a.x8.as_ptr()), a.map(|a| a.x4.as_ptr()));
+        let (dx, xsum, corr) = (a.map(|a| a.dx.as_ptr()), a.map(|a| a.xsum.as_ptr()), a.map(|a| a.corr.as_ptr()));
+        for (j, r) in rows.clone().enumerate() {
+            let p0 = w.row(r).as_ptr();
+            let q0 = p0.add(q_off);
+            // Two rows ahead, fetched a group at a time while this row computes (as the one-row kernel does).
+            let ahead = (r + 2 < rows.end).then(|| w.row(r + 2).as_ptr().add(q_off));
+            let mut acc = [_mm256_setzero_ps(); N];
+            let mut accm = [_mm256_setzero_ps(); N];
+            let mut g = 0;
+            while g < nb {
+                let nbg = (nb - g).min(8);
+                // Eight scales a load; lanes past the row's last block read its own quants and are never used.
+                let dw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i));
+                // (Loops, not closures, over N: a closure would not inherit this function's target features.)
+                let mut s = [_mm256_setzero_ps(); N];
+                for i in 0..N {
+                    s[i] = _mm256_mul_ps(dw, _mm256_loadu_ps(dx[i].add(g)));
+                }
+                if let Some(next) = ahead {
+                    let mut o = g * qb;
+                    while o < (g + nbg) * qb {
+                        _mm_prefetch::<_MM_HINT_T0>(next.add(o) as *const i8);
+                        o += 64;
+                    }
+                }
+                if t == QType::Q8_0 {
+                    for (jb, lane) in one.iter().enumerate().take(nbg) {
+                        let b = g + jb;
+                        let v = _mm256_loadu_si256(q0.add(b * 32) as *const __m256i);
+                        let even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+                        let odd = _mm256_srai_epi16(v, 8);
+                        for i in 0..N {
+                            let xp = x8[i].add(b * BLOCK);
+                            let isum = _mm256_add_epi32(
+                                _mm256_madd_epi16(even, _mm256_loadu_si256(xp as *const __m256i)),
+                                _mm256_madd_epi16(odd, _mm256_loadu_si256(xp.add(16) as *const __m256i)),
+                            );
+                            let sc = _mm256_permutevar8x32_ps(s[i], *lane);
+                            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
+                        }
+                    }
+                } else {
+                    let mut jb = 0;
+                    while jb + 1 < nbg {
+                        let p = (g + jb) / 2;
+                        let v = _mm256_loadu_si256(q0.add(p * 32) as *const __m256i);
+                        let m = _mm256_set1_epi16(0x0f);
+                        let n0 = _mm256_and_si256(v, m);
+                        let n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+                        let n2 = _mm256_and_si256(_mm256_srli_epi16(v, 8), m);
+                        let n3 = _mm256_srli_epi16(v, 12);
+                        let lanes = two[jb / 2];
+                        for i in 0..N {
+                            let xp = x4[i].add(p * 64);
+                            let c = if t == QType::Q4_0 {
+                                _mm256_loadu_si256(corr[i].add(p * 8) as *const __m256i)
+                            } else {
+                                _mm256_setzero_si256()
+                            };
+                            let d0 = _mm256_madd_epi16(n0, _mm256_loadu_si256(xp as *const __m256i));
+                            let d1 = _mm256_madd_epi16(n1, _mm256_loadu_si256(xp.add(16) as *const __m256i));
+                            let d2 = _mm256_madd_epi16(n2, _mm256_loadu_si256(xp.add(32) as *const __m256i));
+                            let d3 = _mm256_madd_epi16(n3, _mm256_loadu_si256(xp.add(48) as *const __m256i));
+                            let isum = _mm256_add_epi32(
+                                _mm256_add_epi32(d0, d1),
+                                _mm256_add_epi32(_mm256_add_epi32(d2, d3), c),
+                            );
+                            let sc = _mm256_permutevar8x32_ps(s[i], lanes);
+                            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
+                        }
+                        jb += 2;
+                    }
+                    if jb < nbg {
+                        let b = g + jb;
+                        let (lo, hi) = q4_block(t, q0, b);
+                        for i in 0..N {
+                            let xlo = _mm256_loadu_si256(xq[i].add(b * BLOCK) as *const __m256i);
+                            let xhi = _mm256_loadu_si256(xq[i].add(b * BLOCK + 16) as *const __m256i);
+                            let isum = _mm256_add_epi32(_mm256_madd_epi16(lo, xlo), _mm256_madd_epi16(hi, xhi));
+                            let sc = _mm256_permutevar8x32_ps(s[i], one[jb]);
+                            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
+                        }
+                    }
+                }
+                if t == QType::Q4_1 {
+                    let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
+                    let mw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * nb + 2 * g) as *const __m128i));
+                    let mw = _mm256_and_ps(mw, keep);
+                    for i in 0..N {
+                        accm[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xsum[i].add(g)), accm[i]);
+                    }
+                }
+                g += 8;
+            }
+            for i in 0..N {
+                outs[i][j] = hsum(acc[i]) + hsum(accm[i]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gemv::gemv;
+    use super::super::testdata::data;
+    use super::*;
+
+    const FORMATS: [QType; 4] = [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1];
+    /// Ragged shapes: one block, odd block counts (the Q4 tail), rows not a multiple of the task size, and the
+    /// model's own widths.
+    const SHAPES: [(usize, usize); 7] = [(1, 32), (3, 64), (33, 96), (70, 576), (5, 1536), (2, 288), (37, 224)];
+
+    /// Activation rows with different scales per row and per block, so each row's quantisation differs.
+    fn activations(n: usize, cols: usize) -> Vec<f32> {
+        let mut x = data(n * cols, 7 + n as u64);
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= 1.0 + (i / 32 % 5) as f32 + (i / cols) as f32 * 3.0;
+        }
+        x
+    }
+
+    #[test]
+    fn every_row_equals_the_one_row_gemv_bit_for_bit() {
+        for t in FORMATS {
+            for (rows, cols) in SHAPES {
+                let w = QMatrix::quantize(t, rows, cols, &data(rows * cols, rows as u64)).unwrap();
+                for n in 1..=MAX_ROWS {
+                    let x = activations(n, cols);
+                    let mut got = vec![f32::NAN; n * rows];
+                    gemv_rows(&w, &x, n, &mut got);
+                    for i in 0..n {
+                        let mut want = vec![0f32; rows];
+                        gemv(&w, &x[i * cols..(i + 1) * cols], &mut want);
+                        for r in 0..rows {
+                            let g = got[i * rows + r];
+                            assert_eq!(
+                                g.to_bits(),
+                                want[r].to_bits(),
+                                "{t:?} {rows}x{cols} n{n} [{i},{r}]: {g} vs {}",
+                                want[r]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_row_equals_the_scalar_reference() {
+        for t in FORMATS {
+            for (rows, cols) in SHAPES {
+                let w = QMatrix::quantize(t, rows, cols, &data(rows * cols, 3 + rows as u64)).unwrap();
+                for n in 1..=MAX_ROWS {
+                    let x = activations(n, cols);
+                    let mut got = vec![f32::NAN; n * rows];
+                    gemv_rows(&w, &x, n, &mut got);
+                    let xs: Vec<&[f32]> = x.chunks_exact(cols).collect();
+                    let acts: Vec<ActQ> =
+                        if t == QType::F32 { vec![] } else { xs.iter().map(|x| ActQ::new(x)).collect() };
+                    let mut want = vec![0f32; n * rows];
+                    let mut outs: Vec<&mut [f32]> = want.chunks_exact_mut(rows).collect();
+                    rows_dot_scalar(&w, 0..rows, &xs, &acts, &mut outs);
+                    for (idx, (g, e)) in got.iter().zip(&want).enumerate() {
+                        let (i, r) = (idx / rows, idx % rows);
+                        assert!(
+                            (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                            "{t:?} {rows}x{cols} n{n} [{i},{r}]: {g} vs {e}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -79,8 +79,8 @@ fn batched_replies_equal_alone(s: &common::Server, backend: &str) -> Vec<String>
     alone
 }
 
-/// At cpu-q8 a step of several replies runs the few-row GEMV, whose every row is the one-row GEMV's bits: batching
-/// must not change a reply (the passes that also read a joining prompt run the GEMM, within its precision).
+/// At cpu-q8 a step of several replies runs the few-row GEMV, whose every row is the one-row GEMV's bits, and a
+/// joining prompt is read in a pass of its own: batching must not change a reply, bit for bit.
 #[test]
 fn smollm2_batched_replies_equal_alone_at_q8() {
     kvad_hub::ensure_smollm2().expect("the default model");

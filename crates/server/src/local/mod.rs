@@ -324,6 +324,49 @@ impl Engine for LocalEngine {
 }
 
 /// One forward pass over the parts, then a token sampled for each part that asks for one.
+/// Rows up to which a pass runs the decode kernels, whose every row computes exactly what it would alone.
+const ALONE_ROWS: usize = 8;
+
+/// One step's forward work. Replies that sample (one token each) never share a pass with a prompt chunk when the
+/// two together exceed [`ALONE_ROWS`]: the chunk is read in a pass of its own, then the sampling rows in one pass on
+/// the decode kernels, so a reply's tokens are the same whoever joins beside it (the determinism rule). Returns
+/// each part's logits (empty for a chunk).
+fn forward_parts(
+    model: &dyn kvad_models::CausalLm,
+    parts: &[Part],
+    seqs: &mut [Seq],
+    tokens: &[Vec<u32>],
+) -> Result<Vec<Vec<f32>>, ApiError> {
+    let err = |e: kvad_models::ModelError| ApiError::internal(e.to_string());
+    let sampling = |p: &Part| !matches!(p.work, Work::Chunk(_));
+    let rows: usize = tokens.iter().map(Vec::len).sum();
+    let any_chunk = parts.iter().any(|p| !sampling(p));
+    let any_sampling = parts.iter().any(sampling);
+    if !(any_chunk && any_sampling && rows > ALONE_ROWS) {
+        let mode = if any_sampling { LogitsMode::Last } else { LogitsMode::None };
+        let mut batch: Vec<SeqInput<'_>> =
+            seqs.iter_mut().zip(tokens).map(|(s, t)| SeqInput { tokens: t, kv: &mut s.kv }).collect();
+        return model.forward(&mut batch, mode).map_err(err);
+    }
+    let mut out = vec![Vec::new(); parts.len()];
+    for want_sampling in [false, true] {
+        let mut idx = Vec::new();
+        let mut batch: Vec<SeqInput<'_>> = Vec::new();
+        for (i, ((p, s), t)) in parts.iter().zip(seqs.iter_mut()).zip(tokens).enumerate() {
+            if sampling(p) == want_sampling {
+                idx.push(i);
+                batch.push(SeqInput { tokens: t, kv: &mut s.kv });
+            }
+        }
+        let mode = if want_sampling { LogitsMode::Last } else { LogitsMode::None };
+        let logits = model.forward(&mut batch, mode).map_err(err)?;
+        for (i, l) in idx.into_iter().zip(logits) {
+            out[i] = l;
+        }
+    }
+    Ok(out)
+}
+
 fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Option<Stepped>>, ApiError> {
     let entry = seqs.first().map_or(0, |s| s.entry);
     if seqs.iter().any(|s| s.entry != entry) {
@@ -347,13 +390,7 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
         }
         tokens.push(t);
     }
-    let sampling = parts.iter().any(|p| !matches!(p.work, Work::Chunk(_)));
-    let mode = if sampling { LogitsMode::Last } else { LogitsMode::None };
-    let logits = {
-        let mut batch: Vec<SeqInput<'_>> =
-            seqs.iter_mut().zip(&tokens).map(|(s, t)| SeqInput { tokens: t, kv: &mut s.kv }).collect();
-        model.forward(&mut batch, mode).map_err(|e| ApiError::internal(e.to_string()))?
-    };
+    let logits = forward_parts(model, parts, seqs, &tokens)?;
     let tok = &slot.m.tokenizer;
     let text_of = |id: u32| tok.decode(&[id], false).unwrap_or_default();
     let mut out = Vec::with_capacity(parts.len());

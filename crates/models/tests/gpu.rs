@@ -7,17 +7,15 @@
 //!
 //! On a machine with no usable GPU every test says so and returns; the CPU suite is what runs there.
 
+mod common;
+
+use common::{golden_files, logits, root, spread};
 use kvad_models::{load_model_with, CausalLm, LoadOptions, LogitsMode, ModelFiles, SeqInput};
 use kvad_tensor::BackendKind;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const FIXTURES: [&str; 8] = ["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"];
-
-/// The checkout: `KVAD_ROOT` when the test binary runs elsewhere than it was built (the GPU machine).
-fn root() -> PathBuf {
-    std::env::var_os("KVAD_ROOT").map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), PathBuf::from)
-}
 
 fn no_gpu() -> bool {
     if let Err(e) = kvad_tensor::cuda::Gpu::shared(None) {
@@ -36,33 +34,12 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn files(name: &str) -> ModelFiles {
-    let g = json(root().join(format!("fixtures/goldens/models/{name}.json")));
-    let src = root().join(g["source"].as_str().unwrap());
-    if src.extension().is_some_and(|e| e == "gguf") {
-        ModelFiles::Gguf(src)
-    } else {
-        ModelFiles::HfDir(src.parent().unwrap().to_path_buf())
-    }
+    golden_files(&common::golden_json(name))
 }
 
 fn load(name: &str, backend: BackendKind) -> Box<dyn CausalLm> {
     let opts = LoadOptions { backend, cache_dir: None, f32_reference: false };
     load_model_with(&files(name), &opts).unwrap_or_else(|e| panic!("{name} {backend}: {e}")).model
-}
-
-/// Logits of every prompt position read at once (cuBLAS beyond 8 rows), then of a continuation read a token at a
-/// time (the GEMV path), concatenated.
-fn logits(model: &dyn CausalLm, prompt: &[u32]) -> Vec<f32> {
-    let mut kv = model.new_cache();
-    let mut out = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap().remove(0);
-    for &t in prompt.iter().take(6) {
-        out.extend(model.forward(&mut [SeqInput { tokens: &[t], kv: &mut kv }], LogitsMode::Last).unwrap().remove(0));
-    }
-    out
-}
-
-fn spread(v: &[f32]) -> f32 {
-    v.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) - v.iter().fold(f32::INFINITY, |a, &b| a.min(b))
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -82,7 +59,7 @@ fn gpu_q8_and_q4_equal_the_cpu_backends_on_the_same_weights() {
     }
     let mut worst_all = Vec::new();
     for name in FIXTURES {
-        let g = json(root().join(format!("fixtures/goldens/models/{name}.json")));
+        let g = common::golden_json(name);
         for (gpu, cpu) in [(BackendKind::GpuQ8, BackendKind::CpuQ8), (BackendKind::GpuQ4, BackendKind::CpuQ4)] {
             let (a, b) = (load(name, gpu), load(name, cpu));
             let mut worst = 0f32;
@@ -109,7 +86,7 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32() {
         return;
     }
     for name in FIXTURES {
-        let g = json(root().join(format!("fixtures/goldens/models/{name}.json")));
+        let g = common::golden_json(name);
         let m = load(name, BackendKind::GpuBf16);
         let vocab = m.config().vocab_size;
         let (mut worst, mut agree, mut total) = (0f32, 0, 0);
@@ -183,7 +160,7 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
         for name in ["llama", "qwen3", "gpt2", "mistral"] {
             let m = load(name, backend);
-            let g = json(root().join(format!("fixtures/goldens/models/{name}.json")));
+            let g = common::golden_json(name);
             let prompts: Vec<Vec<u32>> = g["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt"])).collect();
             // Prompts read alone (the same passes on both sides), then 6 greedy steps alone and all together.
             let prefill = |kv: &mut kvad_models::SeqKv, p: &[u32]| {

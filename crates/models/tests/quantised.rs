@@ -1,29 +1,19 @@
 //! The golden fixtures on the quantised CPU backends: logits within a stated tolerance of PyTorch's f32 ones, and
 //! the same through the quantised cache (written on the first load, mapped on the second).
 
+mod common;
+
+use common::{logits, spread};
 use kvad_models::{load_model_with, CacheUse, CausalLm, LoadOptions, LogitsMode, ModelFiles, SeqInput};
 use kvad_tensor::BackendKind;
-use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use std::path::PathBuf;
 
 /// A prompt and PyTorch's logits for each of its positions.
 type Case = (Vec<u32>, Vec<Vec<f32>>);
 
 fn golden(name: &str) -> (ModelFiles, Vec<Case>) {
-    let g: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join(format!("fixtures/goldens/models/{name}.json"))).unwrap(),
-    )
-    .unwrap();
-    let src = root().join(g["source"].as_str().unwrap());
-    let files = if src.extension().is_some_and(|e| e == "gguf") {
-        ModelFiles::Gguf(src)
-    } else {
-        ModelFiles::HfDir(src.parent().unwrap().to_path_buf())
-    };
+    let g = common::golden_json(name);
+    let files = common::golden_files(&g);
     let cases = g["cases"]
         .as_array()
         .unwrap()
@@ -50,24 +40,11 @@ fn worst_relative_error(model: &dyn CausalLm, cases: &[Case]) -> f32 {
         let mut kv = model.new_cache();
         let got = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap();
         for (p, w) in want.iter().enumerate() {
-            let spread =
-                w.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) - w.iter().fold(f32::INFINITY, |a, &b| a.min(b));
             let err = got[0][p * vocab..(p + 1) * vocab].iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            worst = worst.max(err / spread);
+            worst = worst.max(err / spread(w));
         }
     }
     worst
-}
-
-/// Logits of every prompt position read at once (the GEMM path), then of a continuation read a token at a time
-/// (the GEMV path), concatenated.
-fn logits(model: &dyn CausalLm, prompt: &[u32]) -> Vec<f32> {
-    let mut kv = model.new_cache();
-    let mut out = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap().remove(0);
-    for &t in prompt.iter().take(6) {
-        out.extend(model.forward(&mut [SeqInput { tokens: &[t], kv: &mut kv }], LogitsMode::Last).unwrap().remove(0));
-    }
-    out
 }
 
 fn opts(backend: BackendKind, cache: Option<PathBuf>, f32_reference: bool) -> LoadOptions {
@@ -86,8 +63,7 @@ fn quantised_kernels_equal_f32_arithmetic_on_the_same_weights() {
             let r = load_model_with(&files, &opts(backend, None, true)).unwrap().model;
             for (prompt, _) in &cases {
                 let (a, b) = (logits(q.as_ref(), prompt), logits(r.as_ref(), prompt));
-                let spread =
-                    b.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) - b.iter().fold(f32::INFINITY, |m, &v| m.min(v));
+                let spread = spread(&b);
                 let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
                 assert!(err <= 2e-3 * spread, "{name} {backend}: kernel error {err} (spread {spread})");
             }

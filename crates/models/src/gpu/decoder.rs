@@ -362,7 +362,7 @@ impl GpuDecoder {
         let sel_ptr = s.meta.at(rows * 12);
         let m = Meta { tables: s.meta.at((rows * 3 + sel.len()) * 4), ..m };
 
-        let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
+        let (h, hd) = (c.hidden, c.head_dim);
         let gemv = rows <= GEMV_MAX_ROWS;
         let wtmp = s.wtmp.as_ref();
         // SAFETY: every buffer below was sized for `rows` rows of its width, the metadata for this batch, and the
@@ -411,7 +411,6 @@ impl GpuDecoder {
                 }
                 gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
             }
-            let _ = (qd, kvd);
             let n = sel.len();
             if n > 0 {
                 let small = n <= GEMV_MAX_ROWS;

@@ -55,14 +55,14 @@ impl DevMatrix {
         let (rows, cols) = (m.rows(), m.cols());
         let nb = cols / 32;
         let dm = match m.qtype() {
-            QType::BF16 => DevMatrix::bf16(gpu, rows, cols, DevBuf::from_host(gpu, m.bytes())?),
+            QType::BF16 => DevMatrix::bf16(rows, cols, DevBuf::from_host(gpu, m.bytes())?),
             QType::F32 => {
                 let v: Vec<u16> = m
                     .bytes()
                     .chunks_exact(4)
                     .map(|c| bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_bits())
                     .collect();
-                DevMatrix::bf16(gpu, rows, cols, DevBuf::from_slice(gpu, &v)?)
+                DevMatrix::bf16(rows, cols, DevBuf::from_slice(gpu, &v)?)
             }
             QType::Q8_0 => {
                 let (mut q, mut s) = (Vec::with_capacity(rows * cols), Vec::with_capacity(rows * nb * 2));
@@ -113,7 +113,7 @@ impl DevMatrix {
         }
     }
 
-    fn bf16(_gpu: &Arc<Gpu>, rows: usize, cols: usize, q: DevBuf) -> DevMatrix {
+    fn bf16(rows: usize, cols: usize, q: DevBuf) -> DevMatrix {
         DevMatrix { format: DevFormat::Bf16, rows, cols, s: None, q }
     }
 

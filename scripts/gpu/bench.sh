@@ -17,6 +17,11 @@ if [[ " $steps " == *" make "* && ! -f "$W/teacher.json" ]]; then
   if ls .whl/gguf-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
   fi
+  if [ ! -d .gpu/smollm2-tokenizer ]; then
+    # The tokenizer travels as a tensor-less GGUF (scripts/gpu/tokenizer_gguf.py, made by scripts/gpu/prepare.sh).
+    python3 -c "from transformers import AutoTokenizer as T
+T.from_pretrained('.gpu', gguf_file='smollm2-tokenizer.gguf').save_pretrained('.gpu/smollm2-tokenizer')"
+  fi
   python3 scripts/gpu/make_bench_model.py "$W" .gpu/smollm2-tokenizer
 fi
 if [[ " $steps " == *" agree "* ]]; then

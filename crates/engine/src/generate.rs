@@ -9,10 +9,6 @@ use crate::EngineError;
 use kvad_models::{CausalLm, LogitsMode, SeqInput};
 use std::time::{Duration, Instant};
 
-/// Prompt tokens read per forward pass: big enough that matrix products run as GEMMs, small enough to bound
-/// activation memory.
-pub const PREFILL_CHUNK: usize = 256;
-
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GenerateRequest {
@@ -108,7 +104,7 @@ pub fn generate_with(
     let mut sampler = Sampler::new(req.params.clone());
     let t0 = Instant::now();
     let (head, last) = req.prompt.split_at(req.prompt.len() - 1);
-    for chunk in head.chunks(PREFILL_CHUNK) {
+    for chunk in head.chunks(model.prefill_chunk().max(1)) {
         model.forward(&mut [SeqInput { tokens: chunk, kv: &mut kv }], LogitsMode::None)?;
     }
     let mut logits = model.forward(&mut [SeqInput { tokens: last, kv: &mut kv }], LogitsMode::Last)?;

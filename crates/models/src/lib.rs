@@ -51,6 +51,11 @@ pub trait CausalLm: Send + Sync {
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
     /// Bytes of weights held (mapped or owned), for memory accounting.
     fn weight_bytes(&self) -> usize;
+    /// Prompt tokens worth reading in one pass: the CPU keeps a pass's activations in cache (256); a GPU fills
+    /// its tensor cores and reads (or dequantises) every weight once per pass, so it takes far more.
+    fn prefill_chunk(&self) -> usize {
+        256
+    }
     /// The greedy next token of each sequence (argmax of its last row's logits, the first on ties). A GPU model
     /// picks it on the device and copies back only the ids.
     fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {

@@ -2,7 +2,7 @@
 //! no usable GPU each test says so and returns: the CPU suite is what runs there.
 
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, Gpu};
+use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, SPLIT_HEIGHTS};
 use std::sync::Arc;
 
 fn gpu() -> Option<Arc<Gpu>> {
@@ -84,16 +84,40 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let start = data(rows * n, 13);
                 let mut yb = DevBuf::from_slice(&g, &start).unwrap();
                 let bb = DevBuf::from_slice(&g, &bias).unwrap();
-                // SAFETY: shapes as allocated above.
-                unsafe { g.matmul(&m, Act::F32(xb.ptr()), rows, yb.ptr(), bb.ptr(), true, None) }.unwrap();
-                let got: Vec<f32> = yb.read(&g, rows * n).unwrap();
                 let want = reference(&wd, &x, rows, n, k);
-                for i in 0..rows * n {
-                    let w = start[i] + want[i] + bias[i % n];
-                    let tol = 1e-4 * (k as f32).sqrt() * 4.0;
-                    assert!((got[i] - w).abs() <= tol, "{qt:?} {n}x{k} rows {rows} [{i}]: {} vs {w}", got[i]);
+                let mut families = vec![GemvKernel::Warp, GemvKernel::Split];
+                families.extend(SPLIT_HEIGHTS.map(GemvKernel::SplitRows));
+                for kernel in families {
+                    // SAFETY: shapes as allocated above.
+                    unsafe { g.gemv(kernel, &m, Act::F32(xb.ptr()), rows, yb.ptr(), bb.ptr(), true) }.unwrap();
+                    let got: Vec<f32> = yb.read(&g, rows * n).unwrap();
+                    for i in 0..rows * n {
+                        let w = start[i] + want[i] + bias[i % n];
+                        let tol = 1e-4 * (k as f32).sqrt() * 4.0;
+                        assert!(
+                            (got[i] - w).abs() <= tol,
+                            "{kernel:?} {qt:?} {n}x{k} rows {rows} [{i}]: {} vs {w}",
+                            got[i]
+                        );
+                    }
+                    // Each row of the batch is bit for bit the row alone; for the split kernels, alone at any block
+                    // height (the height picked per input count must not change a row's sum).
+                    let alone_kernel = match kernel {
+                        GemvKernel::Warp => GemvKernel::Warp,
+                        _ => GemvKernel::SplitRows(SPLIT_HEIGHTS[(rows + 1) % SPLIT_HEIGHTS.len()]),
+                    };
+                    for r in 0..rows {
+                        let xr = DevBuf::from_slice(&g, &x[r * k..(r + 1) * k]).unwrap();
+                        let yr = DevBuf::from_slice(&g, &start[r * n..(r + 1) * n]).unwrap();
+                        let xa = Act::F32(xr.ptr());
+                        // SAFETY: shapes as allocated above.
+                        unsafe { g.gemv(alone_kernel, &m, xa, 1, yr.ptr(), bb.ptr(), true) }.unwrap();
+                        let alone: Vec<f32> = yr.read(&g, n).unwrap();
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&alone), bits(&got[r * n..(r + 1) * n]), "{kernel:?} {qt:?} row {r} of {rows}");
+                    }
+                    yb.write_slice(&g, &start).unwrap();
                 }
-                yb.write_slice(&g, &start).unwrap();
                 // The same product with RMSNorm folded in: against the CPU norm, then the reference product.
                 let gw = data(k, 17);
                 let gb = DevBuf::from_slice(&g, &gw).unwrap();
@@ -188,6 +212,107 @@ fn argmax_takes_the_first_maximum() {
     unsafe { g.argmax_rows(xb.ptr(), out.ptr(), 2, 5000) }.unwrap();
     let got: Vec<i32> = out.read(&g, 2).unwrap();
     assert_eq!(got, vec![1234, 77]);
+}
+
+/// Two sequences' prompt rows (one starting mid-sequence, over scattered pages) through both attention kernels,
+/// against attention computed here in f64 from the same f16 keys and values: the key-stream kernel (f32) within
+/// 1e-4, the tensor-core kernel (f16 queries and probabilities, f32 sums) within 4e-3; with and without a window,
+/// for every head width the tensor-core kernel takes.
+#[test]
+fn both_attention_kernels_equal_the_reference_over_pages() {
+    use half::f16;
+    use kvad_tensor::cuda::{Attn, Meta, FLASH_TILE, KV_PAGE};
+    let Some(g) = gpu() else { return };
+    let (nh, nkv) = (8usize, 2usize);
+    // (first position, rows) per sequence: 100 rows after 20 cached keys (two tiles), 37 rows from the start.
+    let seqs = [(20usize, 100usize), (0, 37)];
+    let rows: usize = seqs.iter().map(|s| s.1).sum();
+    let max_pages = 8;
+    let n_pages = 16;
+    for hd in [16usize, 64, 128] {
+        for window in [0usize, 50] {
+            let page_elems = nkv * KV_PAGE * hd;
+            let k: Vec<f16> = data(n_pages * page_elems, 50 + hd as u64).into_iter().map(f16::from_f32).collect();
+            let v: Vec<f16> = data(n_pages * page_elems, 60 + hd as u64).into_iter().map(f16::from_f32).collect();
+            let q = data(rows * nh * hd, 70 + hd as u64);
+            // Sequence 0 on pages 15, 13, 11, …; sequence 1 on 0, 2, 4, ….
+            let tables: Vec<Vec<i32>> = vec![
+                (0..max_pages).map(|i| 15 - 2 * i as i32).collect(),
+                (0..max_pages).map(|i| 2 * i as i32).collect(),
+            ];
+            let (mut pos, mut seq, mut tiles) = (Vec::new(), Vec::new(), Vec::new());
+            for (si, &(p0, n)) in seqs.iter().enumerate() {
+                for t0 in (0..n).step_by(FLASH_TILE) {
+                    tiles.extend([pos.len() as i32 + t0 as i32, (n - t0).min(FLASH_TILE) as i32]);
+                }
+                pos.extend((p0..p0 + n).map(|p| p as i32));
+                seq.extend(std::iter::repeat_n(si as i32, n));
+            }
+            let at = |s: usize, key: usize, kvh: usize, d: usize| {
+                ((tables[s][key / KV_PAGE] as usize * nkv + kvh) * KV_PAGE + key % KV_PAGE) * hd + d
+            };
+            let scale = 1.0 / (hd as f32).sqrt();
+            let mut want = vec![0f64; rows * nh * hd];
+            for r in 0..rows {
+                let (s, p) = (seq[r] as usize, pos[r] as usize);
+                let lo = if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
+                for h in 0..nh {
+                    let kvh = h / (nh / nkv);
+                    let qr = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+                    let sc: Vec<f64> = (lo..=p)
+                        .map(|j| (0..hd).map(|d| (qr[d] * scale) as f64 * k[at(s, j, kvh, d)].to_f64()).sum())
+                        .collect();
+                    let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for d in 0..hd {
+                        let o: f64 = (lo..=p).zip(&e).map(|(j, w)| w * v[at(s, j, kvh, d)].to_f64()).sum();
+                        want[(r * nh + h) * hd + d] = o / z;
+                    }
+                }
+            }
+            let bits = |x: &[f16]| x.iter().map(|h| h.to_bits()).collect::<Vec<u16>>();
+            let (kb, vb) = (DevBuf::from_slice(&g, &bits(&k)).unwrap(), DevBuf::from_slice(&g, &bits(&v)).unwrap());
+            let qb = DevBuf::from_slice(&g, &q).unwrap();
+            let mut meta: Vec<i32> = pos.clone();
+            meta.extend(&seq);
+            meta.extend(tables.concat());
+            meta.extend(&tiles);
+            let mb = DevBuf::from_slice(&g, &meta).unwrap();
+            let out = DevBuf::zeros(&g, rows * nh * hd * 4).unwrap();
+            let m = Meta { row_pos: mb.ptr(), row_seq: mb.at(rows * 4), tables: mb.at(rows * 8), max_pages };
+            let tiles_at = mb.at((2 * rows + 2 * max_pages) * 4);
+            for (name, tiles_ptr, tol) in [("key-stream", 0, 1e-4), ("tensor-core", tiles_at, 4e-3)] {
+                let a = Attn {
+                    q: qb.ptr(),
+                    k_pages: kb.ptr(),
+                    v_pages: vb.ptr(),
+                    out: out.ptr(),
+                    out_bf16: false,
+                    meta: m,
+                    rows,
+                    nh,
+                    nkv,
+                    hd,
+                    window,
+                    scale,
+                    tiles: tiles_ptr,
+                    n_tiles: tiles.len() / 2,
+                };
+                // SAFETY: every buffer holds the shapes above; the tables cover every position.
+                unsafe { g.attention(&a) }.unwrap();
+                let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*a as f64 - b).abs() <= tol,
+                        "{name} hd {hd} window {window} row {} head {}: {a} vs {b}",
+                        i / (nh * hd),
+                        i / hd % nh
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// Compiles the kernels with NVRTC for Hopper and checks every entry point the binary loads is there. Needs only

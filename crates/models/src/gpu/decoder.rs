@@ -8,7 +8,11 @@ use crate::error::ModelError;
 use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
-use kvad_tensor::cuda::{Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, Meta, QkvPost, GEMV_MAX_ROWS, KV_PAGE};
+use kvad_tensor::cuda::{
+    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, QkvPost, FLASH_TILE, GEMV_MAX_ROWS,
+    KV_PAGE,
+};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A norm before attention, before the MLP, and at the end.
@@ -90,6 +94,8 @@ struct Scratch {
     ids: DevBuf,
     /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
     wtmp: Option<DevBuf>,
+    /// Decode passes recorded over these buffers, by (rows, logit rows, page-table width).
+    graphs: HashMap<(usize, usize, usize), GpuGraph>,
 }
 
 fn up_width(p: &Parts) -> usize {
@@ -117,9 +123,15 @@ impl Scratch {
             meta: DevBuf::zeros(gpu, meta_ints * 4)?,
             ids: DevBuf::zeros(gpu, sel * 4)?,
             wtmp: None,
+            graphs: HashMap::new(),
         })
     }
 }
+
+/// Prompt tokens a GPU pass reads at once: block formats are dequantised once per pass for cuBLAS, so smaller
+/// chunks repeat that work (and give the tensor cores less to chew on); the scratch for 4,096 rows of an 8B model
+/// is about 1 GB.
+const GPU_PREFILL_CHUNK: usize = 4096;
 
 /// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` says otherwise; at most half the free memory.
 const DEFAULT_KV_TOKENS: usize = 65_536;
@@ -248,6 +260,10 @@ impl CausalLm for GpuDecoder {
         layers + p.embed.bytes() + p.head.as_ref().map_or(0, DevMatrix::bytes) + vec(&p.pos_emb) + norm(&p.final_norm)
     }
 
+    fn prefill_chunk(&self) -> usize {
+        GPU_PREFILL_CHUNK
+    }
+
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let vocab = self.p.cfg.vocab_size;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
@@ -287,8 +303,51 @@ impl CausalLm for GpuDecoder {
     }
 }
 
+/// Where the pass's pieces sit in the metadata buffer, and what the pass runs.
+#[derive(Clone, Copy)]
+struct Plan {
+    rows: usize,
+    /// Logit rows.
+    sel: usize,
+    /// Width of a page table (padded for graphs, so one graph serves a sequence as it grows).
+    width: usize,
+    /// Tensor-core attention tiles (0: the key-stream kernels).
+    n_tiles: usize,
+}
+
+impl Plan {
+    fn meta(&self, base: &DevBuf) -> Meta {
+        let r = self.rows;
+        Meta {
+            row_pos: base.at(r * 4),
+            row_seq: base.at(r * 8),
+            tables: base.at((3 * r + self.sel) * 4),
+            max_pages: self.width,
+        }
+    }
+
+    fn sel_ptr(&self, base: &DevBuf) -> u64 {
+        base.at(self.rows * 12)
+    }
+
+    fn tiles_ptr(&self, base: &DevBuf, seqs: usize) -> u64 {
+        base.at((3 * self.rows + self.sel + seqs * self.width) * 4)
+    }
+}
+
+/// Graphs are used for decode passes unless `KVAD_GPU_GRAPHS=0` (for measuring what they bring).
+fn graphs_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_GRAPHS").map_or(true, |v| v != "0"))
+}
+
 impl GpuDecoder {
     /// Runs the pass; the logits of the selected rows stay in the scratch. None: no rows at all.
+    ///
+    /// A pass of up to [`GEMV_MAX_ROWS`] rows (decode) is recorded once as a CUDA graph per (rows, logit rows,
+    /// page-table width) and replayed: everything that changes from step to step (tokens, positions, page tables)
+    /// is in the metadata buffer the kernels read, and the tables are padded to a power of two so one graph serves
+    /// a sequence for many steps.
     fn run(
         &self,
         batch: &mut [SeqInput<'_>],
@@ -323,7 +382,26 @@ impl GpuDecoder {
         let sel_spans = logit_rows(&counts, mode);
         let sel: Vec<i32> = sel_spans.iter().flat_map(|&(r0, n)| (r0..r0 + n).map(|r| r as i32)).collect();
         let max_pages = batch.iter().map(|s| s.kv.pages.as_ref().map_or(0, |p| p.ids.len())).max().unwrap_or(1);
-        let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * max_pages);
+        let gemv = rows <= GEMV_MAX_ROWS;
+        let graph = gemv && graphs_enabled();
+        let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };
+        // Prompt rows cut into tiles for the tensor-core attention; decode rows (one per sequence) keep the
+        // key-stream kernels, where a 64-row tile would hold one row.
+        let mut tiles: Vec<i32> = Vec::new();
+        if !gemv && flash_takes(c.head_dim) {
+            let mut r = 0;
+            for &n in &counts {
+                for t0 in (0..n).step_by(FLASH_TILE) {
+                    tiles.extend([(r + t0) as i32, (n - t0).min(FLASH_TILE) as i32]);
+                }
+                r += n;
+            }
+            if rows < 8 * (tiles.len() / 2) {
+                tiles.clear();
+            }
+        }
+        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2 };
+        let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * width + tiles.len());
         for s in batch.iter() {
             meta.extend(s.tokens.iter().map(|&t| t as i32));
         }
@@ -335,8 +413,9 @@ impl GpuDecoder {
         for s in batch.iter() {
             let ids = &s.kv.pages.as_ref().map_or(&[][..], |p| &p.ids[..]);
             meta.extend(ids.iter().map(|&i| i as i32));
-            meta.extend(std::iter::repeat_n(0, max_pages - ids.len()));
+            meta.extend(std::iter::repeat_n(0, width - ids.len()));
         }
+        meta.extend_from_slice(&tiles);
 
         let gpu = &self.gpu;
         let fits = guard.as_ref().is_some_and(|s| s.rows >= rows && s.sel >= sel.len() && s.meta_ints >= meta.len());
@@ -344,29 +423,49 @@ impl GpuDecoder {
             let old = guard.take();
             let r = rows.next_power_of_two().max(old.as_ref().map_or(0, |s| s.rows));
             let n = sel.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.sel));
-            let m = meta.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.meta_ints));
+            let m = meta.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.meta_ints)).max(1024);
             let mut fresh = Scratch::new(gpu, &self.p, r, n, m)?;
             fresh.wtmp = old.and_then(|s| s.wtmp);
             *guard = Some(fresh);
         }
         let s = guard.as_mut().expect("scratch allocated above");
-        if rows > GEMV_MAX_ROWS && s.wtmp.is_none() {
+        if !gemv && s.wtmp.is_none() {
             let n = self.largest_block_matrix();
             if n > 0 {
                 s.wtmp = Some(DevBuf::zeros(gpu, n * 2)?);
             }
         }
         s.meta.write_slice(gpu, &meta)?;
-        let ids = s.meta.ptr();
-        let m = Meta { row_pos: s.meta.at(rows * 4), row_seq: s.meta.at(rows * 8), tables: 0, max_pages };
-        let sel_ptr = s.meta.at(rows * 12);
-        let m = Meta { tables: s.meta.at((rows * 3 + sel.len()) * 4), ..m };
+        if graph {
+            let key = (rows, sel.len(), width);
+            if !s.graphs.contains_key(&key) {
+                let g = gpu.capture(|| self.issue(s, &plan, batch.len()))?;
+                s.graphs.insert(key, g);
+            }
+            s.graphs[&key].launch()?;
+        } else {
+            self.issue(s, &plan, batch.len())?;
+        }
+        for (sq, &n) in batch.iter_mut().zip(&counts) {
+            sq.kv.len += n;
+        }
+        Ok(Some(sel_spans))
+    }
 
+    /// Queues the pass's kernels: every address and size comes from the scratch and the plan, so a recording of
+    /// this is valid for as long as the scratch lives.
+    fn issue(&self, s: &Scratch, plan: &Plan, seqs: usize) -> Result<(), ModelError> {
+        let c = &self.p.cfg;
+        let gpu = &self.gpu;
+        let rows = plan.rows;
+        let m = plan.meta(&s.meta);
+        let ids = s.meta.ptr();
         let (h, hd) = (c.hidden, c.head_dim);
         let gemv = rows <= GEMV_MAX_ROWS;
         let wtmp = s.wtmp.as_ref();
+        let tiles = if plan.n_tiles > 0 { plan.tiles_ptr(&s.meta, seqs) } else { 0 };
         // SAFETY: every buffer below was sized for `rows` rows of its width, the metadata for this batch, and the
-        // page tables cover every new position (ensured above).
+        // page tables cover every new position (ensured by `run`).
         unsafe {
             gpu.embed(&self.p.embed, ids, m.row_pos, ptr(&self.p.pos_emb), s.x.ptr(), rows)?;
             for (li, l) in self.p.layers.iter().enumerate() {
@@ -401,6 +500,8 @@ impl GpuDecoder {
                     hd,
                     window: c.sliding_window.unwrap_or(0),
                     scale: 1.0 / (hd as f32).sqrt(),
+                    tiles,
+                    n_tiles: plan.n_tiles,
                 })?;
                 gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
                 let a = self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?;
@@ -411,18 +512,15 @@ impl GpuDecoder {
                 }
                 gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
             }
-            let n = sel.len();
+            let n = plan.sel;
             if n > 0 {
                 let small = n <= GEMV_MAX_ROWS;
-                gpu.gather_rows(s.x.ptr(), sel_ptr, s.hsel.ptr(), n, h)?;
+                gpu.gather_rows(s.x.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
                 let a = self.normed(&self.p.final_norm, s.hsel.ptr(), &s.h, n, small)?;
                 let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
                 gpu.matmul(head, a, n, s.logits.ptr(), 0, false, wtmp)?;
             }
         }
-        for (sq, &n) in batch.iter_mut().zip(&counts) {
-            sq.kv.len += n;
-        }
-        Ok(Some(sel_spans))
+        Ok(())
     }
 }

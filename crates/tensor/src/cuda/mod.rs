@@ -14,7 +14,7 @@ mod ops;
 
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
-pub use ops::{Act, Attn, Meta, QkvPost, GEMV_MAX_ROWS, KV_PAGE};
+pub use ops::{flash_takes, Act, Attn, GemvKernel, Meta, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, SPLIT_HEIGHTS};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use std::collections::HashMap;
@@ -82,6 +82,8 @@ pub struct Gpu {
     funcs: HashMap<String, CudaFunction>,
     pub(crate) blas: Mutex<blas::Blas>,
     info: GpuInfo,
+    /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
+    pub(crate) gemv_kernel: GemvKernel,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -91,11 +93,13 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// The kernel sources, compiled together.
-const SOURCES: [&str; 5] = [
+const SOURCES: [&str; 7] = [
     include_str!("kernels/common.cuh"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
+    include_str!("kernels/gemv_split.cu"),
     include_str!("kernels/attention.cu"),
+    include_str!("kernels/flash.cu"),
     include_str!("kernels/quant.cu"),
 ];
 
@@ -115,6 +119,10 @@ const KERNELS: &[&str] = &[
     "attention_keys_2",
     "attention_keys_4",
     "attention_keys_8",
+    "flash_attention_16",
+    "flash_attention_32",
+    "flash_attention_64",
+    "flash_attention_128",
     "quantize_q8",
     "quantize_q4",
     "dequant_q8",
@@ -135,6 +143,9 @@ pub fn kernel_names() -> Vec<String> {
         for b in 1..=ops::GEMV_MAX_ROWS {
             names.push(format!("gemv_{f}_{b}"));
             names.push(format!("gemv_{f}_{b}_rms"));
+            for r in ops::SPLIT_HEIGHTS {
+                names.push(format!("gemvs_{f}_{b}_r{r}"));
+            }
         }
     }
     names
@@ -209,9 +220,10 @@ impl Gpu {
         }
         let ctx = CudaContext::new(0)?;
         // One stream orders everything; cudarc's per-buffer events would only add work to every launch.
-        // SAFETY: kvad uses a single stream per context.
+        // SAFETY: kvad uses a single stream per context (made below, before any allocation).
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        // A stream of its own, not the legacy default stream: only such a stream can be captured into a graph.
+        let stream = ctx.new_stream()?;
         let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache)?;
         let module = ctx.load_module(ptx)?;
         let mut funcs = HashMap::new();
@@ -220,7 +232,7 @@ impl Gpu {
             funcs.insert(name, f);
         }
         let blas = blas::Blas::new(stream.clone())?;
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info })
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel: GemvKernel::from_env() })
     }
 
     /// The device's properties as found at open.
@@ -253,5 +265,42 @@ impl Gpu {
     /// The stream everything runs on (for graphs and events).
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Records the launches `f` makes into a graph instead of running them, so a decode step of ~300 launches
+    /// costs one launch (and no CPU time between kernels) when replayed. `f` must only launch kernels on this
+    /// GPU's stream (no allocation, copy from the host or synchronisation), with arguments that stay valid and
+    /// mean the same for every replay: what changes between steps must be read by the kernels from device memory.
+    pub fn capture<E: From<GpuError>>(&self, f: impl FnOnce() -> Result<(), E>) -> Result<GpuGraph, E> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags as Flags, CUstreamCaptureMode as Mode};
+        self.stream.begin_capture(Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(GpuError::from)?;
+        let recorded = f();
+        // The capture always ends, so a failed recording leaves the stream usable.
+        let graph = self.stream.end_capture(Flags(0));
+        recorded?;
+        match graph.map_err(GpuError::from)? {
+            Some(g) => Ok(GpuGraph(g)),
+            None => Err(GpuError::Shape("a graph capture recorded nothing".into()).into()),
+        }
+    }
+}
+
+/// Launches recorded by [`Gpu::capture`], replayed as one on the GPU's stream.
+pub struct GpuGraph(cudarc::driver::CudaGraph);
+
+// SAFETY: CUDA graphs may be used from any thread as long as calls on one graph are serialised; kvad keeps each
+// graph beside the buffers it uses, behind the model's scratch mutex.
+unsafe impl Send for GpuGraph {}
+
+impl GpuGraph {
+    /// Queues the recorded launches on the stream.
+    pub fn launch(&self) -> Result<(), GpuError> {
+        Ok(self.0.launch()?)
+    }
+}
+
+impl std::fmt::Debug for GpuGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GpuGraph")
     }
 }

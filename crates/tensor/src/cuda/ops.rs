@@ -10,6 +10,44 @@ use std::sync::Arc;
 /// Rows up to which a product runs the GEMV kernels (weights read once for all rows); more go to cuBLAS.
 pub const GEMV_MAX_ROWS: usize = 8;
 
+/// Output rows per block the split GEMV kernels come in (`GS_HEIGHTS` in gemv_split.cu).
+pub const SPLIT_HEIGHTS: [usize; 3] = [2, 4, 8];
+
+/// The GEMV kernel families (gemv.cu and gemv_split.cu).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemvKernel {
+    /// A warp per 2 (bf16, q8) or 4 (q4) output rows, each warp reading all of K and of x.
+    Warp,
+    /// A block of 4 warps per few output rows, K split over the warps; the block height measured best for the
+    /// format and input count (`split_rows`).
+    Split,
+    /// The split kernels at this block height (for the kernel benchmark and tests).
+    SplitRows(usize),
+}
+
+impl GemvKernel {
+    /// `KVAD_GPU_GEMV=warp|split` (default split).
+    pub fn from_env() -> GemvKernel {
+        match std::env::var("KVAD_GPU_GEMV").as_deref() {
+            Ok("warp") => GemvKernel::Warp,
+            _ => GemvKernel::Split,
+        }
+    }
+}
+
+/// The split kernels' block height per format and input count, from the kernel benchmark on the H200
+/// (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
+/// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights.
+fn split_rows(format: DevFormat, inputs: usize) -> usize {
+    match (format, inputs) {
+        (DevFormat::Bf16 | DevFormat::Q8, 1) => 4,
+        (DevFormat::Bf16 | DevFormat::Q8, _) => 8,
+        (DevFormat::Q4, 1 | 2) => 8,
+        (DevFormat::Q4, 3 | 4) => 4,
+        (DevFormat::Q4, _) => 2,
+    }
+}
+
 /// Tokens per KV-cache page.
 pub const KV_PAGE: usize = 16;
 
@@ -102,6 +140,19 @@ pub struct Attn {
     pub window: usize,
     /// Score scale, 1/sqrt(hd).
     pub scale: f32,
+    /// `[n][2]` i32 (first row, rows) tiles of up to 64 consecutive rows of one sequence, for the tensor-core
+    /// kernel (0: run the key-stream kernels, as decode rows do).
+    pub tiles: u64,
+    /// Tiles at `tiles`.
+    pub n_tiles: usize,
+}
+
+/// Rows a tile of the tensor-core attention kernel takes (the host cuts each sequence's rows into such tiles).
+pub const FLASH_TILE: usize = 64;
+
+/// Whether the tensor-core attention kernel takes this head width.
+pub fn flash_takes(hd: usize) -> bool {
+    matches!(hd, 16 | 32 | 64 | 128)
 }
 
 fn cfg(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
@@ -155,36 +206,8 @@ impl Gpu {
         if rows == 0 {
             return Ok(());
         }
-        let (n, k) = (i(m.rows), i(m.cols));
         match x {
-            Act::F32(_) | Act::F32Rms { .. } => {
-                if rows > GEMV_MAX_ROWS {
-                    return Err(GpuError::Shape(format!("GEMV of {rows} rows (at most {GEMV_MAX_ROWS})")));
-                }
-                let (xp, g, eps, rms) = match x {
-                    Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
-                    Act::F32(x) => (x, 0u64, 0f32, ""),
-                    Act::Bf16(_) => unreachable!(),
-                };
-                // Output rows per block: 4 warps of ROWS_* rows, as in gemv.cu.
-                let (fname, per_block) = match m.format {
-                    DevFormat::Bf16 => ("bf16", 8),
-                    DevFormat::Q8 => ("q8", 8),
-                    DevFormat::Q4 => ("q4", 16),
-                };
-                let name = format!("gemv_{fname}_{rows}{rms}");
-                let acc = i32::from(accumulate);
-                let q = m.q.ptr();
-                let s = m.s.as_ref().map_or(0, DevBuf::ptr);
-                let f = self.func(&name);
-                let mut b = self.stream.launch_builder(f);
-                b.arg(&q);
-                if m.format != DevFormat::Bf16 {
-                    b.arg(&s);
-                }
-                b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&g).arg(&eps);
-                b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
-            }
+            Act::F32(_) | Act::F32Rms { .. } => self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate)?,
             Act::Bf16(xp) => {
                 let w = match m.format {
                     DevFormat::Bf16 => m.q.ptr(),
@@ -209,6 +232,73 @@ impl Gpu {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`GEMV_MAX_ROWS`] f32 rows by the GEMV family `kernel` (the
+    /// kernel benchmark compares them; `matmul` uses the GPU's default). The split kernels take neither a folded
+    /// norm nor widths that are not whole blocks: those run the per-warp kernels.
+    ///
+    /// # Safety
+    /// `x`, `y`, `bias` must hold the shapes given.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemv(
+        &self,
+        kernel: GemvKernel,
+        m: &DevMatrix,
+        x: Act,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
+        if rows == 0 || rows > GEMV_MAX_ROWS {
+            return Err(GpuError::Shape(format!("GEMV of {rows} rows (1 to {GEMV_MAX_ROWS})")));
+        }
+        let (xp, g, eps, rms) = match x {
+            Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
+            Act::F32(x) => (x, 0u64, 0f32, ""),
+            Act::Bf16(_) => return Err(GpuError::Shape("GEMV of bf16 activations".into())),
+        };
+        let fname = match m.format {
+            DevFormat::Bf16 => "bf16",
+            DevFormat::Q8 => "q8",
+            DevFormat::Q4 => "q4",
+        };
+        let (n, k, acc) = (i(m.rows), i(m.cols), i32::from(accumulate));
+        let q = m.q.ptr();
+        let s = m.s.as_ref().map_or(0, DevBuf::ptr);
+        let per = match kernel {
+            GemvKernel::Split => Some(split_rows(m.format, rows)),
+            GemvKernel::SplitRows(per) if SPLIT_HEIGHTS.contains(&per) => Some(per),
+            GemvKernel::SplitRows(per) => return Err(GpuError::Shape(format!("split GEMV {per} rows high"))),
+            GemvKernel::Warp => None,
+        };
+        let split = match per {
+            Some(per) if rms.is_empty() && m.cols.is_multiple_of(32) => {
+                Some((format!("gemvs_{fname}_{rows}_r{per}"), per))
+            }
+            _ => None,
+        };
+        if let Some((name, per)) = split {
+            let mut b = self.stream.launch_builder(self.func(&name));
+            b.arg(&q);
+            if m.format != DevFormat::Bf16 {
+                b.arg(&s);
+            }
+            b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc);
+            b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
+            return Ok(());
+        }
+        // Output rows per block: 4 warps of ROWS_* rows, as in gemv.cu.
+        let per_block = if m.format == DevFormat::Q4 { 16 } else { 8 };
+        let mut b = self.stream.launch_builder(self.func(&format!("gemv_{fname}_{rows}{rms}")));
+        b.arg(&q);
+        if m.format != DevFormat::Bf16 {
+            b.arg(&s);
+        }
+        b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&g).arg(&eps);
+        b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
         Ok(())
     }
 
@@ -357,6 +447,14 @@ impl Gpu {
     /// Every address must hold what [`Attn`] says.
     pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
         let g = a.nh / a.nkv.max(1);
+        if a.tiles != 0 && a.n_tiles > 0 && flash_takes(a.hd) && a.nkv > 0 && a.nh.is_multiple_of(a.nkv) {
+            let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+            let mut b = self.stream.launch_builder(self.func(&format!("flash_attention_{}", a.hd)));
+            b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+            b.arg(&a.meta.tables).arg(&mp).arg(&a.tiles).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
+            b.launch(cfg((a.n_tiles as u32, a.nh as u32, 1), 128, 0))?;
+            return Ok(());
+        }
         let d = a.hd / 32;
         if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));

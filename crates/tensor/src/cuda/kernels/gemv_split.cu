@@ -1,0 +1,218 @@
+// Decode products, split over K: a block of 4 warps computes R output rows for B ≤ 8 input rows; warp w takes the
+// w-th quarter of K and its lanes walk it in 16-byte weight chunks, loading R rows' chunks back to back (R × 16
+// bytes in flight per lane) and the chunk's activations once for all R rows, so activation traffic is 1/R of
+// the per-row kernels' (gemv.cu, where every warp re-reads x for its two rows). The quarters are added in a fixed
+// order through shared memory, so a row's sum is the same whatever B is: batched rows equal rows alone, bit for
+// bit.
+#define GS_WARPS 4
+
+template <int B, int R>
+__device__ __forceinline__ void split_store(float (*acc)[R], float* y, const float* __restrict__ bias, int n0, int N,
+                                            int accumulate) {
+    __shared__ float red[GS_WARPS][B * R];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int b = 0; b < B; b++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = warp_sum(acc[b][r]);
+            if (lane == 0) red[warp][b * R + r] = v;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < B * R; i += blockDim.x) {
+        int b = i / R, n = n0 + i % R;
+        if (n >= N) continue;
+        float s = red[0][i];
+#pragma unroll
+        for (int w = 1; w < GS_WARPS; w++) s += red[w][i];
+        if (bias) s += bias[n];
+        float* o = y + (size_t)b * N + n;
+        *o = accumulate ? *o + s : s;
+    }
+}
+
+// The chunks [c0, c1) of this warp when K holds `chunks` of them.
+__device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
+    int per = (chunks + GS_WARPS - 1) / GS_WARPS;
+    c0 = (threadIdx.x >> 5) * per;
+    c1 = min(chunks, c0 + per);
+}
+
+template <int B, int R>
+__device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ x, float* y,
+                        const float* __restrict__ bias, int N, int K, int accumulate) {
+    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    split_range(K / 8, c0, c1);
+    float acc[B][R];
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32) {
+        int k = c * 8;
+        uint4 w[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) w[r] = __ldg((const uint4*)(W + (size_t)min(n0 + r, N - 1) * K + k));
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            float4 x0 = __ldg((const float4*)(x + (size_t)b * K + k));
+            float4 x1 = __ldg((const float4*)(x + (size_t)b * K + k + 4));
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float a = acc[b][r];
+                a = fmaf(__uint_as_float(w[r].x << 16), x0.x, a);
+                a = fmaf(__uint_as_float(w[r].x & 0xffff0000u), x0.y, a);
+                a = fmaf(__uint_as_float(w[r].y << 16), x0.z, a);
+                a = fmaf(__uint_as_float(w[r].y & 0xffff0000u), x0.w, a);
+                a = fmaf(__uint_as_float(w[r].z << 16), x1.x, a);
+                a = fmaf(__uint_as_float(w[r].z & 0xffff0000u), x1.y, a);
+                a = fmaf(__uint_as_float(w[r].w << 16), x1.z, a);
+                a = fmaf(__uint_as_float(w[r].w & 0xffff0000u), x1.w, a);
+                acc[b][r] = a;
+            }
+        }
+    }
+    split_store<B, R>(acc, y, bias, n0, N, accumulate);
+}
+
+// Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
+template <int B, int R>
+__device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, const float* __restrict__ x,
+                      float* y, const float* __restrict__ bias, int N, int K, int accumulate) {
+    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    split_range(K / 16, c0, c1);
+    int nb = K / 32;
+    float acc[B][R];
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32) {
+        int k = c * 16;
+        uint4 w[R];
+        float d[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            size_t n = min(n0 + r, N - 1);
+            w[r] = __ldg((const uint4*)(Q + n * K + k));
+            d[r] = h2f(__ldg(S + n * nb + (k >> 5)));
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const float* xb = x + (size_t)b * K + k;
+            float4 xv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) xv[i] = __ldg((const float4*)(xb + 4 * i));
+            float xs = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) xs += (xv[i].x + xv[i].y) + (xv[i].z + xv[i].w);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                // (q + 128) through the magic number; the 128s come off once per chunk through the sum of x.
+                unsigned ws[4] = {w[r].x ^ 0x80808080u, w[r].y ^ 0x80808080u, w[r].z ^ 0x80808080u,
+                                  w[r].w ^ 0x80808080u};
+                float a = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    a = fmaf(byte_f(ws[i], 0), xv[i].x, a);
+                    a = fmaf(byte_f(ws[i], 1), xv[i].y, a);
+                    a = fmaf(byte_f(ws[i], 2), xv[i].z, a);
+                    a = fmaf(byte_f(ws[i], 3), xv[i].w, a);
+                }
+                acc[b][r] = fmaf(d[r], a - 128.0f * xs, acc[b][r]);
+            }
+        }
+    }
+    split_store<B, R>(acc, y, bias, n0, N, accumulate);
+}
+
+// Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
+template <int B, int R>
+__device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
+                      const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
+                      int accumulate) {
+    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    int nb = K / 32;
+    split_range(nb, c0, c1);
+    float acc[B][R];
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    for (int blk = c0 + lane; blk < c1; blk += 32) {
+        uint4 w[R];
+        unsigned dm[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            size_t n = min(n0 + r, N - 1);
+            w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
+            dm[r] = __ldg(DM + n * nb + blk);
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const float* xb = x + (size_t)b * K + blk * 32;
+            float xs = 0.0f;
+            float a[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) a[r] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float4 lo = __ldg((const float4*)(xb + 4 * i));
+                float4 hi = __ldg((const float4*)(xb + 16 + 4 * i));
+                xs += (lo.x + lo.y) + (lo.z + lo.w) + (hi.x + hi.y) + (hi.z + hi.w);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    unsigned ws = i == 0 ? w[r].x : i == 1 ? w[r].y : i == 2 ? w[r].z : w[r].w;
+                    unsigned l = ws & 0x0f0f0f0fu, h = (ws >> 4) & 0x0f0f0f0fu;
+                    float t = a[r];
+                    t = fmaf(byte_f(l, 0), lo.x, t);
+                    t = fmaf(byte_f(l, 1), lo.y, t);
+                    t = fmaf(byte_f(l, 2), lo.z, t);
+                    t = fmaf(byte_f(l, 3), lo.w, t);
+                    t = fmaf(byte_f(h, 0), hi.x, t);
+                    t = fmaf(byte_f(h, 1), hi.y, t);
+                    t = fmaf(byte_f(h, 2), hi.z, t);
+                    t = fmaf(byte_f(h, 3), hi.w, t);
+                    a[r] = t;
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float d = h2f((f16_t)(dm[r] & 0xffffu)), m = h2f((f16_t)(dm[r] >> 16));
+                acc[b][r] = fmaf(d, a[r], fmaf(m, xs, acc[b][r]));
+            }
+        }
+    }
+    split_store<B, R>(acc, y, bias, n0, N, accumulate);
+}
+
+#define GS_INSTANCES(B, R, SUFFIX)                                                                             \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
+        gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
+                               int acc) {                                                                      \
+        gs_bf16<B, R>(W, x, y, bias, N, K, acc);                                                               \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
+        gemvs_q8_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const float* x, float* y,                 \
+                             const float* bias, int N, int K, int acc) {                                       \
+        gs_q8<B, R>(Q, S, x, y, bias, N, K, acc);                                                              \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
+        gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
+                             const float* bias, int N, int K, int acc) {                                       \
+        gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc);                                                             \
+    }
+
+// Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input
+// count from the kernel benchmark (examples/gpu_gemv.rs). The height does not change a row's sum, so any pick
+// keeps batched rows bit-identical to rows alone.
+#define GS_HEIGHTS(B) GS_INSTANCES(B, 2, _r2) GS_INSTANCES(B, 4, _r4) GS_INSTANCES(B, 8, _r8)
+GS_HEIGHTS(1)
+GS_HEIGHTS(2)
+GS_HEIGHTS(3)
+GS_HEIGHTS(4)
+GS_HEIGHTS(5)
+GS_HEIGHTS(6)
+GS_HEIGHTS(7)
+GS_HEIGHTS(8)

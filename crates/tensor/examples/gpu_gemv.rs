@@ -55,7 +55,7 @@ fn main() -> Result<(), GpuError> {
                             for i in 0..REPEAT {
                                 let m = &ms[i % ms.len()];
                                 // SAFETY: x holds 8 rows of k, y 8 rows of n.
-                                unsafe { g.gemv(kern, m, Act::F32(x.ptr()), b, y.ptr(), 0, false) }?;
+                                unsafe { g.gemv(kern, m, Act::F32(x.ptr()), b, y.ptr(), 0, false, None) }?;
                             }
                             Ok::<(), GpuError>(())
                         })

@@ -2,7 +2,7 @@
 //! no usable GPU each test says so and returns: the CPU suite is what runs there.
 
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, SPLIT_HEIGHTS};
+use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, SPLIT_HEIGHTS};
 use std::sync::Arc;
 
 fn gpu() -> Option<Arc<Gpu>> {
@@ -87,10 +87,24 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let want = reference(&wd, &x, rows, n, k);
                 let mut families = vec![GemvKernel::Warp, GemvKernel::Split];
                 families.extend(SPLIT_HEIGHTS.map(GemvKernel::SplitRows));
+                // The norm of the output rows, written by the product (the residual stream's next norm).
+                let ng = data(n, 19);
+                let ngb = DevBuf::from_slice(&g, &ng).unwrap();
+                let nout = DevBuf::zeros(&g, rows * n * 4).unwrap();
+                let counter = DevBuf::zeros(&g, 4).unwrap();
+                let norm = NormOut { g: ngb.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr() };
                 for kernel in families {
+                    let xa = Act::F32(xb.ptr());
                     // SAFETY: shapes as allocated above.
-                    unsafe { g.gemv(kernel, &m, Act::F32(xb.ptr()), rows, yb.ptr(), bb.ptr(), true) }.unwrap();
+                    unsafe { g.gemv(kernel, &m, xa, rows, yb.ptr(), bb.ptr(), true, Some(&norm)) }.unwrap();
                     let got: Vec<f32> = yb.read(&g, rows * n).unwrap();
+                    let normed: Vec<f32> = nout.read(&g, rows * n).unwrap();
+                    let mut want_norm = vec![0f32; rows * n];
+                    kvad_tensor::cpu::ops::rms_norm(&got, &ng, 1e-5, &mut want_norm);
+                    for (i, (a, b)) in normed.iter().zip(&want_norm).enumerate() {
+                        assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{kernel:?} {qt:?} norm [{i}]: {a} vs {b}");
+                    }
+                    assert_eq!(counter.read::<u32>(&g, 1).unwrap(), [0], "the block counter is left zeroed");
                     for i in 0..rows * n {
                         let w = start[i] + want[i] + bias[i % n];
                         let tol = 1e-4 * (k as f32).sqrt() * 4.0;
@@ -111,7 +125,7 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                         let yr = DevBuf::from_slice(&g, &start[r * n..(r + 1) * n]).unwrap();
                         let xa = Act::F32(xr.ptr());
                         // SAFETY: shapes as allocated above.
-                        unsafe { g.gemv(alone_kernel, &m, xa, 1, yr.ptr(), bb.ptr(), true) }.unwrap();
+                        unsafe { g.gemv(alone_kernel, &m, xa, 1, yr.ptr(), bb.ptr(), true, None) }.unwrap();
                         let alone: Vec<f32> = yr.read(&g, n).unwrap();
                         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&alone), bits(&got[r * n..(r + 1) * n]), "{kernel:?} {qt:?} row {r} of {rows}");

@@ -9,8 +9,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, QkvPost, FLASH_TILE, GEMV_MAX_ROWS,
-    KV_PAGE,
+    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost, FLASH_TILE,
+    GEMV_MAX_ROWS, KV_PAGE,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -92,6 +92,8 @@ struct Scratch {
     meta: DevBuf,
     /// Greedy ids out.
     ids: DevBuf,
+    /// The block counter of products that norm their own output (zero between launches).
+    counter: DevBuf,
     /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
     wtmp: Option<DevBuf>,
     /// Decode passes recorded over these buffers, by (rows, logit rows, page-table width).
@@ -122,6 +124,7 @@ impl Scratch {
             logits: DevBuf::zeros(gpu, sel * c.vocab_size * f)?,
             meta: DevBuf::zeros(gpu, meta_ints * 4)?,
             ids: DevBuf::zeros(gpu, sel * 4)?,
+            counter: DevBuf::zeros(gpu, 4)?,
             wtmp: None,
             graphs: HashMap::new(),
         })
@@ -313,6 +316,8 @@ struct Plan {
     width: usize,
     /// Tensor-core attention tiles (0: the key-stream kernels).
     n_tiles: usize,
+    /// The logit rows are all rows in order (decode): no gather needed.
+    all_rows: bool,
 }
 
 impl Plan {
@@ -333,6 +338,12 @@ impl Plan {
     fn tiles_ptr(&self, base: &DevBuf, seqs: usize) -> u64 {
         base.at((3 * self.rows + self.sel + seqs * self.width) * 4)
     }
+}
+
+/// Decode products norm their own output unless `KVAD_GPU_NORM_TAIL=0` (for measuring what it brings).
+fn norm_tail_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_TAIL").map_or(true, |v| v != "0"))
 }
 
 /// Graphs are used for decode passes unless `KVAD_GPU_GRAPHS=0` (for measuring what they bring).
@@ -400,7 +411,8 @@ impl GpuDecoder {
                 tiles.clear();
             }
         }
-        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2 };
+        let all_rows = sel.iter().enumerate().all(|(i, &r)| r as usize == i) && sel.len() == rows;
+        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows };
         let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * width + tiles.len());
         for s in batch.iter() {
             meta.extend(s.tokens.iter().map(|&t| t as i32));
@@ -464,13 +476,30 @@ impl GpuDecoder {
         let gemv = rows <= GEMV_MAX_ROWS;
         let wtmp = s.wtmp.as_ref();
         let tiles = if plan.n_tiles > 0 { plan.tiles_ptr(&s.meta, seqs) } else { 0 };
+        // Decode passes of RMSNorm models take each norm from the product before it (the o and down products
+        // norm the residual stream they update, for the next product), so no norm kernel runs but the first.
+        let rms = |n: &Norm| match n {
+            Norm::Rms(w) => Some(w.ptr()),
+            Norm::Layer(..) => None,
+        };
+        let fused = gemv
+            && norm_tail_enabled()
+            && rms(&self.p.final_norm).is_some()
+            && self.p.layers.iter().all(|l| rms(&l.norm1).is_some() && rms(&l.norm2).is_some());
+        let norm_to =
+            |n: &Norm| NormOut { g: rms(n).unwrap_or(0), out: s.h.ptr(), eps: c.norm_eps, counter: s.counter.ptr() };
+        let kern = gpu.gemv_kernel();
+        let layers = &self.p.layers;
         // SAFETY: every buffer below was sized for `rows` rows of its width, the metadata for this batch, and the
         // page tables cover every new position (ensured by `run`).
         unsafe {
             gpu.embed(&self.p.embed, ids, m.row_pos, ptr(&self.p.pos_emb), s.x.ptr(), rows)?;
-            for (li, l) in self.p.layers.iter().enumerate() {
+            if fused {
+                self.norm(&layers[0].norm1, s.x.ptr(), s.h.ptr(), rows, false)?;
+            }
+            for (li, l) in layers.iter().enumerate() {
                 let (kp, vp) = self.layer_pages(li);
-                let a = self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)?;
+                let a = if fused { Act::F32(s.h.ptr()) } else { self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)? };
                 gpu.matmul(&l.qkv, a, rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
                 gpu.qkv_post(&QkvPost {
                     qkv: s.qkv.ptr(),
@@ -503,21 +532,41 @@ impl GpuDecoder {
                     tiles,
                     n_tiles: plan.n_tiles,
                 })?;
-                gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
-                let a = self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?;
+                let a = if fused {
+                    let att = Act::F32(s.att.ptr());
+                    gpu.gemv(kern, &l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, Some(&norm_to(&l.norm2)))?;
+                    Act::F32(s.h.ptr())
+                } else {
+                    gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
+                    self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?
+                };
                 gpu.matmul(&l.up, a, rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;
                 match self.p.mlp {
                     Mlp::SwiGlu => gpu.silu_mul(s.up.ptr(), s.act.ptr(), rows, c.intermediate, !gemv)?,
                     Mlp::Gelu => gpu.gelu(s.up.ptr(), s.act.ptr(), rows * c.intermediate, !gemv)?,
                 }
-                gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
+                if fused {
+                    let next = layers.get(li + 1).map_or(&self.p.final_norm, |n| &n.norm1);
+                    let a = Act::F32(s.act.ptr());
+                    gpu.gemv(kern, &l.down, a, rows, s.x.ptr(), ptr(&l.down_bias), true, Some(&norm_to(next)))?;
+                } else {
+                    gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
+                }
             }
             let n = plan.sel;
             if n > 0 {
                 let small = n <= GEMV_MAX_ROWS;
-                gpu.gather_rows(s.x.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
-                let a = self.normed(&self.p.final_norm, s.hsel.ptr(), &s.h, n, small)?;
                 let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
+                let a = if fused && plan.all_rows {
+                    // h holds every row final-normed.
+                    Act::F32(s.h.ptr())
+                } else if fused {
+                    gpu.gather_rows(s.h.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
+                    Act::F32(s.hsel.ptr())
+                } else {
+                    gpu.gather_rows(s.x.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
+                    self.normed(&self.p.final_norm, s.hsel.ptr(), &s.h, n, small)?
+                };
                 gpu.matmul(head, a, n, s.logits.ptr(), 0, false, wtmp)?;
             }
         }

@@ -14,7 +14,9 @@ mod ops;
 
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
-pub use ops::{flash_takes, Act, Attn, GemvKernel, Meta, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, SPLIT_HEIGHTS};
+pub use ops::{
+    flash_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, SPLIT_HEIGHTS,
+};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 use std::collections::HashMap;
@@ -247,6 +249,11 @@ impl Gpu {
 
     pub(crate) fn func(&self, name: &str) -> &CudaFunction {
         self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} is not in KERNELS"))
+    }
+
+    /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
+    pub fn gemv_kernel(&self) -> GemvKernel {
+        self.gemv_kernel
     }
 
     /// Waits for all queued work.

@@ -69,6 +69,20 @@ pub enum Act {
     Bf16(u64),
 }
 
+/// An RMSNorm of a GEMV's whole output rows, written by the product itself once all its blocks are done (the
+/// residual stream's norm before the next product, without a norm kernel and its launch).
+#[derive(Debug, Clone, Copy)]
+pub struct NormOut {
+    /// Norm weights, one per output column.
+    pub g: u64,
+    /// `[rows][N]` f32 out.
+    pub out: u64,
+    /// Norm epsilon.
+    pub eps: f32,
+    /// A zeroed u32 the blocks count on (left zeroed).
+    pub counter: u64,
+}
+
 /// Addresses and sizes for [`Gpu::qkv_post`].
 #[derive(Debug, Clone, Copy)]
 pub struct QkvPost {
@@ -207,7 +221,7 @@ impl Gpu {
             return Ok(());
         }
         match x {
-            Act::F32(_) | Act::F32Rms { .. } => self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate)?,
+            Act::F32(_) | Act::F32Rms { .. } => self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?,
             Act::Bf16(xp) => {
                 let w = match m.format {
                     DevFormat::Bf16 => m.q.ptr(),
@@ -237,7 +251,8 @@ impl Gpu {
 
     /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`GEMV_MAX_ROWS`] f32 rows by the GEMV family `kernel` (the
     /// kernel benchmark compares them; `matmul` uses the GPU's default). The split kernels take neither a folded
-    /// norm nor widths that are not whole blocks: those run the per-warp kernels.
+    /// input norm nor widths that are not whole blocks: those run the per-warp kernels. `norm` also writes the
+    /// RMSNorm of the output rows (in the split kernels' last block; after the others, by the norm kernel).
     ///
     /// # Safety
     /// `x`, `y`, `bias` must hold the shapes given.
@@ -251,6 +266,7 @@ impl Gpu {
         y: u64,
         bias: u64,
         accumulate: bool,
+        norm: Option<&NormOut>,
     ) -> Result<(), GpuError> {
         if rows == 0 || rows > GEMV_MAX_ROWS {
             return Err(GpuError::Shape(format!("GEMV of {rows} rows (1 to {GEMV_MAX_ROWS})")));
@@ -286,7 +302,8 @@ impl Gpu {
             if m.format != DevFormat::Bf16 {
                 b.arg(&s);
             }
-            b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc);
+            let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
+            b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
             return Ok(());
         }
@@ -299,6 +316,9 @@ impl Gpu {
         }
         b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&g).arg(&eps);
         b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
+        if let Some(o) = norm {
+            self.rms_norm(y, o.g, o.out, rows, m.rows, o.eps, false)?;
+        }
         Ok(())
     }
 

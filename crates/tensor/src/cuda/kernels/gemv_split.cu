@@ -32,6 +32,60 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
     }
 }
 
+// The norm after a residual update, folded into the product that made it: once a block's rows are stored, the
+// last block to finish (counted on `counter`, which it resets) RMS-norms the whole output rows with weights `ng`
+// into `nout`, so the next product's input is ready without a norm kernel and its launch. One block sums each row
+// in a fixed order, so the result depends neither on which block came last nor on B.
+template <int B>
+__device__ __forceinline__ void split_norm_tail(const float* y, int N, const float* __restrict__ ng, float* nout,
+                                                float eps, unsigned* counter) {
+    __shared__ unsigned last;
+    __shared__ float red[32];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Rows up to TAIL_V float4s a thread are loaded whole into registers (one round trip to L2, not one per
+    // element), summed, and written from there.
+    constexpr int TAIL_V = 16;
+    bool whole = (N & 3) == 0 && N <= (int)blockDim.x * 4 * TAIL_V;
+#pragma unroll 1
+    for (int b = 0; b < B; b++) {
+        const float* yb = y + (size_t)b * N;
+        float* ob = nout + (size_t)b * N;
+        float ss = 0.0f;
+        if (whole) {
+            float4 v[TAIL_V];
+#pragma unroll
+            for (int j = 0; j < TAIL_V; j++) {
+                int n = (threadIdx.x + j * blockDim.x) * 4;
+                v[j] = n < N ? __ldcg((const float4*)(yb + n)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
+            }
+            float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+#pragma unroll
+            for (int j = 0; j < TAIL_V; j++) {
+                int n = (threadIdx.x + j * blockDim.x) * 4;
+                if (n < N) {
+                    float4 w = __ldg((const float4*)(ng + n));
+                    *(float4*)(ob + n) = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z,
+                                                     v[j].w * inv * w.w);
+                }
+            }
+        } else {
+            for (int n = threadIdx.x; n < N; n += blockDim.x) {
+                float v = __ldcg(yb + n);
+                ss = fmaf(v, v, ss);
+            }
+            float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+            for (int n = threadIdx.x; n < N; n += blockDim.x) ob[n] = __ldcg(yb + n) * inv * ng[n];
+        }
+    }
+    if (threadIdx.x == 0) *counter = 0u;
+}
+
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
     int per = (chunks + GS_WARPS - 1) / GS_WARPS;
@@ -41,7 +95,8 @@ __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
 
 template <int B, int R>
 __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ x, float* y,
-                        const float* __restrict__ bias, int N, int K, int accumulate) {
+                        const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
+                        float eps, unsigned* counter) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 8, c0, c1);
     float acc[B][R];
@@ -74,12 +129,14 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
+    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
 }
 
 // Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
 template <int B, int R>
 __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, const float* __restrict__ x,
-                      float* y, const float* __restrict__ bias, int N, int K, int accumulate) {
+                      float* y, const float* __restrict__ bias, int N, int K, int accumulate, const float* ng,
+                      float* nout, float eps, unsigned* counter) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 16, c0, c1);
     int nb = K / 32;
@@ -125,13 +182,14 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
+    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
 }
 
 // Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
 template <int B, int R>
 __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                       const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
-                      int accumulate) {
+                      int accumulate, const float* ng, float* nout, float eps, unsigned* counter) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     int nb = K / 32;
     split_range(nb, c0, c1);
@@ -185,23 +243,26 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
+    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX)                                                                             \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
-                               int acc) {                                                                      \
-        gs_bf16<B, R>(W, x, y, bias, N, K, acc);                                                               \
+                               int acc, const float* ng, float* nout, float eps, unsigned* counter) {          \
+        gs_bf16<B, R>(W, x, y, bias, N, K, acc, ng, nout, eps, counter);                                       \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const float* x, float* y,                 \
-                             const float* bias, int N, int K, int acc) {                                       \
-        gs_q8<B, R>(Q, S, x, y, bias, N, K, acc);                                                              \
+                             const float* bias, int N, int K, int acc, const float* ng, float* nout, float eps, \
+                             unsigned* counter) {                                                              \
+        gs_q8<B, R>(Q, S, x, y, bias, N, K, acc, ng, nout, eps, counter);                                      \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
-                             const float* bias, int N, int K, int acc) {                                       \
-        gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc);                                                             \
+                             const float* bias, int N, int K, int acc, const float* ng, float* nout, float eps, \
+                             unsigned* counter) {                                                              \
+        gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc, ng, nout, eps, counter);                                     \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input

@@ -156,8 +156,10 @@ fn without_a_session_or_key_every_api_route_is_401_and_public_ones_answer() {
     assert_eq!(r.body["error"]["message"], msg);
     let r = call(&s, "GET", "/v1/models", &[("cookie", "kvad_session=deadbeef")], None);
     assert_eq!((r.status, &r.body["error"]["message"]), (401, &msg));
-    // The header that names the account in mode none proves nothing here.
+    // The header that names the account in mode none proves nothing here, and Basic is for mode basic only.
     assert_401(&call(&s, "GET", "/v1/models", &[("x-kvad-account", "admin")], None), "x-kvad-account");
+    let basic = format!("Basic {}", base64_like::encode(&format!("admin:{ADMIN_PW}")));
+    assert_401(&call(&s, "GET", "/v1/models", &[("authorization", &basic)], None), "Basic in mode local");
     for p in ["/api/health", "/api/openapi.json", "/api"] {
         assert_eq!(call(&s, "GET", p, &[], None).status, 200, "{p}");
     }
@@ -369,8 +371,8 @@ fn the_account_generations_run_under_comes_from_the_credentials() {
 
 #[test]
 fn basic_mode_takes_basic_credentials_or_a_key() {
-    let s = auth_server("basic", "basic");
     use base64_like::encode;
+    let s = auth_server("basic", "basic");
     let good = format!("Basic {}", encode(&format!("admin:{ADMIN_PW}")));
     let r = call(&s, "GET", "/api/auth/me", &[("authorization", &good)], None);
     assert_eq!(r.body, json!({"account": "admin", "role": "admin", "mode": "basic", "csrf_token": ""}), "{}", r.text);
@@ -395,6 +397,51 @@ fn basic_mode_takes_basic_credentials_or_a_key() {
         Some(json!({"name": "x"})),
     );
     assert_eq!(r.status, 403, "{}", r.text);
+    // A new password: the remembered old one stops working at once.
+    let r = call(
+        &s,
+        "PATCH",
+        "/api/users/admin",
+        &[("authorization", &good)],
+        Some(json!({"password": "another-password"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_401(&call(&s, "GET", "/v1/models", &[("authorization", &good)], None), "the old Basic password");
+    let new = format!("Basic {}", encode("admin:another-password"));
+    assert_eq!(call(&s, "GET", "/v1/models", &[("authorization", &new)], None).status, 200);
+}
+
+#[test]
+fn a_user_sees_the_queue_without_other_accounts_names() {
+    let s = local("queue");
+    let admin = login(&s, "admin", ADMIN_PW);
+    make_user(&s, &admin, "bob", "user");
+    let (_, key) = new_key(&s, &login(&s, "bob", &pw("bob")), "k");
+    let bk = bearer(&key);
+    let url = s.url.clone();
+    let headers: Vec<(String, String)> = admin.headers().iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let slow = std::thread::spawn(move || {
+        let mut req = ureq::post(&format!("{url}/v1/chat/completions"));
+        for (k, v) in &headers {
+            req = req.set(k, v);
+        }
+        let body = json!({"model": "slow-scripted", "max_tokens": 30, "messages": [{"role": "user", "content": "go"}]});
+        req.send_string(&body.to_string()).map(|r| r.status()).unwrap_or(0)
+    });
+    let t0 = std::time::Instant::now();
+    let (as_admin, as_bob) = loop {
+        let v = call(&s, "GET", "/api/queue", &admin.headers(), None).body;
+        if v["running"].as_array().is_some_and(|r| !r.is_empty()) {
+            break (v, call(&s, "GET", "/api/queue", &[("authorization", &bk)], None).body);
+        }
+        assert!(t0.elapsed().as_secs() < 20, "the slow reply never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(slow.join().unwrap(), 200);
+    assert_eq!(as_admin["running"][0]["account"], "admin", "{as_admin}");
+    assert_eq!(as_bob["running"][0]["account"], Value::Null, "{as_bob}");
+    assert_eq!(as_bob["running"][0]["model"], "slow-scripted", "the job itself is shown: {as_bob}");
+    assert!(!as_bob.to_string().contains("admin"), "{as_bob}");
 }
 
 #[test]

@@ -277,6 +277,31 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
 mod tests {
     use super::*;
 
+    fn parts(caller: Option<Caller>) -> Parts {
+        let (mut p, ()) = axum::http::Request::new(()).into_parts();
+        if let Some(c) = caller {
+            p.extensions.insert(c);
+        }
+        p
+    }
+
+    #[tokio::test]
+    async fn the_extractors_refuse_nobody_and_non_administrators() {
+        let e = Caller::from_request_parts(&mut parts(None), &()).await.unwrap_err();
+        assert_eq!(e.status.as_u16(), 401);
+        let e = Admin::from_request_parts(&mut parts(None), &()).await.unwrap_err();
+        assert_eq!(e.status.as_u16(), 401);
+        let user = Caller { account: "bob".into(), role: Role::User, via: Via::ApiKey };
+        let e = Admin::from_request_parts(&mut parts(Some(user.clone())), &()).await.unwrap_err();
+        assert_eq!((e.status.as_u16(), e.code), (403, Some("forbidden")));
+        assert!(!e.message.contains("bob"), "{}", e.message);
+        assert_eq!(user.scope(), Some("bob"));
+        let admin = Caller { role: Role::Admin, ..user };
+        let Admin(got) = Admin::from_request_parts(&mut parts(Some(admin.clone())), &()).await.unwrap();
+        assert_eq!(admin.scope(), None);
+        assert_eq!(got, admin);
+    }
+
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {

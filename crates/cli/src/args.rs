@@ -102,6 +102,135 @@ pub enum Command {
         #[command(subcommand)]
         command: MetricsCommand,
     },
+    /// Sign in to a server and keep an API key for it (credentials.json, readable by you only); sign out; who am I.
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
+    /// The server's accounts (administrators): list, add, set, rm.
+    Users {
+        #[command(subcommand)]
+        command: Option<UsersCommand>,
+    },
+    /// Signed-in browser sessions: yours (an administrator: everyone's); list, rm.
+    Sessions {
+        #[command(subcommand)]
+        command: Option<SessionsCommand>,
+    },
+    /// API keys: yours (an administrator: everyone's); list, create, revoke.
+    Keys {
+        #[command(subcommand)]
+        command: Option<KeysCommand>,
+    },
+}
+
+/// `kvad auth`.
+#[derive(Subcommand, Debug)]
+pub enum AuthCommand {
+    /// Sign in (username and password; the password is not echoed), make an API key named after this host, keep it.
+    Login {
+        /// The server (else --remote, KVAD_URL, [client] url, the local service).
+        #[arg(long)]
+        url: Option<String>,
+        /// The username (else asked).
+        #[arg(long)]
+        username: Option<String>,
+        /// Read the password from stdin's first line (scripts).
+        #[arg(long)]
+        password_stdin: bool,
+        /// Keep an API key read from stdin instead of signing in (servers that sign in through OIDC).
+        #[arg(long, conflicts_with_all = ["username", "password_stdin"])]
+        api_key_stdin: bool,
+    },
+    /// Revoke the kept API key on the server and forget it.
+    Logout {
+        /// The server.
+        #[arg(long)]
+        url: Option<String>,
+    },
+    /// Who the server says you are.
+    Status {
+        /// The server.
+        #[arg(long)]
+        url: Option<String>,
+    },
+}
+
+impl AuthCommand {
+    /// The `--url` given, if any.
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            AuthCommand::Login { url, .. } | AuthCommand::Logout { url } | AuthCommand::Status { url } => {
+                url.as_deref()
+            }
+        }
+    }
+}
+
+/// `kvad users`.
+#[derive(Subcommand, Debug)]
+pub enum UsersCommand {
+    /// Every account (the default).
+    List,
+    /// Add an account; its password is asked (not echoed) or read from stdin.
+    Add {
+        /// The account's name.
+        name: String,
+        /// admin or user.
+        #[arg(long, default_value = "user")]
+        role: String,
+        /// Read the password from stdin's first line.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Change an account's role or password (a user: only its own password).
+    Set {
+        /// The account's name.
+        name: String,
+        /// admin or user.
+        #[arg(long)]
+        role: Option<String>,
+        /// Ask for a new password.
+        #[arg(long)]
+        password: bool,
+        /// Read the new password from stdin's first line.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// Delete an account with its sessions and keys.
+    Rm {
+        /// The account's name.
+        name: String,
+    },
+}
+
+/// `kvad sessions`.
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// The sessions (the default).
+    List,
+    /// Sign a session out.
+    Rm {
+        /// The session's id, as `kvad sessions list` shows it.
+        id: String,
+    },
+}
+
+/// `kvad keys`.
+#[derive(Subcommand, Debug)]
+pub enum KeysCommand {
+    /// The keys (the default); the keys themselves are never shown again.
+    List,
+    /// Make a key; it is printed once.
+    Create {
+        /// A name to recognise it by.
+        name: String,
+    },
+    /// Revoke a key.
+    Revoke {
+        /// The key's id, as `kvad keys list` shows it.
+        id: String,
+    },
 }
 
 /// `kvad metrics`.

@@ -71,6 +71,43 @@ fn main() -> std::process::ExitCode {
         args::Command::Serve { args } => serve::serve(args),
         args::Command::Api { path, method, data } => client::remote_only(&c, "api")
             .and_then(|url| client::remote::api(&url, path.as_deref(), method.as_deref(), data.as_deref(), c.json)),
+        args::Command::Auth { command } => {
+            let mut c = c.clone();
+            c.remote = command.url().map(str::to_string).or(c.remote);
+            client::remote_only(&c, "auth").and_then(|url| match command {
+                args::AuthCommand::Login { username, password_stdin, api_key_stdin, .. } => {
+                    client::auth::login(&url, &client::auth::LoginArgs { username, password_stdin, api_key_stdin })
+                }
+                args::AuthCommand::Logout { .. } => client::auth::logout(&url),
+                args::AuthCommand::Status { .. } => client::auth::status(&url, c.json),
+            })
+        }
+        args::Command::Users { command } => client::remote_only(&c, "users").and_then(|url| {
+            use client::accounts as a;
+            match command.unwrap_or(args::UsersCommand::List) {
+                args::UsersCommand::List => a::users_list(&url, c.json),
+                args::UsersCommand::Add { name, role, password_stdin } => {
+                    a::users_add(&url, &name, &role, password_stdin, c.json)
+                }
+                args::UsersCommand::Set { name, role, password, password_stdin } => {
+                    a::users_set(&url, &name, role.as_deref(), password, password_stdin)
+                }
+                args::UsersCommand::Rm { name } => a::users_rm(&url, &name),
+            }
+        }),
+        args::Command::Sessions { command } => {
+            client::remote_only(&c, "sessions").and_then(|url| match command.unwrap_or(args::SessionsCommand::List) {
+                args::SessionsCommand::List => client::accounts::sessions_list(&url, c.json),
+                args::SessionsCommand::Rm { id } => client::accounts::sessions_rm(&url, &id),
+            })
+        }
+        args::Command::Keys { command } => {
+            client::remote_only(&c, "keys").and_then(|url| match command.unwrap_or(args::KeysCommand::List) {
+                args::KeysCommand::List => client::accounts::keys_list(&url, c.json),
+                args::KeysCommand::Create { name } => client::accounts::keys_create(&url, &name, c.json),
+                args::KeysCommand::Revoke { id } => client::accounts::keys_revoke(&url, &id),
+            })
+        }
         args::Command::Service { command: args::ServiceCommand::Status } => {
             client::service_url().and_then(|url| client::service::status(c.remote.as_deref().unwrap_or(&url)))
         }

@@ -36,8 +36,13 @@ impl Drop for Server {
 }
 
 fn scripted(tag: &str) -> Server {
+    scripted_env(tag, &[])
+}
+
+fn scripted_env(tag: &str, env: &[(&str, &str)]) -> Server {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../server/tests/fixtures/script.json");
     let mut child = Command::new(kvad_serve())
+        .envs(env.iter().copied())
         .args(["--bind", "127.0.0.1:0", "--scripted", script.to_str().unwrap(), "--data-dir"])
         .arg(temp(tag))
         .stderr(Stdio::piped())
@@ -54,9 +59,28 @@ fn scripted(tag: &str) -> Server {
     Server(child, url)
 }
 
-/// kvad with a data directory of its own (so no kvad.toml or service of this machine leaks in).
+/// kvad with a data and config directory of its own (so no kvad.toml, credentials or service of this machine leak
+/// in).
 fn kvad(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvad")).env("KVAD_DATA", data).env_remove("KVAD_URL").args(args).output().unwrap()
+    kvad_stdin(data, args, "")
+}
+
+/// As [`kvad`], with `stdin` on its standard input.
+fn kvad_stdin(data: &Path, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvad"))
+        .env("KVAD_DATA", data)
+        .env("KVAD_CONFIG_DIR", data.join("config"))
+        .env_remove("KVAD_URL")
+        .env_remove("KVAD_API_KEY")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
 }
 
 fn text(o: &Output) -> (String, String) {
@@ -167,7 +191,7 @@ fn the_client_requests_exactly_the_commands_table() {
                 for (i, _) in line.match_indices(prefix) {
                     let p: String = line[i + 1..]
                         .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || "/._-".contains(*c))
+                        .take_while(|c| c.is_ascii_alphanumeric() || "/._-{}".contains(*c))
                         .collect();
                     requested.insert(p);
                 }
@@ -176,4 +200,75 @@ fn the_client_requests_exactly_the_commands_table() {
     }
     let table: BTreeSet<String> = commands::COMMANDS.iter().map(|(_, p, _)| p.to_string()).collect();
     assert_eq!(requested, table);
+}
+
+#[test]
+fn auth_login_keeps_a_key_every_command_sends_it_and_logout_revokes_it() {
+    let s = scripted_env("auth", &[("KVAD_AUTH_MODE", "local"), ("KVAD_ADMIN_PASSWORD", "admin-password-1")]);
+    let (admin, bob) = (temp("auth-admin"), temp("auth-bob"));
+    let run = |dir: &Path, args: &[&str], stdin: &str| {
+        let mut all = vec!["--remote", s.1.as_str()];
+        all.extend_from_slice(args);
+        let o = kvad_stdin(dir, &all, stdin);
+        let (out, err) = text(&o);
+        (o.status.success(), out, err)
+    };
+    // Signed out: the server's 401 comes through.
+    let (ok, _, err) = run(&admin, &["queue"], "");
+    assert!(!ok && err.contains("401") && err.contains("authentication required"), "{err}");
+    let (ok, _, err) = run(&admin, &["auth", "login", "--username", "admin", "--password-stdin"], "wrong-password\n");
+    assert!(!ok && err.contains("wrong username or password"), "{err}");
+    let (ok, out, err) =
+        run(&admin, &["auth", "login", "--username", "admin", "--password-stdin"], "admin-password-1\n");
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("signed in to {} as admin", s.1)), "{out}");
+    let creds = admin.join("config/credentials.json");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&creds).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let stored: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&creds).unwrap()).unwrap();
+    let entry = &stored["servers"][s.1.as_str()];
+    assert!(entry["key"].as_str().unwrap().starts_with("kvad_") && entry["account"] == "admin", "{stored}");
+    let (ok, out, err) = run(&admin, &["auth", "status"], "");
+    assert!(ok && out.contains("admin (admin), auth mode local"), "{out}{err}");
+    let (ok, _, err) = run(&admin, &["queue"], "");
+    assert!(ok, "the key goes with every command: {err}");
+    // The login's session was only for making the key.
+    let (ok, out, _) = run(&admin, &["--json", "sessions"], "");
+    assert!(ok && out.trim() == "[]", "{out}");
+
+    let (ok, _, err) = run(&admin, &["users", "add", "bob", "--password-stdin"], "bob-password-1\n");
+    assert!(ok, "{err}");
+    let (_, out, _) = run(&admin, &["users"], "");
+    assert!(out.lines().any(|l| l.starts_with("bob") && l.contains("user")), "{out}");
+    let (ok, _, err) = run(&bob, &["auth", "login", "--username", "bob", "--password-stdin"], "bob-password-1\n");
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(&bob, &["keys", "create", "scripts"], "");
+    assert!(ok && out.trim().starts_with("kvad_"), "{out}{err}");
+    let (_, out, _) = run(&bob, &["--json", "keys", "list"], "");
+    let keys: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(keys.as_array().unwrap().len(), 2, "bob's login key and his scripts key: {keys}");
+    assert!(keys.as_array().unwrap().iter().all(|k| k["account"] == "bob"));
+    let (ok, _, err) = run(&bob, &["users"], "");
+    assert!(!ok && err.contains("403"), "{err}");
+    let (_, out, _) = run(&admin, &["--json", "keys"], "");
+    let all: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 3, "an administrator sees everyone's: {all}");
+    let scripts = keys.as_array().unwrap().iter().find(|k| k["name"] == "scripts").unwrap()["id"].clone();
+    let (ok, _, err) = run(&admin, &["keys", "revoke", scripts.as_str().unwrap()], "");
+    assert!(ok, "{err}");
+    let (ok, _, err) = run(&admin, &["users", "set", "bob", "--role", "admin"], "");
+    assert!(ok, "{err}");
+
+    let (ok, out, _) = run(&bob, &["auth", "logout"], "");
+    assert!(ok && out.contains("revoked"), "{out}");
+    let (ok, _, err) = run(&bob, &["auth", "status"], "");
+    assert!(!ok && err.contains("not signed in"), "{err}");
+    let (_, out, _) = run(&admin, &["--json", "keys"], "");
+    let all: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(all.as_array().unwrap().iter().filter(|k| k["account"] == "bob").all(|k| k["revoked"] == true), "{all}");
+    let (ok, _, err) = run(&admin, &["users", "rm", "bob"], "");
+    assert!(ok, "{err}");
 }

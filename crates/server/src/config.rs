@@ -18,6 +18,15 @@
 //!
 //! [client]
 //! url = "http://127.0.0.1:5823"  # KVAD_URL: where `kvad` sends its commands
+//!
+//! [auth]
+//! mode = "local"                 # KVAD_AUTH_MODE: none (default, loopback only), local, basic or oidc
+//! session_days = 30              # how long a browser session lasts
+//! issuer = "https://id.example"  # KVAD_OIDC_ISSUER (oidc): the provider; its discovery document is read at start
+//! client_id = "kvad"             # KVAD_OIDC_CLIENT_ID
+//! client_secret = "..."          # KVAD_OIDC_CLIENT_SECRET (unset: a public client, PKCE alone)
+//! redirect_url = "https://kvad.example/api/auth/oidc/callback"  # KVAD_OIDC_REDIRECT_URL
+//! first_account_admin = false    # the first account an OIDC login creates becomes an administrator
 //! ```
 //!
 //! The data directory is `--data-dir`, else `KVAD_DATA`, else `$XDG_DATA_HOME/kvad`, else `~/.local/share/kvad`.
@@ -84,6 +93,80 @@ pub struct ClientSection {
     pub url: Option<String>,
 }
 
+/// How requests are authenticated (`[auth] mode`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Nobody signs in: every request is the local administrator. Loopback only, unless `--insecure`.
+    #[default]
+    None,
+    /// Accounts with passwords; browsers sign in to a session cookie, programs send an API key.
+    Local,
+    /// HTTP Basic against the same accounts (or an API key), for clients that only know Basic.
+    Basic,
+    /// An OpenID provider signs people in (authorisation code flow with PKCE); programs send an API key.
+    Oidc,
+}
+
+impl AuthMode {
+    /// The name as `kvad.toml` and `/api/auth/me` spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthMode::None => "none",
+            AuthMode::Local => "local",
+            AuthMode::Basic => "basic",
+            AuthMode::Oidc => "oidc",
+        }
+    }
+}
+
+impl std::str::FromStr for AuthMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(AuthMode::None),
+            "local" => Ok(AuthMode::Local),
+            "basic" => Ok(AuthMode::Basic),
+            "oidc" => Ok(AuthMode::Oidc),
+            other => Err(format!("mode = {other:?}: one of none, local, basic, oidc")),
+        }
+    }
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSection {
+    /// How requests are authenticated.
+    pub mode: AuthMode,
+    /// Days a browser session lasts from sign-in.
+    pub session_days: u32,
+    /// OIDC: the provider's issuer URL (its `/.well-known/openid-configuration` is read).
+    pub issuer: Option<String>,
+    /// OIDC: this server's client id at the provider.
+    pub client_id: Option<String>,
+    /// OIDC: the client secret (None: a public client, PKCE alone).
+    pub client_secret: Option<String>,
+    /// OIDC: where the provider sends the browser back: this server's `/api/auth/oidc/callback`.
+    pub redirect_url: Option<String>,
+    /// OIDC: the first account a login creates is an administrator (off: every OIDC account starts as a user).
+    pub first_account_admin: bool,
+}
+
+impl Default for AuthSection {
+    fn default() -> Self {
+        AuthSection {
+            mode: AuthMode::None,
+            session_days: 30,
+            issuer: None,
+            client_id: None,
+            client_secret: None,
+            redirect_url: None,
+            first_account_admin: false,
+        }
+    }
+}
+
 /// The whole file.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -92,6 +175,8 @@ pub struct Config {
     pub server: ServerSection,
     /// `[client]`.
     pub client: ClientSection,
+    /// `[auth]`.
+    pub auth: AuthSection,
 }
 
 /// The data directory.
@@ -137,6 +222,23 @@ impl Config {
         if s.context == Some(0) {
             return Err("[server] context = 0: must be at least 1 token (leave it unset for the model's)".into());
         }
+        let a = &self.auth;
+        if a.session_days == 0 || a.session_days > 3650 {
+            return Err(format!("[auth] session_days = {}: a whole number of days from 1 to 3650", a.session_days));
+        }
+        if a.mode == AuthMode::Oidc {
+            for (key, v) in [("issuer", &a.issuer), ("client_id", &a.client_id), ("redirect_url", &a.redirect_url)] {
+                if v.as_deref().is_none_or(str::is_empty) {
+                    return Err(format!("[auth] {key} is required when mode = \"oidc\""));
+                }
+            }
+            for (key, v) in [("issuer", &a.issuer), ("redirect_url", &a.redirect_url)] {
+                let v = v.as_deref().unwrap_or("");
+                if !(v.starts_with("https://") || v.starts_with("http://")) {
+                    return Err(format!("[auth] {key} = {v:?}: an http:// or https:// URL"));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -171,6 +273,20 @@ impl Config {
         }
         if let Some(v) = get("KVAD_URL").filter(|v| !v.is_empty()) {
             self.client.url = Some(v);
+        }
+        if let Some(v) = get("KVAD_AUTH_MODE").filter(|v| !v.is_empty()) {
+            self.auth.mode = v.parse().map_err(|e| format!("KVAD_AUTH_MODE: {e}"))?;
+        }
+        let oidc = [
+            ("KVAD_OIDC_ISSUER", &mut self.auth.issuer),
+            ("KVAD_OIDC_CLIENT_ID", &mut self.auth.client_id),
+            ("KVAD_OIDC_CLIENT_SECRET", &mut self.auth.client_secret),
+            ("KVAD_OIDC_REDIRECT_URL", &mut self.auth.redirect_url),
+        ];
+        for (k, slot) in oidc {
+            if let Some(v) = get(k).filter(|v| !v.is_empty()) {
+                *slot = Some(v);
+            }
         }
         Ok(())
     }
@@ -213,5 +329,32 @@ mod tests {
         let c = Config::parse("[server]\nbatch = 8\ncontext = 2048\nautoload = true\n").unwrap();
         assert_eq!((c.server.batch, c.server.context, c.server.autoload), (8, Some(2048), true));
         assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn auth_section_modes_and_oidc_requirements() {
+        assert_eq!(Config::default().auth.mode, AuthMode::None);
+        let c = Config::parse("[auth]\nmode = \"basic\"\n").unwrap();
+        assert_eq!(c.auth.mode, AuthMode::Basic);
+        let e = Config::parse("[auth]\nmode = \"ldap\"\n").unwrap_err();
+        assert!(e.contains("ldap"), "{e}");
+        let e = Config::parse("[auth]\nissuerr = \"x\"\n").unwrap_err();
+        assert!(e.contains("issuerr"), "{e}");
+        let mut c = Config::default();
+        c.apply_env(|k| (k == "KVAD_AUTH_MODE").then(|| "local".to_string())).unwrap();
+        assert_eq!(c.auth.mode, AuthMode::Local);
+        let e = c.apply_env(|k| (k == "KVAD_AUTH_MODE").then(|| "open".to_string())).unwrap_err();
+        assert!(e.contains("KVAD_AUTH_MODE") && e.contains("open"), "{e}");
+        let c = Config::parse("[auth]\nmode = \"oidc\"\nissuer = \"https://id\"\n").unwrap();
+        assert_eq!(c.check().unwrap_err(), "[auth] client_id is required when mode = \"oidc\"");
+        let mut c = Config::parse(
+            "[auth]\nmode = \"oidc\"\nissuer = \"id.example\"\nclient_id = \"k\"\nredirect_url = \"http://h/cb\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.check().unwrap_err(), "[auth] issuer = \"id.example\": an http:// or https:// URL");
+        c.apply_env(|k| (k == "KVAD_OIDC_ISSUER").then(|| "https://id.example".to_string())).unwrap();
+        assert!(c.check().is_ok());
+        let c = Config::parse("[auth]\nsession_days = 0\n").unwrap();
+        assert!(c.check().unwrap_err().contains("session_days = 0"));
     }
 }

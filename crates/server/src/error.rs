@@ -105,6 +105,56 @@ impl ApiError {
         }
     }
 
+    /// 401: no valid session, API key or Basic credentials. The message says how to authenticate and nothing about
+    /// which part was wrong, so it cannot be used to find out which accounts or keys exist.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: message.into(),
+            kind: "authentication_error",
+            param: None,
+            code: Some("unauthorized"),
+            retry_after: None,
+        }
+    }
+
+    /// 403: authenticated, but this account may not do this (or a browser request lacks its CSRF token).
+    pub fn forbidden(message: impl Into<String>, code: &'static str) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            message: message.into(),
+            kind: "permission_error",
+            param: None,
+            code: Some(code),
+            retry_after: None,
+        }
+    }
+
+    /// 404 for a thing (a key, a session, an account) that does not exist, or that the caller may not see: the two
+    /// answer alike so existence does not leak.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            kind: "not_found_error",
+            param: None,
+            code: Some("not_found"),
+            retry_after: None,
+        }
+    }
+
+    /// 409: the request conflicts with what exists (a name taken, the last administrator).
+    pub fn conflict(param: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::CONFLICT,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: Some(param.to_string()),
+            code: Some("conflict"),
+            retry_after: None,
+        }
+    }
+
     /// 500: the engine failed.
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError {

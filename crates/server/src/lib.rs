@@ -7,6 +7,7 @@
 //! and the `/api` page are made.
 
 pub mod api;
+pub mod auth;
 pub mod config;
 pub mod engine;
 pub mod error;
@@ -36,6 +37,8 @@ pub struct AppState {
     pub pulls: api::pull::Pulls,
     /// Turns true when the shutdown timeout has passed: what still streams (pulls) ends now.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// Accounts, sessions and API keys, and the mode requests are authenticated in.
+    pub auth: auth::Auth,
 }
 
 impl AppState {

@@ -1,4 +1,5 @@
-//! `kvad-serve`: the OpenAI-compatible server. Loopback on 5823 by default, no authentication.
+//! `kvad-serve`: the OpenAI-compatible server. Loopback on 5823 by default, no authentication ([auth] mode none);
+//! a non-loopback address needs another mode, or --insecure.
 
 use clap::Parser;
 use kvad_server::config::{data_dir, Config};
@@ -19,10 +20,11 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(name = "kvad-serve", version)]
 struct Args {
-    /// Address to listen on (default 127.0.0.1:5823). A non-loopback address needs --insecure until auth exists.
+    /// Address to listen on (default 127.0.0.1:5823). A non-loopback address needs [auth] mode local, basic or
+    /// oidc (KVAD_AUTH_MODE), or --insecure.
     #[arg(long)]
     bind: Option<String>,
-    /// Serve a non-loopback address with no authentication.
+    /// Serve a non-loopback address with [auth] mode none: anyone who reaches it administers this server.
     #[arg(long)]
     insecure: bool,
     /// The data directory (kvad.toml, kvad.db).
@@ -103,12 +105,10 @@ fn run(args: Args) -> Result<(), String> {
         .bind
         .parse()
         .map_err(|_| format!("bind = {:?}: not an address like 127.0.0.1:5823", config.server.bind))?;
-    if !addr.ip().is_loopback() && !args.insecure {
-        return Err(format!(
-            "bind = {addr} is reachable from other machines, and no authentication mode exists yet; \
-             pass --insecure to serve it with none, or bind a loopback address"
-        ));
-    }
+    kvad_server::auth::check_bind(config.auth.mode, addr, args.insecure)?;
+    let db = dir.join("kvad.db");
+    let admin_password = std::env::var("KVAD_ADMIN_PASSWORD").ok();
+    let auth = kvad_server::auth::Auth::start(&config.auth, &db, args.insecure, admin_password.as_deref())?;
     let total = match &config.server.memory {
         Some(m) => memory::parse_bytes(m)?,
         None => memory::available().unwrap_or(u64::MAX),
@@ -123,7 +123,6 @@ fn run(args: Args) -> Result<(), String> {
             Box::new(LocalEngine::new(&config.server.models, backend, settings)?)
         }
     };
-    let db = dir.join("kvad.db");
     let store = Store::open(&db).map_err(|e| format!("{}: {e}", db.display()))?;
     let active = if config.server.autoload { store.active_models().map_err(|e| e.to_string())? } else { vec![] };
     let limits = Limits {
@@ -147,6 +146,7 @@ fn run(args: Args) -> Result<(), String> {
         db,
         pulls: api::pull::Pulls::default(),
         stopping,
+        auth,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -176,7 +176,12 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("binding {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let models: Vec<String> = state.queue.catalog().into_iter().map(|m| m.id).collect();
-    eprintln!("kvad-serve: listening on http://{local} (models: {}; data: {})", models.join(", "), dir.display());
+    eprintln!(
+        "kvad-serve: listening on http://{local} (models: {}; data: {}; auth: {})",
+        models.join(", "),
+        dir.display(),
+        state.auth.mode().as_str()
+    );
     let draining = state.draining.clone();
     let queue = state.queue.clone();
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();

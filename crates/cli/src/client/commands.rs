@@ -15,10 +15,29 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("POST", "/api/unload", "kvad unload [MODEL] (no name: every model)"),
     ("GET", "/api/metrics/usage", "kvad metrics usage [--days N]"),
     ("POST", "/api/pull", "kvad pull MODEL (progress from the events; --json prints them)"),
+    ("POST", "/api/auth/login", "kvad auth login (signs in, makes an API key, signs the session out)"),
+    ("POST", "/api/auth/logout", "kvad auth login (the session it used for making the key)"),
+    ("GET", "/api/auth/me", "kvad auth status; kvad auth login --api-key-stdin checks the key with it"),
+    ("GET", "/api/keys", "kvad keys list"),
+    ("POST", "/api/keys", "kvad keys create NAME; kvad auth login"),
+    ("DELETE", "/api/keys/{id}", "kvad keys revoke ID; kvad auth logout (the stored key)"),
+    ("GET", "/api/users", "kvad users list"),
+    ("POST", "/api/users", "kvad users add NAME [--role admin|user] (password from stdin)"),
+    ("PATCH", "/api/users/{name}", "kvad users set NAME [--role R] [--password]"),
+    ("DELETE", "/api/users/{name}", "kvad users rm NAME"),
+    ("GET", "/api/sessions", "kvad sessions list"),
+    ("DELETE", "/api/sessions/{id}", "kvad sessions rm ID"),
 ];
 
 /// `(method, path, why no command sends it)`.
 pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api", "an HTML page for a browser; `kvad api` lists the same routes from /api/openapi.json"),
     ("GET", "/metrics", "Prometheus' text format for a scraper; `kvad metrics usage` and `kvad queue` are for people"),
+    (
+        "GET",
+        "/api/auth/oidc/login",
+        "a browser's redirect to the OpenID provider; from a shell, make a key in the web UI \
+      and give it to `kvad auth login --api-key-stdin`",
+    ),
+    ("GET", "/api/auth/oidc/callback", "where the OpenID provider sends the browser back; not something to type"),
 ];

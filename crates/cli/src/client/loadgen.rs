@@ -43,7 +43,8 @@ fn one(url: &str, model: &str, text: &str, max_tokens: usize) -> Result<Stream> 
     let body = json!({"model": model, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0,
         "max_tokens": max_tokens, "prompt": text});
     let t0 = Instant::now();
-    let resp = ureq::post(&format!("{url}/v1/completions")).send_json(body).map_err(http_error)?;
+    let resp =
+        super::with_auth(url, ureq::post(&format!("{url}/v1/completions"))).send_json(body).map_err(http_error)?;
     let mut s = Stream::default();
     let mut last = None::<Instant>;
     for line in BufReader::new(resp.into_reader()).lines() {

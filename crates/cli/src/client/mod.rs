@@ -6,8 +6,11 @@
 //! somebody said, so a server they name that does not answer is an error, never a quiet fallback; the last is a
 //! guess, and when nothing answers there the command runs in this process.
 
+pub mod accounts;
 pub mod admin;
+pub mod auth;
 pub mod commands;
+pub mod credentials;
 pub mod loadgen;
 pub mod pull;
 pub mod remote;
@@ -136,10 +139,18 @@ pub fn http_error(e: ureq::Error) -> anyhow::Error {
     }
 }
 
+/// The request with `Authorization: Bearer` for the server at `url` when a key is kept for it (`kvad auth
+/// login`) or given in `KVAD_API_KEY`.
+pub fn with_auth(url: &str, req: ureq::Request) -> ureq::Request {
+    match credentials::key_for(url) {
+        Some(key) => req.set("authorization", &format!("Bearer {key}")),
+        None => req,
+    }
+}
+
 /// `GET url+path` as JSON.
 pub fn get_json(url: &str, path: &str) -> Result<Value> {
-    agent(Duration::from_secs(5))
-        .get(&format!("{url}{path}"))
+    with_auth(url, agent(Duration::from_secs(5)).get(&format!("{url}{path}")))
         .call()
         .map_err(http_error)?
         .into_json()

@@ -11,7 +11,9 @@ use std::io::{BufRead, BufReader};
 
 /// Pulls `model` on the server at `url`.
 pub fn pull(url: &str, model: &str, json_out: bool) -> Result<()> {
-    let resp = ureq::post(&format!("{url}/api/pull")).send_json(json!({ "model": model })).map_err(http_error)?;
+    let resp = super::with_auth(url, ureq::post(&format!("{url}/api/pull")))
+        .send_json(json!({ "model": model }))
+        .map_err(http_error)?;
     let mut bars = Bars::default();
     for line in BufReader::new(resp.into_reader()).lines() {
         let line = line.context("reading the server's pull events")?;

@@ -34,7 +34,7 @@ fn sampling(a: &ModelArgs) -> Value {
 /// Posts a streaming request and prints it: text to stdout (reasoning to stderr), or with `json` each event as one
 /// line. Returns the answer's text.
 fn stream(url: &str, path: &str, body: &Value, json_out: bool) -> Result<String> {
-    let resp = ureq::post(&format!("{url}{path}")).send_json(body).map_err(http_error)?;
+    let resp = super::with_auth(url, ureq::post(&format!("{url}{path}"))).send_json(body).map_err(http_error)?;
     let mut out = std::io::stdout().lock();
     let mut text = String::new();
     let mut usage = Value::Null;
@@ -161,7 +161,7 @@ pub fn api(url: &str, path: Option<&str>, method: Option<&str>, data: Option<&st
         bail!("path {path:?} must start with / (for example /v1/models)");
     }
     let method = method.map(str::to_uppercase).unwrap_or_else(|| if data.is_some() { "POST" } else { "GET" }.into());
-    let req = ureq::request(&method, &format!("{url}{path}"));
+    let req = super::with_auth(url, ureq::request(&method, &format!("{url}{path}")));
     let resp = match data {
         Some(d) => {
             let body: Value = serde_json::from_str(d).with_context(|| format!("--data is not JSON: {d}"))?;

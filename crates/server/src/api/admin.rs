@@ -1,27 +1,37 @@
 //! What waits, what is in memory, who used the machine: `/api/queue`, `/api/ps`, `/api/load`, `/api/unload`,
 //! `/api/metrics/usage` and Prometheus' `/metrics`.
 //!
-//! With authentication `none` every caller is the local account and an administrator, so each sees whose jobs
-//! wait and everybody's usage; the auth layer (issue 7) narrows both to a caller's own for non-administrators.
+//! An administrator (everyone, in mode none) sees whose jobs wait and everybody's usage; a user sees the queue with
+//! other accounts' names blanked (null) and only its own usage. Load and unload are for administrators.
 
 use super::request::{parse_body, Fields};
+use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
 use crate::sched::Kind;
 use crate::store::Store;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
-/// `GET /api/queue`: what waits (for how long, whose) and what runs.
-pub async fn queue(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    super::account(&headers)?;
+/// `GET /api/queue`: what waits (for how long, whose) and what runs; to a user, other accounts' names are null.
+pub async fn queue(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
     let view = state.queue.view();
-    Ok(Json(serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?))
+    let mut v = serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Some(own) = caller.scope() {
+        for list in ["waiting", "running"] {
+            for job in v[list].as_array_mut().into_iter().flatten() {
+                if job["account"].as_str() != Some(own) {
+                    job["account"] = Value::Null;
+                }
+            }
+        }
+    }
+    Ok(Json(v))
 }
 
 /// `GET /api/ps`: the models in memory, what each is charged, and the memory left.
@@ -38,26 +48,28 @@ pub async fn ps(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"models": models, "memory": {"total_bytes": m.total, "left_bytes": m.left()}}))
 }
 
-async fn admin(state: &AppState, headers: &HeaderMap, kind: Kind) -> Result<Vec<String>, ApiError> {
-    let who = super::account(headers)?;
-    let rx = state.queue.admin(&who, kind, true).ok_or_else(|| ApiError::unavailable("the scheduler refused", None))?;
+async fn admin(state: &AppState, who: &Caller, kind: Kind) -> Result<Vec<String>, ApiError> {
+    let rx = state
+        .queue
+        .admin(&who.account, kind, true)
+        .ok_or_else(|| ApiError::unavailable("the scheduler refused", None))?;
     rx.await.map_err(|_| ApiError::internal("the engine stopped before answering"))?
 }
 
 /// `POST /api/load {"model"}`: a job on the queue (nothing passes it); refused, naming the holders, when the model
 /// does not fit beside what is loaded.
-pub async fn load(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn load(State(state): State<AppState>, Admin(who): Admin, body: Bytes) -> Result<Json<Value>, ApiError> {
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.string("model")?.to_string();
     f.finish()?;
     state.model_info(&model)?;
-    let names = admin(&state, &headers, Kind::Load { model }).await?;
+    let names = admin(&state, &who, Kind::Load { model }).await?;
     Ok(Json(json!({"loaded": names})))
 }
 
 /// `POST /api/unload {"model"}` or `{"all": true}`: a job on the queue; it runs when the replies before it are done.
-pub async fn unload(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn unload(State(state): State<AppState>, Admin(who): Admin, body: Bytes) -> Result<Json<Value>, ApiError> {
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.opt_string("model")?.map(str::to_string);
@@ -73,17 +85,17 @@ pub async fn unload(State(state): State<AppState>, headers: HeaderMap, body: Byt
     if let Some(m) = &model {
         state.model_info(m)?;
     }
-    let names = admin(&state, &headers, Kind::Unload { model }).await?;
+    let names = admin(&state, &who, Kind::Unload { model }).await?;
     Ok(Json(json!({"unloaded": names})))
 }
 
-/// `GET /api/metrics/usage?days=N`: the requests table added up by account over the last N days (7 unless given).
+/// `GET /api/metrics/usage?days=N`: the requests table added up by account over the last N days (7 unless given):
+/// everyone's to an administrator, the caller's own to a user.
 pub async fn usage(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    caller: Caller,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    super::account(&headers)?;
     if let Some(k) = q.keys().find(|k| k.as_str() != "days") {
         return Err(ApiError::bad_field(k, format!("{k} is not a parameter of /api/metrics/usage (days is)")));
     }
@@ -95,7 +107,8 @@ pub async fn usage(
         },
     };
     let db = state.db.clone();
-    let rows = tokio::task::spawn_blocking(move || Store::open(&db).and_then(|s| s.usage(days, None)))
+    let only = caller.scope().map(str::to_string);
+    let rows = tokio::task::spawn_blocking(move || Store::open(&db).and_then(|s| s.usage(days, only.as_deref())))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(format!("reading the requests table: {e}")))?;

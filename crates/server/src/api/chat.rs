@@ -2,12 +2,12 @@
 
 use super::request::{ignored, kind_of, parse_body, sampling, stop, stream, Fields};
 use super::{respond, Shape, Submit};
+use crate::auth::Caller;
 use crate::engine::Prompt;
 use crate::error::ApiError;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 
@@ -15,8 +15,8 @@ use serde_json::{json, Map, Value};
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
 
 /// The handler.
-pub async fn handler(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let account = super::account(&headers)?;
+pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes) -> Result<Response, ApiError> {
+    let account = caller.account;
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.string("model")?.to_string();

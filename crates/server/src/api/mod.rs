@@ -40,8 +40,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(admin::prometheus))
         .route("/api/openapi.json", get(misc::openapi))
         .route("/api", get(misc::page))
+        .merge(crate::auth::routes::routes())
         .fallback(misc::fallback)
         .method_not_allowed_fallback(misc::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware::authenticate))
         .with_state(state)
 }
 
@@ -76,12 +78,13 @@ pub struct Submit {
     pub fresh: bool,
 }
 
-/// The header that names the account while authentication is `none` (issue 7's auth layer will set the account
-/// from the API key instead, and ignore this header).
+/// The header that names the account while authentication is `none`; in the other modes the account is the one
+/// the session, API key or Basic credentials prove, and this header is ignored.
 pub const ACCOUNT_HEADER: &str = "x-kvad-account";
 
-/// The account a request is from: the `x-kvad-account` header, else `local` (with no authentication every request
-/// is the local account's). A malformed name is a 400 naming the header and the value.
+/// The account a request names in mode `none`: the `x-kvad-account` header, else `local`. A malformed name is a
+/// 400 naming the header and the value. Handlers take [`crate::auth::Caller`] instead, which the auth layer fills
+/// from this in mode none and from the credentials otherwise.
 pub fn account(headers: &axum::http::HeaderMap) -> Result<String, ApiError> {
     let Some(v) = headers.get(ACCOUNT_HEADER) else { return Ok("local".into()) };
     let s = v.to_str().unwrap_or("");

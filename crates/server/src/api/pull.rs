@@ -10,11 +10,12 @@
 //! pull is a 403.
 
 use super::request::{parse_body, Fields};
+use crate::auth::Admin;
 use crate::error::ApiError;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
@@ -147,8 +148,7 @@ fn error_event(e: &ApiError) -> PullEvent {
 }
 
 /// The handler: checks the name, claims the repo, starts the download and streams its events.
-pub async fn handler(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    super::account(&headers)?;
+pub async fn handler(State(state): State<AppState>, _: Admin, body: Bytes) -> Result<Response, ApiError> {
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.string("model")?.trim().to_string();

@@ -5,7 +5,7 @@
 /// One route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
-    /// GET or POST.
+    /// GET, POST, PATCH or DELETE.
     pub method: &'static str,
     /// The path.
     pub path: &'static str,
@@ -96,4 +96,94 @@ pub const ROUTES: &[Route] = &[
     },
     Route { method: "GET", path: "/api/openapi.json", summary: "This API as an OpenAPI 3.1 document", tag: "kvad" },
     Route { method: "GET", path: "/api", summary: "This API's documentation page", tag: "kvad" },
+    Route {
+        method: "POST",
+        path: "/api/auth/login",
+        summary: "Sign in (mode local or basic): {\"username\", \"password\"} → {account, role, csrf_token} and the \
+                  kvad_session cookie (HttpOnly, SameSite=Lax); 401 \"wrong username or password\" for any mismatch",
+        tag: "auth",
+    },
+    Route {
+        method: "POST",
+        path: "/api/auth/logout",
+        summary: "Sign out: ends the cookie's session and clears the cookie (204)",
+        tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api/auth/me",
+        summary: "Who is signed in: {account, role, mode, csrf_token}; state-changing requests made with the session \
+                  cookie must send csrf_token as the x-csrf-token header",
+        tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api/auth/oidc/login",
+        summary: "Mode oidc: 302 to the OpenID provider (authorisation code flow, PKCE S256, state, nonce)",
+        tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api/auth/oidc/callback",
+        summary: "Mode oidc: where the provider sends the browser back; verifies the ID token, signs in, 302 to /",
+        tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api/keys",
+        summary: "API keys: [{id, name, prefix, account, created, last_used, revoked}] (the caller's; an \
+                  administrator's: everyone's)",
+        tag: "auth",
+    },
+    Route {
+        method: "POST",
+        path: "/api/keys",
+        summary: "Create an API key ({\"name\"}) → {id, name, key}: the only time the key is shown; send it as \
+                  Authorization: Bearer kvad_...",
+        tag: "auth",
+    },
+    Route {
+        method: "DELETE",
+        path: "/api/keys/{id}",
+        summary: "Revoke an API key (one's own; an administrator: any); 404 for another account's",
+        tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api/users",
+        summary: "Accounts (administrators): [{name, role, created}]",
+        tag: "auth",
+    },
+    Route {
+        method: "POST",
+        path: "/api/users",
+        summary: "Create an account (administrators): {\"name\", \"password\", \"role\": \"admin\" | \"user\"}",
+        tag: "auth",
+    },
+    Route {
+        method: "PATCH",
+        path: "/api/users/{name}",
+        summary: "Change an account ({\"password\"?, \"role\"?}): administrators any; a user only its own \
+                  password. A new password ends the account's other sessions",
+        tag: "auth",
+    },
+    Route {
+        method: "DELETE",
+        path: "/api/users/{name}",
+        summary: "Delete an account with its sessions and keys (administrators; never the last administrator)",
+        tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api/sessions",
+        summary: "Signed-in sessions: [{id, account, created, last_seen, user_agent, current}] (the caller's; an \
+                  administrator's: everyone's)",
+        tag: "auth",
+    },
+    Route {
+        method: "DELETE",
+        path: "/api/sessions/{id}",
+        summary: "Sign a session out (one's own; an administrator: any); 404 for another account's",
+        tag: "auth",
+    },
 ];

@@ -15,6 +15,7 @@ pub mod metrics;
 pub mod sched;
 pub mod scripted;
 pub mod store;
+pub mod ui;
 
 pub use engine::Engine;
 
@@ -36,6 +37,12 @@ pub struct AppState {
     pub pulls: api::pull::Pulls,
     /// Turns true when the shutdown timeout has passed: what still streams (pulls) ends now.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// The models' tokenizers (`POST /api/tokenize`), outside the engine thread so tokenizing never queues.
+    pub tokenizers: Arc<dyn engine::Tokenize>,
+    /// The benchmark running now or the last one (`/api/bench`), so a second is refused naming the first.
+    pub bench: api::bench::Benches,
+    /// The configuration the server started with (`GET /api/settings`; live limits are the queue's).
+    pub config: Arc<config::Config>,
 }
 
 impl AppState {

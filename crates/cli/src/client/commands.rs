@@ -21,4 +21,18 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
 pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api", "an HTML page for a browser; `kvad api` lists the same routes from /api/openapi.json"),
     ("GET", "/metrics", "Prometheus' text format for a scraper; `kvad metrics usage` and `kvad queue` are for people"),
+    // The web UI's routes: each reachable from a shell as `kvad api METHOD PATH` until a command of its own exists.
+    ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api POST /api/tokenize)"),
+    ("GET", "/api/models", "the web UI's Models page; kvad ls reads the same cache in process (kvad api GET /api/models)"),
+    ("GET", "/api/requests", "the web UI's Dashboard; kvad metrics usage adds the same rows up by account"),
+    ("GET", "/api/settings", "the web UI's Settings page; kvad queue shows the limits in force"),
+    ("PATCH", "/api/settings", "the web UI's Settings page; not yet a command (kvad api PATCH /api/settings)"),
+    ("GET", "/api/bench", "the web UI's Benchmarks page; kvad bench runs in process"),
+    ("POST", "/api/bench", "the web UI's Benchmarks page; kvad bench runs the same protocol in process"),
+    ("GET", "/api/conversations", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),
+    ("POST", "/api/conversations", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),
+    ("GET", "/api/conversations/{id}", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),
+    ("PATCH", "/api/conversations/{id}", "the web UI's Chat page renames and re-sets a conversation"),
+    ("DELETE", "/api/conversations/{id}", "the web UI's Chat page deletes a conversation"),
+    ("POST", "/api/conversations/{id}/messages", "the web UI's Chat page stores each answer; kvad chat keeps none"),
 ];

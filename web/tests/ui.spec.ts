@@ -146,12 +146,18 @@ test('a benchmark runs its rounds and charts medians and ranges; a second is ref
   await other;
 });
 
-test('monitoring charts the Prometheus figures and shows usage by account', async ({ page }) => {
+test('monitoring charts the Prometheus figures and shows usage by account', async ({ page, request }) => {
   await page.goto('/monitoring');
   await expect(page.getByRole('heading', { name: 'Monitoring', level: 1 })).toBeVisible();
   await expect(page.getByRole('cell', { name: 'local', exact: true })).toBeVisible();
-  await expect(page.locator('figure polyline').first()).toBeVisible();
-  await page.waitForTimeout(4500);
+  // The series grow a point per poll; a completion sent meanwhile shows as tokens per second above zero.
+  const series = (title: string) => page.locator('figure', { hasText: title }).locator('polyline');
+  const ys = async (title: string) =>
+    ((await series(title).getAttribute('points')) ?? '').split(' ').filter(Boolean).map((p) => Number(p.split(',')[1]));
+  await expect.poll(async () => (await ys('Queue depth')).length).toBeGreaterThanOrEqual(2);
+  const r = await request.post('/v1/completions', { data: { model: 'qwen2.5-scripted', prompt: 'Hi', max_tokens: 20 } });
+  expect(r.status()).toBe(200);
+  await expect.poll(async () => Math.min(...(await ys('Tokens generated'))), { timeout: 10_000 }).toBeLessThan(76);
   await shot(page, 'monitoring');
 });
 

@@ -254,7 +254,11 @@ impl Engine for ScriptedEngine {
 /// A scripted token's log-probabilities: the token itself at 0.7 and two made-up alternatives, " maybe" (0.2, in
 /// play) and " never" (0.1, which the sampler's cut left out), so a client can show alternatives and the mark.
 fn scripted_logprob(text: &str, n: usize) -> TokenLogprob {
-    let all = [(text.to_string(), 0.7f32.ln(), true), (" maybe".into(), 0.2f32.ln(), true), (" never".into(), 0.1f32.ln(), false)];
+    let all = [
+        (text.to_string(), 0.7f32.ln(), true),
+        (" maybe".into(), 0.2f32.ln(), true),
+        (" never".into(), 0.1f32.ln(), false),
+    ];
     let top = &all[..n.min(all.len())];
     TokenLogprob {
         token: text.to_string(),

@@ -248,7 +248,11 @@ mod tests {
         assert_eq!(s.usage(7, Some("local")).unwrap().len(), 1);
         let recent = s.recent(2).unwrap();
         assert_eq!(recent.len(), 2, "limited");
-        assert_eq!((recent[0]["account"].as_str(), recent[0]["prompt_tokens"].as_i64()), (Some("b"), Some(30)), "newest first");
+        assert_eq!(
+            (recent[0]["account"].as_str(), recent[0]["prompt_tokens"].as_i64()),
+            (Some("b"), Some(30)),
+            "newest first"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

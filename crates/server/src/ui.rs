@@ -20,7 +20,8 @@ use std::borrow::Cow;
 struct Dist;
 
 /// The page every UI path answers when the binary was built without `web/dist`.
-pub const NOT_BUILT: &str = "this kvad was built without the web UI: run `cd web && npm ci && npm run build` and rebuild";
+pub const NOT_BUILT: &str =
+    "this kvad was built without the web UI: run `cd web && npm ci && npm run build` and rebuild";
 
 /// One file of the UI.
 pub struct Asset {
@@ -157,7 +158,7 @@ mod tests {
         String::from_utf8(to_bytes(r.into_body(), 1 << 20).await.unwrap().to_vec()).unwrap()
     }
 
-    fn header_of<'a>(r: &'a Response, h: header::HeaderName) -> &'a str {
+    fn header_of(r: &Response, h: header::HeaderName) -> &str {
         r.headers().get(h).and_then(|v| v.to_str().ok()).unwrap_or("")
     }
 
@@ -169,7 +170,10 @@ mod tests {
         assert_eq!(header_of(&r, header::CONTENT_TYPE), "text/javascript; charset=utf-8");
         assert_eq!(header_of(&r, header::CACHE_CONTROL), "public, max-age=31536000, immutable");
         let r = get(files, "/favicon.svg", &none);
-        assert_eq!((header_of(&r, header::CONTENT_TYPE), header_of(&r, header::CACHE_CONTROL)), ("image/svg+xml", "no-cache"));
+        assert_eq!(
+            (header_of(&r, header::CONTENT_TYPE), header_of(&r, header::CACHE_CONTROL)),
+            ("image/svg+xml", "no-cache")
+        );
         // An app route and the root are index.html, revalidated every time.
         for path in ["/", "/chat", "/models/owner/name"] {
             let r = get(files, path, &none);

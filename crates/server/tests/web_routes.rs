@@ -25,14 +25,20 @@ fn as_account(s: &common::Server, method: &str, path: &str, account: &str, body:
 fn conversations_are_kept_per_account_with_the_answer_and_not_the_trace() {
     let s = common::scripted("conversations", &[]);
     let call = |m: &str, p: &str, who: &str, b: Value| as_account(&s, m, p, who, &b);
-    let (code, c) = call("POST", "/api/conversations", "ann", json!({"title": "Oslo", "model": "qwen3-scripted",
-                                                                      "settings": {"temperature": 0.2}}));
+    let (code, c) = call(
+        "POST",
+        "/api/conversations",
+        "ann",
+        json!({"title": "Oslo", "model": "qwen3-scripted",
+                                                                      "settings": {"temperature": 0.2}}),
+    );
     assert_eq!(code, 201, "{c}");
     let id = c["id"].as_i64().unwrap();
     let path = format!("/api/conversations/{id}");
     let msgs = format!("{path}/messages");
     assert_eq!(call("POST", &msgs, "ann", json!({"role": "user", "content": "Hi"})).0, 201);
-    let (code, e) = call("POST", &msgs, "ann", json!({"role": "assistant", "content": "Hello!", "reasoning_content": "I greet"}));
+    let (code, e) =
+        call("POST", &msgs, "ann", json!({"role": "assistant", "content": "Hello!", "reasoning_content": "I greet"}));
     assert_eq!((code, e["error"]["param"].as_str()), (400, Some("reasoning_content")), "{e}");
     assert!(e["error"]["message"].as_str().unwrap().contains("the answer, not the reasoning trace"), "{e}");
     let calls = json!([{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]);
@@ -62,7 +68,10 @@ fn conversations_are_kept_per_account_with_the_answer_and_not_the_trace() {
     let (code, renamed) = call("PATCH", &path, "ann", json!({"title": "Weather", "model": null}));
     assert_eq!((code, renamed["title"].as_str(), &renamed["model"]), (200, Some("Weather"), &Value::Null));
     let (_, list) = call("GET", "/api/conversations", "ann", json!({}));
-    assert_eq!((list["conversations"][0]["id"].as_i64(), list["conversations"][0]["messages"].as_i64()), (Some(id), Some(2)));
+    assert_eq!(
+        (list["conversations"][0]["id"].as_i64(), list["conversations"][0]["messages"].as_i64()),
+        (Some(id), Some(2))
+    );
 
     // Bad input names the field and the value.
     let bad = [
@@ -87,16 +96,23 @@ fn tokenize_settings_and_logprob_marks() {
     let s = common::scripted("web-routes", &[]);
     let (code, t) = s.post("/api/tokenize", &json!({"model": "qwen2.5-scripted", "text": "abcdefg"}).to_string());
     assert_eq!(code, 200, "{t}");
-    assert_eq!(t["tokens"], json!([{"id": 294 % 256, "text": "abc"}, {"id": 303 % 256, "text": "def"}, {"id": 103, "text": "g"}]));
+    assert_eq!(
+        t["tokens"],
+        json!([{"id": 294 % 256, "text": "abc"}, {"id": 303 % 256, "text": "def"}, {"id": 103, "text": "g"}])
+    );
     let (code, e) = s.post("/api/tokenize", &json!({"model": "nope", "text": "x"}).to_string());
     assert_eq!((code, e["error"]["param"].as_str()), (404, Some("model")), "{e}");
 
     // The live limits change the scheduler's; other keys are refused by name, saying why.
-    let (code, v) = s.call("PATCH", "/api/settings", &json!({"queue_per_account": 2, "generations_per_minute": 5}).to_string());
+    let (code, v) =
+        s.call("PATCH", "/api/settings", &json!({"queue_per_account": 2, "generations_per_minute": 5}).to_string());
     assert_eq!(code, 200, "{v}");
     let (_, q) = s.get("/api/queue");
     let q: Value = serde_json::from_str(&q).unwrap();
-    assert_eq!((q["limits"]["queue_per_account"].as_u64(), q["limits"]["generations_per_minute"].as_u64()), (Some(2), Some(5)));
+    assert_eq!(
+        (q["limits"]["queue_per_account"].as_u64(), q["limits"]["generations_per_minute"].as_u64()),
+        (Some(2), Some(5))
+    );
     let (code, e) = s.call("PATCH", "/api/settings", &json!({"backend": "cpu-q4"}).to_string());
     assert_eq!((code, e["error"]["param"].as_str()), (400, Some("backend")));
     assert!(e["error"]["message"].as_str().unwrap().contains("restart"), "{e}");
@@ -111,10 +127,16 @@ fn tokenize_settings_and_logprob_marks() {
     let top = &r["choices"][0]["logprobs"]["content"][0]["top_logprobs"];
     let marks: Vec<bool> = top.as_array().unwrap().iter().map(|t| t["in_play"].as_bool().unwrap()).collect();
     assert_eq!(marks, [true, true, false]);
-    let (code, r) = s.post("/v1/completions", &json!({"model": "qwen2.5-scripted", "prompt": "x", "logprobs": 2, "max_tokens": 2}).to_string());
+    let (code, r) = s.post(
+        "/v1/completions",
+        &json!({"model": "qwen2.5-scripted", "prompt": "x", "logprobs": 2, "max_tokens": 2}).to_string(),
+    );
     assert_eq!(code, 200, "{r}");
     let kt = &r["choices"][0]["logprobs"]["kvad_top"][0];
-    assert_eq!((kt[1]["token"].as_str(), kt[1]["in_play"].as_bool(), kt.as_array().unwrap().len()), (Some(" maybe"), Some(true), 2));
+    assert_eq!(
+        (kt[1]["token"].as_str(), kt[1]["in_play"].as_bool(), kt.as_array().unwrap().len()),
+        (Some(" maybe"), Some(true), 2)
+    );
 
     // A load on a backend the server does not run the model on is refused naming the field and both backends.
     let (code, e) = s.post("/api/load", &json!({"model": "qwen2.5-scripted", "backend": "gpu-q8"}).to_string());

@@ -23,7 +23,11 @@ pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/metrics", "Prometheus' text format for a scraper; `kvad metrics usage` and `kvad queue` are for people"),
     // The web UI's routes: each reachable from a shell as `kvad api METHOD PATH` until a command of its own exists.
     ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api POST /api/tokenize)"),
-    ("GET", "/api/models", "the web UI's Models page; kvad ls reads the same cache in process (kvad api GET /api/models)"),
+    (
+        "GET",
+        "/api/models",
+        "the web UI's Models page; kvad ls reads the same cache in process (kvad api GET /api/models)",
+    ),
     ("GET", "/api/requests", "the web UI's Dashboard; kvad metrics usage adds the same rows up by account"),
     ("GET", "/api/settings", "the web UI's Settings page; kvad queue shows the limits in force"),
     ("PATCH", "/api/settings", "the web UI's Settings page; not yet a command (kvad api PATCH /api/settings)"),

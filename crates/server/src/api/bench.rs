@@ -232,11 +232,20 @@ async fn rounds(
 }
 
 /// One generation from an empty cache, timed from the moment it starts reading its prompt.
-async fn timed(state: &AppState, account: &str, model: &str, max_tokens: usize, round: usize) -> Result<Sample, ApiError> {
+async fn timed(
+    state: &AppState,
+    account: &str,
+    model: &str,
+    max_tokens: usize,
+    round: usize,
+) -> Result<Sample, ApiError> {
     let (events, mut rx) = unbounded_channel();
     let cancel = Arc::new(AtomicBool::new(false));
-    let params =
-        GenParams { sampling: SamplingParams { temperature: 0.0, ..Default::default() }, max_tokens, ..Default::default() };
+    let params = GenParams {
+        sampling: SamplingParams { temperature: 0.0, ..Default::default() },
+        max_tokens,
+        ..Default::default()
+    };
     state.queue.submit(Job {
         model: model.to_string(),
         prompt: Prompt::Text(PROMPT.into()),

@@ -80,10 +80,7 @@ fn changes(body: &[u8]) -> Result<Changes, ApiError> {
     if let Some(t) = f.opt_string("title")? {
         let t = t.trim();
         if t.is_empty() || t.chars().count() > TITLE_MAX {
-            return Err(ApiError::bad_field(
-                "title",
-                format!("title = {t:?}: 1 to {TITLE_MAX} characters"),
-            ));
+            return Err(ApiError::bad_field("title", format!("title = {t:?}: 1 to {TITLE_MAX} characters")));
         }
         c.title = Some(t.to_string());
     }
@@ -157,7 +154,8 @@ fn one(s: &Store, account: &str, id: i64) -> rusqlite::Result<Option<Value>> {
 pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
     let account = owner(&headers)?;
     let rows = with_store(&state, move |s| {
-        let mut st = s.conn.prepare(&format!("{SUMMARY} WHERE c.account = ?1 ORDER BY c.updated_at DESC, c.id DESC"))?;
+        let mut st =
+            s.conn.prepare(&format!("{SUMMARY} WHERE c.account = ?1 ORDER BY c.updated_at DESC, c.id DESC"))?;
         let rows = st.query_map(params![account], summary_row)?.collect::<Result<Vec<_>, _>>();
         rows
     })
@@ -237,11 +235,14 @@ pub async fn delete(
     let account = owner(&headers)?;
     let id = parse_id(&raw)?;
     let found = with_store(&state, move |s| {
+        // Messages first: they reference the conversation (SQLite's foreign keys are on in this build).
         let tx = s.conn.unchecked_transaction()?;
+        tx.execute(
+            "DELETE FROM conversation_messages WHERE conversation IN
+                (SELECT id FROM conversations WHERE id = ?1 AND account = ?2)",
+            params![id, account],
+        )?;
         let n = tx.execute("DELETE FROM conversations WHERE id = ?1 AND account = ?2", params![id, account])?;
-        if n > 0 {
-            tx.execute("DELETE FROM conversation_messages WHERE conversation = ?1", params![id])?;
-        }
         tx.commit()?;
         Ok(n > 0)
     })
@@ -285,9 +286,14 @@ fn new_message(body: &[u8]) -> Result<NewMessage, ApiError> {
         None => None,
         Some(v @ Value::Array(_)) if role == "assistant" => Some(v.to_string()),
         Some(Value::Array(_)) => {
-            return Err(ApiError::bad_field("tool_calls", format!("tool_calls on a {role} message: only assistant messages carry them")))
+            return Err(ApiError::bad_field(
+                "tool_calls",
+                format!("tool_calls on a {role} message: only assistant messages carry them"),
+            ))
         }
-        Some(v) => return Err(ApiError::bad_field("tool_calls", format!("tool_calls must be an array, not {}", kind_of(v)))),
+        Some(v) => {
+            return Err(ApiError::bad_field("tool_calls", format!("tool_calls must be an array, not {}", kind_of(v))))
+        }
     };
     let tool_call_id = f.opt_string("tool_call_id")?.map(str::to_string);
     if content.is_empty() && tool_calls.is_none() {

@@ -111,7 +111,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "GET",
         path: "/api/models",
-        summary: "The models in the server's Hugging Face cache on disk: size, complete or not, revisions, and whether \
+        summary:
+            "The models in the server's Hugging Face cache on disk: size, complete or not, revisions, and whether \
                   the server offers each",
         tag: "web",
     },

@@ -42,9 +42,8 @@ pub async fn disk(State(state): State<AppState>, headers: HeaderMap) -> Result<J
     let served: Vec<String> = state.queue.catalog().into_iter().map(|m| m.id).collect();
     let cache = HfCache::from_env();
     let root = cache.root().display().to_string();
-    let repos = tokio::task::spawn_blocking(move || cache.list())
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let repos =
+        tokio::task::spawn_blocking(move || cache.list()).await.map_err(|e| ApiError::internal(e.to_string()))?;
     let models: Vec<Value> = repos
         .iter()
         .map(|r| {
@@ -68,11 +67,15 @@ pub const LIVE: &[&str] = &["queue", "queue_per_account", "generations_per_minut
 fn settings_json(state: &AppState) -> Value {
     let s = &state.config.server;
     let l = state.queue.view().limits;
+    // What is served, as the engine has it (a scripted server's models are not kvad.toml's).
+    let catalog = state.queue.catalog();
+    let models: Vec<&str> = catalog.iter().map(|m| m.id.as_str()).collect();
+    let backend = catalog.first().map_or(s.backend.as_str(), |m| m.backend.as_str());
     json!({
         "server": {
             "bind": s.bind, "queue": l.queue, "queue_per_account": l.queue_per_account,
             "generations_per_minute": l.generations_per_minute, "batch": l.batch, "context": s.context,
-            "memory": s.memory, "autoload": s.autoload, "models": s.models, "backend": s.backend,
+            "memory": s.memory, "autoload": s.autoload, "models": models, "backend": backend,
             "shutdown_timeout": s.shutdown_timeout,
         },
         "live": LIVE,

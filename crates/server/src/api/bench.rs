@@ -9,6 +9,7 @@
 //! One benchmark runs at a time: a second is refused with a 409 naming the one in the way. A run whose client
 //! leaves stops after the sample it is taking.
 
+use super::conversations::Owner;
 use super::request::{parse_body, Fields};
 use crate::engine::{GenParams, Prompt};
 use crate::error::ApiError;
@@ -164,8 +165,7 @@ fn ask(state: &AppState, body: &[u8]) -> Result<Ask, ApiError> {
 
 /// `POST /api/bench {models, rounds?, max_tokens?}`: runs the rounds and streams each sample as it lands
 /// (server-sent events `start`, `sample {model, index, sample}`, then `done {summary}` or `error`).
-pub async fn run(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let account = super::account(&headers)?;
+pub async fn run(State(state): State<AppState>, Owner(account): Owner, body: Bytes) -> Result<Response, ApiError> {
     let a = ask(&state, &body)?;
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down", None));

@@ -12,8 +12,9 @@ use crate::error::ApiError;
 use crate::store::Store;
 use crate::AppState;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rusqlite::{params, OptionalExtension};
@@ -28,10 +29,17 @@ const SETTINGS_MAX: usize = 16 << 10;
 /// Roles a stored message may have.
 const ROLES: &[&str] = &["system", "user", "assistant", "tool"];
 
-/// Whose conversations a request may see. The one line the auth layer's `auth::Caller` replaces: until it is
-/// merged, the account is [`super::account`]'s (the `x-kvad-account` header while authentication is `none`).
-pub fn owner(headers: &HeaderMap) -> Result<String, ApiError> {
-    super::account(headers)
+/// Whose conversations (and benchmark runs) a request may see, as an extractor. The body is the one line the auth
+/// layer's `auth::Caller` replaces (`Caller::from_request_parts(parts, s).await.map(|c| Owner(c.account))`):
+/// until it is merged, the account is [`super::account`]'s (the `x-kvad-account` header, authentication `none`).
+pub struct Owner(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Owner {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        super::account(&parts.headers).map(Owner)
+    }
 }
 
 /// Runs `f` on a fresh connection off the async threads, turning SQLite's errors into a 500 naming the table.
@@ -151,8 +159,7 @@ fn one(s: &Store, account: &str, id: i64) -> rusqlite::Result<Option<Value>> {
 }
 
 /// `GET /api/conversations`: the caller's conversations, the most recently changed first.
-pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
-    let account = owner(&headers)?;
+pub async fn list(State(state): State<AppState>, Owner(account): Owner) -> Result<Json<Value>, ApiError> {
     let rows = with_store(&state, move |s| {
         let mut st =
             s.conn.prepare(&format!("{SUMMARY} WHERE c.account = ?1 ORDER BY c.updated_at DESC, c.id DESC"))?;
@@ -164,8 +171,7 @@ pub async fn list(State(state): State<AppState>, headers: HeaderMap) -> Result<J
 }
 
 /// `POST /api/conversations {title?, model?, settings?}`: a new, empty conversation (201).
-pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let account = owner(&headers)?;
+pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: Bytes) -> Result<Response, ApiError> {
     let c = changes(&body)?;
     let conv = with_store(&state, move |s| {
         s.conn.execute(
@@ -187,10 +193,9 @@ pub async fn create(State(state): State<AppState>, headers: HeaderMap, body: Byt
 /// `GET /api/conversations/{id}`: one conversation with its messages.
 pub async fn get(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Owner(account): Owner,
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let account = owner(&headers)?;
     let id = parse_id(&raw)?;
     with_store(&state, move |s| one(s, &account, id)).await?.map(Json).ok_or_else(|| not_found(id))
 }
@@ -198,11 +203,10 @@ pub async fn get(
 /// `PATCH /api/conversations/{id} {title?, model?, settings?}`: renames it, or changes its model or settings.
 pub async fn update(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Owner(account): Owner,
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let account = owner(&headers)?;
     let id = parse_id(&raw)?;
     let c = changes(&body)?;
     let conv = with_store(&state, move |s| {
@@ -229,10 +233,9 @@ pub async fn update(
 /// `DELETE /api/conversations/{id}`: the conversation and its messages (204).
 pub async fn delete(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Owner(account): Owner,
     Path(raw): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let account = owner(&headers)?;
     let id = parse_id(&raw)?;
     let found = with_store(&state, move |s| {
         // Messages first: they reference the conversation (SQLite's foreign keys are on in this build).
@@ -306,11 +309,10 @@ fn new_message(body: &[u8]) -> Result<NewMessage, ApiError> {
 /// `POST /api/conversations/{id}/messages {role, content, tool_calls?, tool_call_id?}`: appends a message (201).
 pub async fn add_message(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Owner(account): Owner,
     Path(raw): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let account = owner(&headers)?;
     let id = parse_id(&raw)?;
     let m = new_message(&body)?;
     let stored = with_store(&state, move |s| {

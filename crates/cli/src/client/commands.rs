@@ -21,16 +21,17 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
 pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api", "an HTML page for a browser; `kvad api` lists the same routes from /api/openapi.json"),
     ("GET", "/metrics", "Prometheus' text format for a scraper; `kvad metrics usage` and `kvad queue` are for people"),
-    // The web UI's routes: each reachable from a shell as `kvad api METHOD PATH` until a command of its own exists.
-    ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api POST /api/tokenize)"),
-    (
-        "GET",
-        "/api/models",
-        "the web UI's Models page; kvad ls reads the same cache in process (kvad api GET /api/models)",
-    ),
+    // The web UI's routes: each reachable from a shell as `kvad api PATH [-X METHOD] [-d JSON]` until a command of its
+    // own exists.
+    ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api /api/tokenize -d JSON)"),
+    ("GET", "/api/models", "the web UI's Models page; kvad ls reads the same cache in process (kvad api /api/models)"),
     ("GET", "/api/requests", "the web UI's Dashboard; kvad metrics usage adds the same rows up by account"),
     ("GET", "/api/settings", "the web UI's Settings page; kvad queue shows the limits in force"),
-    ("PATCH", "/api/settings", "the web UI's Settings page; not yet a command (kvad api PATCH /api/settings)"),
+    (
+        "PATCH",
+        "/api/settings",
+        "the web UI's Settings page; not yet a command (kvad api /api/settings -X PATCH -d JSON)",
+    ),
     ("GET", "/api/bench", "the web UI's Benchmarks page; kvad bench runs in process"),
     ("POST", "/api/bench", "the web UI's Benchmarks page; kvad bench runs the same protocol in process"),
     ("GET", "/api/conversations", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),

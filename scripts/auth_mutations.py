@@ -122,6 +122,16 @@ CHECKS = [
     (33, "routes::logout: signing out deletes the session",
      S + "auth/routes.rs", "        state.auth.store().delete_session(id, None)?;", "        let _ = id;",
      AUTH + ["login_sets"]),
+    (34, "api/web.rs change: live settings need an administrator",
+     S + "api/web.rs", "Admin(_who): Admin, body", "_who: Caller, body", AUTH + ["a_user_sees_and_changes"]),
+    (35, "api/bench.rs run: a benchmark needs an administrator",
+     S + "api/bench.rs", "Admin(who): Admin, body", "who: Caller, body", AUTH + ["a_user_sees_and_changes"]),
+    (36, "api/web.rs recent: a user's recent requests are its own",
+     S + "api/web.rs", "let scope = who.scope().map(str::to_string);", "let scope: Option<String> = None;",
+     AUTH + ["the_account_generations"]),
+    (37, "api/conversations.rs one: a conversation is read only by its account",
+     S + "api/conversations.rs", "WHERE c.id = ?1 AND c.account = ?2\"), params![id, account]",
+     "WHERE c.id = ?1\"), params![id]", ["--test", "web_routes", "conversations_are_kept_per_account"]),
 ]
 
 

@@ -6,6 +6,9 @@
 #    under fixtures/ (remake them with `bash scripts/reference/make_all.sh`; CI needs no torch);
 #  - the official openai Python SDK (pinned), into the ignored venv .venv-test/, which the server's tests use to
 #    drive kvad-serve (crates/server/tests/openai_sdk.py);
+#  - the web UI's node modules (`npm ci` in web/, from package-lock.json) and its build (web/dist, which the
+#    kvad-serve binary embeds, so it is built before cargo builds it), and Debian's Chromium (apt, when missing),
+#    which Playwright drives in crates/server/tests/web.rs (KVAD_WEB_TESTS=1 turns that test on);
 #  - NVIDIA's runtime compiler (the nvidia-cuda-nvrtc wheel, pinned), into .venv-test/, so the CUDA kernels are
 #    compiled on every run although CI has no GPU (crates/tensor/tests/cuda_kernels.rs). The GPU tests themselves
 #    run on a GPU machine: scripts/gpu/stage.sh here, scripts/gpu/test.sh there.
@@ -15,6 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 need() { command -v "$1" >/dev/null 2>&1 || { echo "test.sh: $1 is required ($2)" >&2; exit 1; }; }
 need cargo "install Rust with rustup"
 need python3 "the default model is fetched with pip from PyPI"
+need npm "the web UI (web/) is built with Node.js and npm"
 python3 -m pip --version >/dev/null 2>&1 || { echo "test.sh: python3 -m pip is required" >&2; exit 1; }
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
@@ -39,6 +43,17 @@ if [ ! -f "$NVRTC_LIB/libnvrtc.so.13" ]; then
   rm -rf "$tmp"
 fi
 export LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# The web UI: built before cargo builds kvad-serve, which embeds web/dist; Chromium for the browser tests.
+echo "== web UI (npm ci, npm run build)"
+(cd web && npm ci --no-audit --no-fund && npm run build)
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "== Chromium (Debian's) for the browser tests"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
+fi
+export KVAD_WEB_TESTS=1 KVAD_CHROMIUM="$(command -v chromium)"
 
 echo "== format"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -101,6 +101,10 @@ pub struct Sampled {
     pub logprob: f32,
     /// The most likely alternatives, when asked for.
     pub top: Vec<(u32, f32)>,
+    /// For each of `top`, whether the sampling transforms (penalties, temperature, top-k, top-p, min-p) left it a
+    /// candidate for the draw: the playground marks the alternatives the sampler could never have picked. At
+    /// temperature 0 only the greedy pick is in play.
+    pub in_play: Vec<bool>,
 }
 
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same draws on every machine.
@@ -174,11 +178,20 @@ impl Sampler {
             Some(n) if n > 0 => top_n(&logprobs, n),
             _ => Vec::new(),
         };
-        let id = if self.params.temperature == 0.0 { argmax(&l) } else { self.draw(&mut l) };
-        Sampled { id, logprob: logprobs[id as usize], top }
+        if self.params.temperature == 0.0 {
+            let id = argmax(&l);
+            let in_play = top.iter().map(|&(t, _)| t == id).collect();
+            return Sampled { id, logprob: logprobs[id as usize], top, in_play };
+        }
+        let (idx, probs) = self.candidates(&mut l);
+        let in_play = top.iter().map(|(t, _)| idx.contains(t)).collect();
+        let id = self.draw(&idx, &probs);
+        Sampled { id, logprob: logprobs[id as usize], top, in_play }
     }
 
-    fn draw(&mut self, l: &mut [f32]) -> u32 {
+    /// The tokens still in play after temperature, top-k, top-p and min-p, most likely first, with their
+    /// probabilities under those transforms (not normalised after the cuts).
+    fn candidates(&self, l: &mut [f32]) -> (Vec<u32>, Vec<f64>) {
         let p = &self.params;
         for v in l.iter_mut() {
             *v /= p.temperature;
@@ -212,6 +225,11 @@ impl Sampler {
             probs.truncate(keep);
             idx.truncate(keep);
         }
+        (idx, probs)
+    }
+
+    /// Draws one of the candidates in proportion to its probability.
+    fn draw(&mut self, idx: &[u32], probs: &[f64]) -> u32 {
         let total: f64 = probs.iter().sum();
         let mut r = self.rng.next_f64() * total;
         for (i, &q) in probs.iter().enumerate() {

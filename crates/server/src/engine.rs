@@ -74,6 +74,9 @@ pub struct TokenLogprob {
     pub logprob: f32,
     /// The most likely alternatives.
     pub top: Vec<(String, f32)>,
+    /// For each of `top`, whether the sampler's top-k/top-p/min-p left it in play (empty: not known). The
+    /// logprobs themselves stay the plain softmax; this mark is what the sampler did with them.
+    pub in_play: Vec<bool>,
 }
 
 /// One generated token: the text it added (may be empty, mid-character) and its log-probability when asked.
@@ -188,6 +191,25 @@ pub trait Engine: Send {
 
     /// What is in memory.
     fn memory(&self) -> Memory;
+
+    /// The models' tokenizers, for the HTTP side (`POST /api/tokenize`): taken once at start, so tokenizing a text
+    /// never waits behind the engine thread's queue.
+    fn tokenizers(&self) -> std::sync::Arc<dyn Tokenize>;
+}
+
+/// One token of a tokenized text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TokenPiece {
+    /// The token id.
+    pub id: u32,
+    /// The text it decodes to alone (may be part of a character).
+    pub text: String,
+}
+
+/// Text to tokens with a model's own tokenizer, without loading the model's weights.
+pub trait Tokenize: Send + Sync {
+    /// The tokens of `text` as `model` reads a plain prompt (special tokens such as BOS included).
+    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, ApiError>;
 }
 
 /// Whether a template source knows reasoning traces.

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod sched;
 pub mod scripted;
 pub mod store;
+pub mod ui;
 
 pub use engine::Engine;
 
@@ -39,6 +40,12 @@ pub struct AppState {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// Accounts, sessions and API keys, and the mode requests are authenticated in.
     pub auth: auth::Auth,
+    /// The models' tokenizers (`POST /api/tokenize`), outside the engine thread so tokenizing never queues.
+    pub tokenizers: Arc<dyn engine::Tokenize>,
+    /// The benchmark running now or the last one (`/api/bench`), so a second is refused naming the first.
+    pub bench: api::bench::Benches,
+    /// The configuration the server started with (`GET /api/settings`; live limits are the queue's).
+    pub config: Arc<config::Config>,
 }
 
 impl AppState {

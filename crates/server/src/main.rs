@@ -133,6 +133,7 @@ fn run(args: Args) -> Result<(), String> {
         chunk,
         batch_from,
     };
+    let tokenizers = engine.tokenizers();
     let (queue, _worker) = Queue::start(engine, store, limits);
     // Autoload: a job on the same queue, so a request that turns up meanwhile waits for it.
     for model in active {
@@ -147,6 +148,9 @@ fn run(args: Args) -> Result<(), String> {
         pulls: api::pull::Pulls::default(),
         stopping,
         auth,
+        tokenizers,
+        bench: api::bench::Benches::default(),
+        config: Arc::new(config.clone()),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

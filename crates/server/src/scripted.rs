@@ -9,7 +9,7 @@
 
 use crate::engine::{
     template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
-    TokenLogprob,
+    TokenLogprob, TokenPiece, Tokenize,
 };
 use crate::error::ApiError;
 use crate::local::memory;
@@ -189,11 +189,7 @@ impl Engine for ScriptedEngine {
             let text: String = s.reply[s.at..end].iter().collect();
             let done = s.at == s.reply.len();
             s.at = end;
-            let logprob = s.top_logprobs.map(|_| TokenLogprob {
-                token: text.clone(),
-                logprob: 0.0,
-                top: vec![(text.clone(), 0.0)],
-            });
+            let logprob = s.top_logprobs.map(|n| scripted_logprob(&text, n));
             out.push(Some(Stepped { piece: Piece { text, logprob }, end: done, full: false }));
         }
         Ok(out)
@@ -248,5 +244,43 @@ impl Engine for ScriptedEngine {
                 })
                 .collect(),
         }
+    }
+
+    fn tokenizers(&self) -> std::sync::Arc<dyn Tokenize> {
+        std::sync::Arc::new(ScriptedTokenizer(self.models.iter().map(|m| m.spec.id.clone()).collect()))
+    }
+}
+
+/// A scripted token's log-probabilities: the token itself at 0.7 and two made-up alternatives, " maybe" (0.2, in
+/// play) and " never" (0.1, which the sampler's cut left out), so a client can show alternatives and the mark.
+fn scripted_logprob(text: &str, n: usize) -> TokenLogprob {
+    let all = [
+        (text.to_string(), 0.7f32.ln(), true),
+        (" maybe".into(), 0.2f32.ln(), true),
+        (" never".into(), 0.1f32.ln(), false),
+    ];
+    let top = &all[..n.min(all.len())];
+    TokenLogprob {
+        token: text.to_string(),
+        logprob: 0.7f32.ln(),
+        top: top.iter().map(|(t, lp, _)| (t.clone(), *lp)).collect(),
+        in_play: top.iter().map(|t| t.2).collect(),
+    }
+}
+
+/// The scripted models' tokenizer: a token is 3 characters (as their replies are), its id the sum of its
+/// characters' code points modulo 256.
+struct ScriptedTokenizer(Vec<String>);
+
+impl Tokenize for ScriptedTokenizer {
+    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, ApiError> {
+        if !self.0.iter().any(|m| m == model) {
+            return Err(ApiError::model_not_found(model, &self.0));
+        }
+        let chars: Vec<char> = text.chars().collect();
+        Ok(chars
+            .chunks(CHARS_PER_TOKEN)
+            .map(|c| TokenPiece { id: c.iter().map(|&ch| ch as u32).sum::<u32>() % 256, text: c.iter().collect() })
+            .collect())
     }
 }

@@ -23,6 +23,28 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX requests_account_time ON requests (account, created_at);",
     "CREATE TABLE active_models (model TEXT PRIMARY KEY, since TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))",
+    // The web UI's chats (api/conversations.rs): each belongs to one account; a message keeps the answer, never
+    // the reasoning trace.
+    "CREATE TABLE conversations (
+        id INTEGER PRIMARY KEY,
+        account TEXT NOT NULL,
+        title TEXT NOT NULL,
+        model TEXT,
+        settings TEXT NOT NULL DEFAULT '{}',
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX conversations_account ON conversations (account, updated_at);
+    CREATE TABLE conversation_messages (
+        id INTEGER PRIMARY KEY,
+        conversation INTEGER NOT NULL REFERENCES conversations (id),
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        tool_calls TEXT,
+        tool_call_id TEXT,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX conversation_messages_conversation ON conversation_messages (conversation, id);",
 ];
 
 /// One completion's row.
@@ -56,7 +78,8 @@ pub struct RequestRow {
 
 /// The database.
 pub struct Store {
-    conn: Connection,
+    /// The connection (other modules' tables, such as api/conversations.rs, query it directly).
+    pub(crate) conn: Connection,
 }
 
 impl Store {
@@ -162,6 +185,29 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The latest `limit` rows of the requests table, newest first (the Dashboard's recent requests); `account`:
+    /// only that one's (a user sees its own, an administrator everyone's).
+    pub fn recent(&self, limit: u32, account: Option<&str>) -> Result<Vec<serde_json::Value>, rusqlite::Error> {
+        let mut st = self.conn.prepare(
+            "SELECT created_at, account, endpoint, model, prompt_tokens, cached_tokens, generated_tokens, queue_ms,
+                    ttft_ms, duration_ms, finish_reason, error
+             FROM requests WHERE (?2 IS NULL OR account = ?2) ORDER BY id DESC LIMIT ?1",
+        )?;
+        let rows = st.query_map(params![limit, account], |r| {
+            Ok(serde_json::json!({
+                "created_at": r.get::<_, String>(0)?, "account": r.get::<_, String>(1)?,
+                "endpoint": r.get::<_, String>(2)?, "model": r.get::<_, String>(3)?,
+                "prompt_tokens": r.get::<_, i64>(4)?, "cached_tokens": r.get::<_, i64>(5)?,
+                "generated_tokens": r.get::<_, i64>(6)?, "queue_ms": r.get::<_, f64>(7)?,
+                "ttft_ms": r.get::<_, Option<f64>>(8)?, "duration_ms": r.get::<_, f64>(9)?,
+                "finish_reason": r.get::<_, String>(10)?, "error": r.get::<_, Option<String>>(11)?,
+            }))
+        })?;
+        rows.collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +247,15 @@ mod tests {
         assert_eq!((u[0].requests, u[0].prompt_tokens, u[0].cached_tokens), (2, 40, 24));
         assert_eq!((u[0].queue_ms_mean, u[0].queue_ms_max), (10.0, 15.0));
         assert_eq!(s.usage(7, Some("local")).unwrap().len(), 1);
+        let recent = s.recent(2, None).unwrap();
+        assert_eq!(recent.len(), 2, "limited");
+        let own = s.recent(10, Some("local")).unwrap();
+        assert!(own.len() == 1 && own[0]["account"] == "local", "scoped to one account: {own:?}");
+        assert_eq!(
+            (recent[0]["account"].as_str(), recent[0]["prompt_tokens"].as_i64()),
+            (Some("b"), Some(30)),
+            "newest first"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -298,6 +298,8 @@ fn a_user_sees_and_changes_only_its_own_and_admin_routes_are_403() {
         ("POST", "/api/load", Some(json!({"model": "qwen2.5-scripted"}))),
         ("POST", "/api/unload", Some(json!({"all": true}))),
         ("POST", "/api/pull", Some(json!({"model": "owner/name"}))),
+        ("PATCH", "/api/settings", Some(json!({"queue": 1}))),
+        ("POST", "/api/bench", Some(json!({"models": ["qwen2.5-scripted"]}))),
     ] {
         let r = call(&s, m, p, &as_bob, body);
         assert_eq!(r.status, 403, "{m} {p}: {}", r.text);
@@ -367,6 +369,12 @@ fn the_account_generations_run_under_comes_from_the_credentials() {
     assert_eq!(names, ["bob"], "a user's usage is its own");
     let all = call(&s, "GET", "/api/metrics/usage", &admin.headers(), None).body;
     assert_eq!(all["accounts"].as_array().unwrap().len(), 2);
+    // The Dashboard's recent requests: a user's own rows, an administrator's everyone's.
+    let mine = call(&s, "GET", "/api/requests", &[("authorization", &k)], None).body;
+    let rows: Vec<&str> = mine.as_array().unwrap().iter().map(|r| r["account"].as_str().unwrap()).collect();
+    assert_eq!(rows, ["bob"], "a user's recent requests are its own");
+    let all = call(&s, "GET", "/api/requests", &admin.headers(), None).body;
+    assert_eq!(all.as_array().unwrap().len(), 2);
 }
 
 #[test]

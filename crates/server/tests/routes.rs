@@ -76,12 +76,14 @@ fn the_served_openapi_document_and_page_list_every_route_and_each_answers() {
         // empty change), never the router's no_route or a 405. The OIDC routes say mode none has no OIDC (400),
         // and signing out with no session is a 204.
         let path = r.path.replace("{id}", "nope").replace("{name}", "nope");
-        let (code, body) = match ureq::request(r.method, &format!("{}{path}", s.url)).send_string("{}") {
-            Ok(resp) => (resp.status(), resp.into_string().unwrap()),
-            Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
-            Err(e) => panic!("{} {path}: {e}", r.method),
-        };
+        let (code, body) =
+            match ureq::request(r.method, &format!("{}{path}", s.url)).send_string("{\"no such field\": 1}") {
+                Ok(resp) => (resp.status(), resp.into_string().unwrap()),
+                Err(ureq::Error::Status(code, resp)) => (code, resp.into_string().unwrap()),
+                Err(e) => panic!("{} {path}: {e}", r.method),
+            };
         let want = match (r.method, r.path) {
+            (_, p) if p.starts_with("/api/conversations/{id}") => 400,
             (_, p) if p.starts_with("/api/auth/oidc/") => 400,
             ("POST", "/api/auth/logout") => 204,
             ("GET", _) => 200,

@@ -40,4 +40,23 @@ pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
       and give it to `kvad auth login --api-key-stdin`",
     ),
     ("GET", "/api/auth/oidc/callback", "where the OpenID provider sends the browser back; not something to type"),
+    // The web UI's routes: each reachable from a shell as `kvad api PATH [-X METHOD] [-d JSON]` until a command of its
+    // own exists.
+    ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api /api/tokenize -d JSON)"),
+    ("GET", "/api/models", "the web UI's Models page; kvad ls reads the same cache in process (kvad api /api/models)"),
+    ("GET", "/api/requests", "the web UI's Dashboard; kvad metrics usage adds the same rows up by account"),
+    ("GET", "/api/settings", "the web UI's Settings page; kvad queue shows the limits in force"),
+    (
+        "PATCH",
+        "/api/settings",
+        "the web UI's Settings page; not yet a command (kvad api /api/settings -X PATCH -d JSON)",
+    ),
+    ("GET", "/api/bench", "the web UI's Benchmarks page; kvad bench runs in process"),
+    ("POST", "/api/bench", "the web UI's Benchmarks page; kvad bench runs the same protocol in process"),
+    ("GET", "/api/conversations", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),
+    ("POST", "/api/conversations", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),
+    ("GET", "/api/conversations/{id}", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),
+    ("PATCH", "/api/conversations/{id}", "the web UI's Chat page renames and re-sets a conversation"),
+    ("DELETE", "/api/conversations/{id}", "the web UI's Chat page deletes a conversation"),
+    ("POST", "/api/conversations/{id}/messages", "the web UI's Chat page stores each answer; kvad chat keeps none"),
 ];

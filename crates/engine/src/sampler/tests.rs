@@ -87,3 +87,19 @@ fn validation_names_the_field() {
     }
     assert!(SamplingParams::default().validate().is_ok());
 }
+
+#[test]
+fn in_play_marks_what_top_k_top_p_and_greedy_leave() {
+    // Probabilities at temperature 1: ~0.64, 0.24, 0.09, 0.03 for ids 1, 3, 2, 0.
+    let logits = [-1.0, 2.0, 0.0, 1.0];
+    let marks = |p: SamplingParams| {
+        let s = Sampler::new(SamplingParams { top_logprobs: Some(4), ..p }).sample(&logits, &[], &[]);
+        (s.top.iter().map(|t| t.0).collect::<Vec<_>>(), s.in_play)
+    };
+    assert_eq!(marks(params()), (vec![1, 3, 2, 0], vec![true; 4]));
+    assert_eq!(marks(SamplingParams { top_k: 2, ..params() }).1, [true, true, false, false]);
+    assert_eq!(marks(SamplingParams { top_p: 0.8, ..params() }).1, [true, true, false, false]);
+    assert_eq!(marks(SamplingParams::default()).1, [true, false, false, false], "greedy: only the pick");
+    // No alternatives asked: no marks.
+    assert!(Sampler::new(params()).sample(&logits, &[], &[]).in_play.is_empty());
+}

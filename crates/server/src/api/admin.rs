@@ -56,14 +56,25 @@ async fn admin(state: &AppState, who: &Caller, kind: Kind) -> Result<Vec<String>
     rx.await.map_err(|_| ApiError::internal("the engine stopped before answering"))?
 }
 
-/// `POST /api/load {"model"}`: a job on the queue (nothing passes it); refused, naming the holders, when the model
+/// `POST /api/load {"model", "backend"?}`: a job on the queue (nothing passes it); refused, naming the holders, when the model
 /// does not fit beside what is loaded.
 pub async fn load(State(state): State<AppState>, Admin(who): Admin, body: Bytes) -> Result<Json<Value>, ApiError> {
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let model = f.string("model")?.to_string();
+    let backend = f.opt_string("backend")?.map(str::to_string);
     f.finish()?;
-    state.model_info(&model)?;
+    let info = state.model_info(&model)?;
+    if let Some(b) = backend.filter(|b| *b != info.backend) {
+        return Err(ApiError::unsupported(
+            "backend",
+            format!(
+                "backend = {b:?}: model {model} loads on {} on this server ([server] backend); a backend per model \
+                 is not written yet, so another needs the server restarted with --backend {b}",
+                info.backend
+            ),
+        ));
+    }
     let names = admin(&state, &who, Kind::Load { model }).await?;
     Ok(Json(json!({"loaded": names})))
 }

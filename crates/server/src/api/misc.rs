@@ -4,7 +4,7 @@ use super::table::ROUTES;
 use crate::error::ApiError;
 use crate::AppState;
 use axum::extract::State;
-use axum::http::{Method, Uri};
+use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -67,8 +67,19 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// `GET /api`: the routes as a page.
-pub async fn page() -> Html<String> {
+/// `GET /api`: for a browser (it accepts text/html) the web UI's API page when the UI is built, which renders the
+/// same table from `/api/openapi.json`; otherwise the routes as a plain page.
+pub async fn page(headers: HeaderMap) -> Response {
+    let browser = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"));
+    if browser {
+        if let Some(r) = crate::ui::index(&headers) {
+            return r;
+        }
+    }
+    plain_page().into_response()
+}
+
+fn plain_page() -> Html<String> {
     let rows: String = ROUTES
         .iter()
         .map(|r| {
@@ -83,9 +94,12 @@ pub async fn page() -> Html<String> {
     ))
 }
 
-/// Unknown paths.
-pub async fn fallback(method: Method, uri: Uri) -> Response {
-    ApiError::no_route(method.as_str(), uri.path()).into_response()
+/// Unknown paths: the API's own (`/api/…`, `/v1/…`) are a JSON 404; every other path is the web UI's.
+pub async fn fallback(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    if crate::ui::is_api(uri.path()) {
+        return ApiError::no_route(method.as_str(), uri.path()).into_response();
+    }
+    crate::ui::serve(&method, &uri, &headers)
 }
 
 /// Known paths, wrong method.

@@ -2,12 +2,15 @@
 //! so errors keep their status codes, then answer whole or as server-sent events).
 
 pub mod admin;
+pub mod bench;
 pub mod chat;
 pub mod completions;
+pub mod conversations;
 pub mod misc;
 pub mod pull;
 pub mod request;
 pub mod table;
+pub mod web;
 
 use crate::engine::{GenParams, Prompt, TokenLogprob};
 use crate::error::ApiError;
@@ -15,7 +18,7 @@ use crate::sched::{Delta, Done, Event, Job};
 use crate::AppState;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::Router;
 use futures_util::stream::{self, Stream};
 use serde_json::{json, Value};
@@ -41,6 +44,19 @@ pub fn router(state: AppState) -> Router {
         .route("/api/openapi.json", get(misc::openapi))
         .route("/api", get(misc::page))
         .merge(crate::auth::routes::routes())
+        .route("/api/tokenize", post(web::tokenize))
+        .route("/api/models", get(web::disk))
+        .route("/api/requests", get(web::recent))
+        .route("/api/settings", get(web::settings))
+        .route("/api/settings", patch(web::change))
+        .route("/api/bench", get(bench::state))
+        .route("/api/bench", post(bench::run))
+        .route("/api/conversations", get(conversations::list))
+        .route("/api/conversations", post(conversations::create))
+        .route("/api/conversations/{id}", get(conversations::get))
+        .route("/api/conversations/{id}", patch(conversations::update))
+        .route("/api/conversations/{id}", delete(conversations::delete))
+        .route("/api/conversations/{id}/messages", post(conversations::add_message))
         .fallback(misc::fallback)
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware::authenticate))
@@ -187,13 +203,32 @@ fn kvad(d: &Done) -> Value {
     v
 }
 
+fn item(t: &str, lp: f32) -> Value {
+    json!({"token": t, "logprob": lp, "bytes": t.as_bytes()})
+}
+
+/// A token's alternatives in OpenAI's shape, each with kvad's `in_play` mark (whether the sampler's top-k/top-p/
+/// min-p left it a candidate) when the engine knows it; clients that do not know the field ignore it.
+fn top_items(l: &TokenLogprob) -> Vec<Value> {
+    l.top
+        .iter()
+        .enumerate()
+        .map(|(i, (t, lp))| {
+            let mut v = item(t, *lp);
+            if let Some(p) = l.in_play.get(i) {
+                v["in_play"] = json!(p);
+            }
+            v
+        })
+        .collect()
+}
+
 fn chat_logprobs(lps: &[TokenLogprob]) -> Value {
-    let item = |t: &str, lp: f32| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()});
     let content: Vec<Value> = lps
         .iter()
         .map(|l| {
             let mut v = item(&l.token, l.logprob);
-            v["top_logprobs"] = l.top.iter().map(|(t, lp)| item(t, *lp)).collect();
+            v["top_logprobs"] = json!(top_items(l));
             v
         })
         .collect();
@@ -212,6 +247,9 @@ fn text_logprobs(lps: &[TokenLogprob], offset: usize) -> Value {
         "token_logprobs": lps.iter().map(|l| l.logprob).collect::<Vec<_>>(),
         "top_logprobs": lps.iter().map(|l| l.top.iter().map(|(t, lp)| (t.clone(), json!(lp))).collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
         "text_offset": offsets,
+        // kvad's extension: the alternatives as ordered lists (OpenAI's map merges two tokens of the same text and
+        // loses the order), each with its in_play mark.
+        "kvad_top": lps.iter().map(top_items).collect::<Vec<_>>(),
     })
 }
 

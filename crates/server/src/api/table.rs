@@ -95,7 +95,6 @@ pub const ROUTES: &[Route] = &[
         tag: "kvad",
     },
     Route { method: "GET", path: "/api/openapi.json", summary: "This API as an OpenAPI 3.1 document", tag: "kvad" },
-    Route { method: "GET", path: "/api", summary: "This API's documentation page", tag: "kvad" },
     Route {
         method: "POST",
         path: "/api/auth/login",
@@ -185,5 +184,92 @@ pub const ROUTES: &[Route] = &[
         path: "/api/sessions/{id}",
         summary: "Sign a session out (one's own; an administrator: any); 404 for another account's",
         tag: "auth",
+    },
+    Route {
+        method: "GET",
+        path: "/api",
+        summary: "This API's documentation page (the web UI's API page for a browser, when the UI is built)",
+        tag: "kvad",
+    },
+    Route {
+        method: "POST",
+        path: "/api/tokenize",
+        summary: "A text as the model's tokenizer reads it ({\"model\", \"text\"} → {tokens: [{id, text}], count}), \
+                  without loading its weights",
+        tag: "web",
+    },
+    Route {
+        method: "GET",
+        path: "/api/models",
+        summary:
+            "The models in the server's Hugging Face cache on disk: size, complete or not, revisions, and whether \
+                  the server offers each",
+        tag: "web",
+    },
+    Route {
+        method: "GET",
+        path: "/api/requests",
+        summary: "The latest rows of the requests table (?limit=20, at most 200), newest first: account, model, \
+                  tokens, queue time, time to first token, how it ended",
+        tag: "web",
+    },
+    Route {
+        method: "GET",
+        path: "/api/settings",
+        summary: "The [server] values in force, and which of them can change while the server runs (live)",
+        tag: "web",
+    },
+    Route {
+        method: "PATCH",
+        path: "/api/settings",
+        summary: "Change the live limits now, for this run ({queue?, queue_per_account?, generations_per_minute?, \
+                  batch?}); any other key is refused by name",
+        tag: "web",
+    },
+    Route {
+        method: "GET",
+        path: "/api/bench",
+        summary: "The benchmark running now, or the last: every sample, and each variant's median and range",
+        tag: "web",
+    },
+    Route {
+        method: "POST",
+        path: "/api/bench",
+        summary: "Run interleaved benchmark rounds ({models: [1-4 ids], rounds?, max_tokens?}), each generation from \
+                  an empty cache; server-sent events start, sample, then done {summary} or error. 409 while another \
+                  benchmark runs, naming it",
+        tag: "web",
+    },
+    Route {
+        method: "GET",
+        path: "/api/conversations",
+        summary: "The caller's conversations, most recently changed first",
+        tag: "web",
+    },
+    Route {
+        method: "POST",
+        path: "/api/conversations",
+        summary: "A new conversation ({title?, model?, settings?}), 201",
+        tag: "web",
+    },
+    Route {
+        method: "GET",
+        path: "/api/conversations/{id}",
+        summary: "One of the caller's conversations with its messages (another account's is a 404)",
+        tag: "web",
+    },
+    Route {
+        method: "PATCH",
+        path: "/api/conversations/{id}",
+        summary: "Rename a conversation or change its model or settings ({title?, model?, settings?})",
+        tag: "web",
+    },
+    Route { method: "DELETE", path: "/api/conversations/{id}", summary: "Delete a conversation, 204", tag: "web" },
+    Route {
+        method: "POST",
+        path: "/api/conversations/{id}/messages",
+        summary: "Append a message ({role, content, tool_calls?, tool_call_id?}), 201: the answer is kept, never the \
+                  reasoning trace",
+        tag: "web",
     },
 ];

@@ -4,6 +4,7 @@
 
 pub mod kept;
 pub mod memory;
+pub mod tokens;
 
 use crate::engine::{
     template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
@@ -321,6 +322,11 @@ impl Engine for LocalEngine {
                 .collect(),
         }
     }
+
+    fn tokenizers(&self) -> std::sync::Arc<dyn crate::engine::Tokenize> {
+        let paths = self.entries.iter().map(|e| (e.info.id.clone(), e.path.clone())).collect();
+        std::sync::Arc::new(tokens::LocalTokenizers::new(paths))
+    }
 }
 
 /// One forward pass over the parts, then a token sampled for each part that asks for one.
@@ -424,6 +430,7 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
             token: text_of(sampled.id),
             logprob: sampled.logprob,
             top: sampled.top.iter().map(|(id, lp)| (text_of(*id), *lp)).collect(),
+            in_play: sampled.in_play.clone(),
         });
         out.push(Some(Stepped { piece: Piece { text, logprob }, end, full: s.kv.len() + 1 >= ctx }));
     }

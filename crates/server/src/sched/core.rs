@@ -212,6 +212,13 @@ impl Scheduler {
         self.limits
     }
 
+    /// Changes the settings while running (`PATCH /api/settings`). Nothing waiting or running is refused after the
+    /// fact: a lower queue or per-account limit refuses only later submissions, and a lower batch stops joins
+    /// until the running replies are fewer.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     /// Jobs waiting, in arrival order.
     pub fn waiting(&self) -> &[Waiting] {
         &self.waiting

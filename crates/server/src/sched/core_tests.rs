@@ -260,3 +260,18 @@ fn removing_frees_a_place_wherever_the_job_was() {
     assert!(!s.remove(b));
     assert_eq!((s.waiting().len(), s.running().len(), s.decide(10)), (0, 0, Decision::Idle));
 }
+
+#[test]
+fn limits_changed_live_apply_to_later_submissions_only() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(Limits { queue: 5, per_account: 3, ..limits() });
+    for _ in 0..3 {
+        s.submit("a", gen("m"), t).unwrap();
+    }
+    s.set_limits(Limits { per_account: 1, ..s.limits() });
+    // The three already waiting stay; the next is refused at the new limit.
+    assert_eq!(s.depth(), 3);
+    assert_eq!(s.submit("a", gen("m"), t), Err(Refusal::AccountFull { account: "a".into(), limit: 1 }));
+    s.set_limits(Limits { per_account: 4, ..s.limits() });
+    s.submit("a", gen("m"), t).unwrap();
+}

@@ -163,6 +163,18 @@ impl Queue {
         listen.then_some(rx)
     }
 
+    /// Changes the limits in force (the HTTP side's live settings); wakes the engine thread, since a larger batch
+    /// may let a waiting reply join now.
+    pub fn set_limits(&self, f: impl FnOnce(&mut Limits)) -> Limits {
+        let mut st = self.lock();
+        let mut l = st.core.limits();
+        f(&mut l);
+        st.core.set_limits(l);
+        drop(st);
+        self.shared.wake.notify_all();
+        l
+    }
+
     /// Generations waiting.
     pub fn depth(&self) -> usize {
         self.lock().core.depth()

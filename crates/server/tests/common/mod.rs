@@ -102,6 +102,19 @@ impl Server {
         }
     }
 
+    /// Sends `body` with any method; returns (status, body as JSON, Null when it is not).
+    pub fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let r = ureq::request(method, &format!("{}{path}", self.url))
+            .set("content-type", "application/json")
+            .timeout(Duration::from_secs(600))
+            .send_string(body);
+        match r {
+            Ok(r) => (r.status(), r.into_json().unwrap_or(Value::Null)),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap_or(Value::Null)),
+            Err(e) => panic!("{method} {path}: {e}"),
+        }
+    }
+
     pub fn get(&self, path: &str) -> (u16, String) {
         match ureq::get(&format!("{}{path}", self.url)).call() {
             Ok(r) => (r.status(), r.into_string().unwrap()),

@@ -1,0 +1,190 @@
+// The web UI against the real kvad-serve (scripted models, a real SQLite file, a fake Hub on loopback): every
+// page renders, a pull streams its progress, a model loads, a chat streams with its reasoning trace and is kept,
+// a token is inspected in the playground, a benchmark runs and a second is refused. Each page is photographed
+// into docs/screenshots for the README.
+import { expect, test, type Page } from '@playwright/test';
+import { join } from 'node:path';
+
+const shots = process.env.KVAD_SCREENSHOTS ?? join(import.meta.dirname, '../../docs/screenshots');
+const shot = (page: Page, name: string) => page.screenshot({ path: join(shots, `${name}.png`) });
+
+test.describe.configure({ mode: 'serial' });
+
+test('the dashboard renders what the server says', async ({ page }) => {
+  await page.goto('/');
+  await expect(page.getByRole('heading', { name: 'Dashboard', level: 1 })).toBeVisible();
+  await expect(page.getByTestId('queue-depth')).toHaveText('0');
+  await expect(page.getByText('Nothing is loaded.')).toBeVisible();
+  // Pages that do not exist yet are absent from the nav, not empty shells.
+  const nav = page.getByRole('navigation', { name: 'Pages' });
+  for (const absent of ['Images', 'Videos', 'Training', 'Datasets', 'Evals']) {
+    await expect(nav.getByRole('link', { name: absent })).toHaveCount(0);
+  }
+  await expect(nav.getByRole('link')).toHaveText(['kvad', 'Dashboard', 'Models', 'Chat', 'Playground', 'Benchmarks', 'Monitoring', 'Settings', 'API']);
+});
+
+test('a pull from the Hub shows progress per file, and a model loads', async ({ page }) => {
+  await page.goto('/models');
+  await page.getByLabel('Model to pull').fill('tiny/llama');
+  await page.getByRole('button', { name: 'Pull', exact: true }).click();
+  const weights = page.locator('li[data-file="model.safetensors"]');
+  await expect(weights).toBeVisible();
+  await expect(page.getByRole('status').filter({ hasText: 'tiny/llama is in the cache' })).toBeVisible();
+  // The weights' bar is full, and the bytes are the file's.
+  const bar = weights.locator('progress');
+  expect(await bar.getAttribute('value')).toBe(await bar.getAttribute('max'));
+  await expect(weights).toContainText(' of ');
+  await expect(page.getByRole('region', { name: 'On disk' }).getByRole('cell', { name: 'tiny/llama' })).toBeVisible();
+
+  // A backend this server does not run the model on is refused, and the reason is shown as the server gave it.
+  const row = page.locator('tr[data-model="qwen2.5-scripted"]');
+  await row.getByLabel('Backend for qwen2.5-scripted').selectOption('gpu-q8');
+  await row.getByRole('button', { name: 'Load' }).click();
+  await expect(page.getByRole('alert')).toContainText('backend = "gpu-q8": model qwen2.5-scripted loads on scripted');
+
+  const qwen3 = page.locator('tr[data-model="qwen3-scripted"]');
+  await qwen3.getByRole('button', { name: 'Load' }).click();
+  await expect(qwen3.getByText('in memory')).toBeVisible();
+  await expect(qwen3.getByRole('button', { name: 'Unload' })).toBeVisible();
+  await shot(page, 'models');
+});
+
+test('a chat streams its reply with the reasoning trace above it, and keeps the answer only', async ({ page }) => {
+  await page.goto('/chat');
+  await page.getByLabel('Model').selectOption('qwen3-scripted');
+  await page.getByLabel('Message', { exact: true }).fill('Hello there');
+  await page.getByLabel('Message', { exact: true }).press('Enter');
+  const reply = page.getByRole('article', { name: 'assistant message' }).last();
+  await expect(reply.locator('.content')).toHaveText('Hello!');
+  const trace = reply.locator('details.trace');
+  await expect(trace.locator('.trace-text')).toContainText('The user greets me. I greet back.', { useInnerText: false });
+  // Collapsed once the answer shows; it opens on a click.
+  await expect(trace).not.toHaveAttribute('open');
+  await trace.locator('summary').click();
+  await expect(trace.locator('.trace-text')).toBeVisible();
+  await expect(page).toHaveURL(/\/chat\/\d+$/);
+  await shot(page, 'chat');
+
+  // Reloaded from SQLite: the question and the answer, and no trace.
+  await page.reload();
+  await expect(page.getByRole('heading', { name: 'Hello there', level: 1 })).toBeVisible();
+  const kept = page.getByRole('article', { name: 'assistant message' });
+  await expect(kept.locator('.content')).toHaveText('Hello!');
+  await expect(kept.locator('details.trace')).toHaveCount(0);
+  await expect(page.getByRole('complementary', { name: 'Conversations' }).getByRole('link', { name: /Hello there/ })).toBeVisible();
+});
+
+test('a tool call the model makes is shown', async ({ page }) => {
+  await page.goto('/chat');
+  await page.getByLabel('Model').selectOption('qwen2.5-scripted');
+  await page.getByLabel('Tools offered (JSON)').fill('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]');
+  await page.getByLabel('Message', { exact: true }).fill('What is the weather in Oslo?');
+  await page.getByRole('button', { name: 'Send' }).click();
+  const call = page.getByRole('article', { name: 'assistant message' }).last().getByLabel('tool call');
+  await expect(call).toContainText(/get_weather\(\{"city": ?"Oslo"\}\)/);
+});
+
+test('a reply streams piece by piece and Stop ends it', async ({ page }) => {
+  await page.goto('/chat');
+  await page.getByLabel('Model').selectOption('slow-scripted');
+  await page.getByLabel('Message', { exact: true }).fill('Count for me');
+  await page.getByRole('button', { name: 'Send' }).click();
+  const reply = page.getByRole('article', { name: 'assistant message' }).last();
+  // Part of the reply is on the page while the rest is still coming.
+  await expect(reply.locator('.content')).toContainText('one two');
+  await expect(page.getByRole('button', { name: 'Stop' })).toBeVisible();
+  await page.getByRole('button', { name: 'Stop' }).click();
+  await expect(reply.getByText('Stopped.')).toBeVisible();
+  await expect(reply.locator('.content')).not.toContainText('twenty-four');
+  await expect(page.getByRole('button', { name: 'Send' })).toBeVisible();
+});
+
+test('the playground shows a token\'s alternatives with their probabilities and marks, and tokenizes', async ({ page }) => {
+  await page.goto('/playground');
+  await page.getByLabel('Model', { exact: true }).selectOption('qwen2.5-scripted');
+  await page.getByLabel('Alternatives').fill('3');
+  await page.getByRole('button', { name: 'Generate' }).click();
+  const first = page.getByRole('button', { name: /^token 1:/ });
+  await expect(first).toBeVisible();
+  await first.click();
+  await expect(first).toHaveAttribute('aria-pressed', 'true');
+  const alts = page.getByRole('table', { name: 'alternatives' });
+  await expect(alts.getByRole('row')).toHaveCount(4);
+  await expect(alts.getByRole('row').nth(1)).toContainText('70.0%');
+  await expect(alts.getByRole('row').nth(1)).toContainText('picked');
+  await expect(alts.getByRole('row', { name: /maybe/ })).toContainText('in play');
+  await expect(alts.getByRole('row', { name: /never/ })).toContainText('cut by top-k/top-p');
+
+  await page.getByLabel('Text', { exact: true }).fill('abcdefg');
+  await page.getByRole('button', { name: /Tokenize with/ }).click();
+  await expect(page.getByTestId('token-count')).toHaveText('3');
+  await expect(page.getByRole('list', { name: 'tokens' }).getByRole('listitem')).toHaveText([
+    `abc${(97 + 98 + 99) % 256}`,
+    `def${(100 + 101 + 102) % 256}`,
+    'g103',
+  ]);
+  await shot(page, 'playground');
+});
+
+test('a benchmark runs its rounds and charts medians and ranges; a second is refused naming the first', async ({ page, request }) => {
+  await page.goto('/benchmarks');
+  await page.getByLabel('Rounds').fill('2');
+  await page.getByLabel('Tokens per sample').fill('8');
+  await page.getByRole('checkbox', { name: 'qwen2.5-scripted' }).check();
+  await page.getByRole('checkbox', { name: 'smollm2-scripted' }).check();
+  await page.getByRole('button', { name: 'Start benchmark' }).click();
+  await expect(page.getByTestId('bench-done')).toBeVisible();
+  await expect(page.getByRole('table', { name: 'samples' }).getByRole('row')).toHaveCount(5);
+  await expect(page.getByRole('img', { name: /Decode speed/ })).toBeVisible();
+  await shot(page, 'benchmarks');
+
+  // A slow benchmark started elsewhere: the page is refused, and told whose run is in the way.
+  const other = request.post('/api/bench', { data: { models: ['slow-scripted'], rounds: 2, max_tokens: 40 } });
+  await expect.poll(async () => (await (await request.get('/api/bench')).json()).running).toBe(true);
+  await page.getByRole('button', { name: 'Start benchmark' }).click();
+  await expect(page.getByRole('alert')).toContainText('a benchmark is already running: slow-scripted for account "local"');
+  await other;
+});
+
+test('monitoring charts the Prometheus figures and shows usage by account', async ({ page, request }) => {
+  await page.goto('/monitoring');
+  await expect(page.getByRole('heading', { name: 'Monitoring', level: 1 })).toBeVisible();
+  await expect(page.getByRole('cell', { name: 'local', exact: true })).toBeVisible();
+  // The series grow a point per poll; a completion sent meanwhile shows as tokens per second above zero.
+  const series = (title: string) => page.locator('figure', { hasText: title }).locator('polyline');
+  const ys = async (title: string) =>
+    ((await series(title).getAttribute('points')) ?? '').split(' ').filter(Boolean).map((p) => Number(p.split(',')[1]));
+  await expect.poll(async () => (await ys('Queue depth')).length).toBeGreaterThanOrEqual(2);
+  const r = await request.post('/v1/completions', { data: { model: 'qwen2.5-scripted', prompt: 'Hi', max_tokens: 20 } });
+  expect(r.status()).toBe(200);
+  await expect.poll(async () => Math.min(...(await ys('Tokens generated'))), { timeout: 10_000 }).toBeLessThan(76);
+  await shot(page, 'monitoring');
+});
+
+test('the dashboard lists recent requests', async ({ page }) => {
+  await page.goto('/');
+  await expect(page.getByRole('cell', { name: 'qwen3-scripted' }).first()).toBeVisible();
+  await shot(page, 'dashboard');
+});
+
+test('settings shows the server values and changes a live limit', async ({ page, request }) => {
+  await page.goto('/settings');
+  await expect(page.getByText('needs a restart').first()).toBeVisible();
+  await page.getByLabel('queue_per_account').fill('3');
+  await page.getByRole('button', { name: 'Apply live changes' }).click();
+  await expect(page.getByRole('status').filter({ hasText: 'Changed queue_per_account' })).toBeVisible();
+  expect((await (await request.get('/api/queue')).json()).limits.queue_per_account).toBe(3);
+  await shot(page, 'settings');
+});
+
+test('the API page lists the routes from the route table', async ({ page }) => {
+  await page.goto('/api');
+  await expect(page.getByRole('heading', { name: 'API', level: 1 })).toBeVisible();
+  await expect(page.getByRole('cell', { name: '/api/tokenize' })).toBeVisible();
+  await page.getByLabel('Filter routes').fill('conversations');
+  await expect(page.getByRole('cell', { name: '/v1/chat/completions' })).toHaveCount(0);
+  await page.getByLabel('Filter routes').fill('');
+  await shot(page, 'api');
+  await page.goto('/no-such-page');
+  await expect(page.getByRole('heading', { name: 'Not found' })).toBeVisible();
+});

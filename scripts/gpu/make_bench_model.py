@@ -78,8 +78,14 @@ def main():
     hf = os.path.join(out, "hf")
     os.makedirs(hf, exist_ok=True)
     t0 = time.time()
-    cfg = LlamaConfig(hidden_size=4096, num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8,
-                      intermediate_size=14336, vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5,
+    # KVAD_BENCH_SHAPE=1.5b: the 1.5B shape of the scheduler's GPU goal (Qwen2.5-1.5B's sizes as a Llama), saved
+    # as safetensors only (no GGUF, no reference: it is for throughput).
+    small = os.environ.get("KVAD_BENCH_SHAPE") == "1.5b"
+    dims = dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                intermediate_size=8960) if small else dict(hidden_size=4096, num_hidden_layers=layers,
+                                                           num_attention_heads=32, num_key_value_heads=8,
+                                                           intermediate_size=14336)
+    cfg = LlamaConfig(**dims, vocab_size=49152, max_position_embeddings=8192, rms_norm_eps=1e-5,
                       rope_theta=500000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
                       torch_dtype="bfloat16")
     torch.manual_seed(0)
@@ -91,6 +97,8 @@ def main():
     for f in os.listdir(tok):
         shutil.copy(os.path.join(tok, f), hf)
     print(f"saved safetensors at {time.time() - t0:.1f}s", flush=True)
+    if small:
+        return
     write_gguf(model, cfg, os.path.join(out, "model-bf16.gguf"))
     print(f"saved GGUF at {time.time() - t0:.1f}s", flush=True)
 

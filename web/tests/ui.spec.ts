@@ -36,17 +36,35 @@ test('a pull from the Hub shows progress per file, and a model loads', async ({ 
   await expect(weights).toContainText(' of ');
   await expect(page.getByRole('region', { name: 'On disk' }).getByRole('cell', { name: 'tiny/llama' })).toBeVisible();
 
-  // A backend this server does not run the model on is refused, and the reason is shown as the server gave it.
+  // Another backend than the server's (scripted): the model loads on it and the picker shows where it is. A tab
+  // opened before the load still offers Load; a third backend from there is the server's 409, shown as worded.
   const row = page.locator('tr[data-model="qwen2.5-scripted"]');
-  await row.getByLabel('Backend for qwen2.5-scripted').selectOption('gpu-q8');
+  const stale = await page.context().newPage();
+  await stale.goto('/models');
+  const staleRow = stale.locator('tr[data-model="qwen2.5-scripted"]');
+  await expect(staleRow.getByRole('button', { name: 'Load' })).toBeVisible();
+  await expect(row.getByLabel('Backend for qwen2.5-scripted')).toHaveValue('scripted');
+  await row.getByLabel('Backend for qwen2.5-scripted').selectOption('cpu-q8');
   await row.getByRole('button', { name: 'Load' }).click();
-  await expect(page.getByRole('alert')).toContainText('backend = "gpu-q8": model qwen2.5-scripted loads on scripted');
+  await expect(row.getByText('in memory')).toBeVisible();
+  await expect(row.getByLabel('Backend for qwen2.5-scripted')).toHaveValue('cpu-q8');
+  await staleRow.getByLabel('Backend for qwen2.5-scripted').selectOption('cpu-q4');
+  await staleRow.getByRole('button', { name: 'Load' }).click();
+  await expect(stale.getByRole('alert')).toContainText(
+    'backend = "cpu-q4": model qwen2.5-scripted is loaded on cpu-q8 (qwen2.5-scripted@cpu-q8); unload it first',
+  );
+  await stale.close();
 
   const qwen3 = page.locator('tr[data-model="qwen3-scripted"]');
   await qwen3.getByRole('button', { name: 'Load' }).click();
   await expect(qwen3.getByText('in memory')).toBeVisible();
   await expect(qwen3.getByRole('button', { name: 'Unload' })).toBeVisible();
   await shot(page, 'models');
+  // The dashboard's table of what is in memory (/api/ps) names each model with the backend it is on.
+  await page.goto('/');
+  const loaded = page.getByRole('region', { name: 'Loaded models' });
+  await expect(loaded.getByRole('cell', { name: 'qwen2.5-scripted@cpu-q8' })).toBeVisible();
+  await expect(loaded.getByRole('cell', { name: 'qwen3-scripted@scripted' })).toBeVisible();
 });
 
 test('a chat streams its reply with the reasoning trace above it, and keeps the answer only', async ({ page }) => {

@@ -87,10 +87,15 @@ pub enum Command {
     Queue,
     /// The models in the server's memory: what each is charged, its kept conversations, the memory left.
     Ps,
-    /// Load a model on the server (a job on its queue); refused, naming what holds the memory, when it does not fit.
+    /// Load a model on the server (a job on its queue); refused, naming what holds the memory, when it does not fit,
+    /// and naming the backend it is on when it is in memory on another (unload it first).
     Load {
         /// The model's id, as /v1/models lists it.
         model: String,
+        /// The backend to load it on (cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8, gpu-q4); the server checks the
+        /// name. Default: the server's [server] backend.
+        #[arg(long)]
+        backend: Option<String>,
     },
     /// Unload a model from the server's memory; with no name, every model.
     Unload {

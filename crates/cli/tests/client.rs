@@ -162,6 +162,29 @@ fn ls_api_and_service_status() {
 }
 
 #[test]
+fn load_sends_the_backend_and_ps_shows_the_model_on_it() {
+    let s = scripted("load-backend");
+    let data = temp("load-backend-data");
+    let o = kvad(&data, &["--remote", &s.1, "load", "qwen2.5-scripted", "--backend", "cpu-q8"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.trim_end(), "loaded qwen2.5-scripted on cpu-q8");
+    let o = kvad(&data, &["--remote", &s.1, "ps"]);
+    let out = text(&o).0;
+    assert!(out.lines().any(|l| l.starts_with("qwen2.5-scripted@cpu-q8 ")), "{out}");
+    // Another backend while it is loaded, and a name that is not a backend: the server's refusals, as worded.
+    let o = kvad(&data, &["--remote", &s.1, "load", "qwen2.5-scripted", "--backend", "cpu-q4"]);
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains("is loaded on cpu-q8") && err.contains("unload it first"), "{err}");
+    let o = kvad(&data, &["--remote", &s.1, "load", "qwen3-scripted", "--backend", "cpu-q5"]);
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains("\"cpu-q5\""), "{err}");
+    // Without --backend, the server's own.
+    let o = kvad(&data, &["--remote", &s.1, "load", "qwen3-scripted"]);
+    assert_eq!(text(&o).0.trim_end(), "loaded qwen3-scripted on scripted");
+}
+
+#[test]
 fn serve_hands_over_to_kvad_serve() {
     kvad_serve();
     let data = temp("serve");

@@ -22,8 +22,12 @@ pub struct ModelInfo {
     pub reasoning: bool,
     /// It is in memory now.
     pub loaded: bool,
-    /// The backend it loads on.
+    /// The backend it is on while in memory, else the one it would load on (`default_backend`): what
+    /// `/v1/models` shows, so a client sees where a model it is about to use runs.
     pub backend: String,
+    /// The backend a load that names none uses (`[server] backend`; `scripted` for the scripted engine): the web
+    /// UI's picker marks it, and `/api/settings` reports it whatever the models are on.
+    pub default_backend: String,
 }
 
 /// The prompt of a job, before the model's template.
@@ -183,8 +187,12 @@ pub trait Engine: Send {
     /// the context is short); otherwise it is freed. Returns the text the decoder held back and what is kept.
     fn end(&mut self, seq: SeqId, keep: bool) -> Ended;
 
-    /// Loads a model when it fits beside what is there; refused naming what holds the memory.
-    fn load(&mut self, model: &str) -> Result<(), ApiError>;
+    /// Loads a model on `backend` (a name of `kvad_tensor::BackendKind`, or the engine's own default name; `None`:
+    /// its default backend) when it fits beside what is there; refused naming what holds the memory. A model
+    /// already in memory on that backend (or on any, when none is named) is left as it is; on another backend the
+    /// load is refused (409) naming the backend it is on, since nothing is unloaded implicitly. Returns the backend
+    /// the model is on.
+    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, ApiError>;
 
     /// Unloads a model (None: all); returns the names unloaded.
     fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError>;
@@ -210,6 +218,18 @@ pub struct TokenPiece {
 pub trait Tokenize: Send + Sync {
     /// The tokens of `text` as `model` reads a plain prompt (special tokens such as BOS included).
     fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, ApiError>;
+}
+
+/// The 409 of a load naming another backend than the one the model is in memory on: both engines answer it in
+/// these words, so a client (the web UI shows it as it is) reads the same reason whatever serves it.
+pub fn loaded_elsewhere(model: &str, on: &str, asked: &str) -> ApiError {
+    ApiError::conflict(
+        "backend",
+        format!(
+            "backend = \"{asked}\": model {model} is loaded on {on} ({model}@{on}); unload it first \
+             (kvad unload {model}) to load it on {asked}: nothing is unloaded implicitly"
+        ),
+    )
 }
 
 /// Whether a template source knows reasoning traces.

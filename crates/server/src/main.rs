@@ -136,9 +136,11 @@ fn run(args: Args) -> Result<(), String> {
     let tokenizers = engine.tokenizers();
     let (queue, _worker) = Queue::start(engine, store, limits);
     // Autoload: a job on the same queue, so a request that turns up meanwhile waits for it.
-    for model in active {
-        eprintln!("kvad-serve: autoload: {model} (it was loaded when the server last ran)");
-        queue.admin("system", Kind::Load { model }, false);
+    // Each on the backend it was on (a row from before that was recorded: [server] backend).
+    for (model, backend) in active {
+        let on = backend.as_deref().unwrap_or("[server] backend");
+        eprintln!("kvad-serve: autoload: {model} on {on} (it was loaded when the server last ran)");
+        queue.admin("system", Kind::Load { model, backend }, false);
     }
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let state = AppState {

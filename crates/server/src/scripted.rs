@@ -6,10 +6,14 @@
 //! A script is JSON: `{"models": [{"id", "template": path, "context"?, "delay_ms"?, "rules": [{"when", "reply"}],
 //! "default"}]}`.
 //! The first rule whose `when` occurs in the rendered prompt gives the reply. A "token" is 3 characters.
+//!
+//! Backends are names here, kept as the real engine keeps them: a model loads on `scripted` unless the load names
+//! one of the six (`cpu-q8`, ...), keeps it until unloaded (`model@backend` in `/api/ps`), and a load naming another
+//! while it is in memory is refused (409) as the real engine refuses it.
 
 use crate::engine::{
-    template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
-    TokenLogprob, TokenPiece, Tokenize,
+    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident,
+    SeqId, Stepped, TokenLogprob, TokenPiece, Tokenize,
 };
 use crate::error::ApiError;
 use crate::local::memory;
@@ -17,7 +21,7 @@ use crate::sched::{Part, Work};
 use crate::Engine;
 use kvad_text::{ChatContext, ChatTemplate};
 use serde::Deserialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 const CHARS_PER_TOKEN: usize = 3;
@@ -70,10 +74,14 @@ struct Seq {
     top_logprobs: Option<usize>,
 }
 
+/// The backend a scripted model loads on when the load names none.
+const DEFAULT_BACKEND: &str = "scripted";
+
 /// Models that answer from a script.
 pub struct ScriptedEngine {
     models: Vec<Model>,
-    loaded: BTreeSet<usize>,
+    /// The models in memory, by index, with the backend each was loaded on.
+    loaded: BTreeMap<usize, String>,
     seqs: HashMap<SeqId, Seq>,
     memory: u64,
 }
@@ -101,7 +109,7 @@ impl ScriptedEngine {
             };
             models.push(Model { spec, template });
         }
-        Ok(ScriptedEngine { models, loaded: BTreeSet::new(), seqs: HashMap::new(), memory })
+        Ok(ScriptedEngine { models, loaded: BTreeMap::new(), seqs: HashMap::new(), memory })
     }
 
     fn index(&self, model: &str) -> Result<usize, ApiError> {
@@ -110,8 +118,13 @@ impl ScriptedEngine {
         })
     }
 
+    /// The backend it is on, or the default while it is not loaded.
+    fn backend(&self, i: usize) -> &str {
+        self.loaded.get(&i).map_or(DEFAULT_BACKEND, String::as_str)
+    }
+
     fn name(&self, i: usize) -> String {
-        format!("{}@scripted", self.models[i].spec.id)
+        format!("{}@{}", self.models[i].spec.id, self.backend(i))
     }
 }
 
@@ -125,15 +138,16 @@ impl Engine for ScriptedEngine {
                 chat: m.template.is_some(),
                 tools: m.template.as_ref().is_some_and(ChatTemplate::supports_tools),
                 reasoning: m.template.as_ref().is_some_and(|t| template_reasons(t.source())),
-                loaded: self.loaded.contains(&i),
-                backend: "scripted".into(),
+                loaded: self.loaded.contains_key(&i),
+                backend: self.backend(i).into(),
+                default_backend: DEFAULT_BACKEND.into(),
             })
             .collect()
     }
 
     fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
         let idx = self.index(model)?;
-        self.load(model)?;
+        let backend = self.load(model, None)?;
         let m = &self.models[idx];
         let text = match prompt {
             Prompt::Chat { messages, tools } => {
@@ -157,7 +171,7 @@ impl Engine for ScriptedEngine {
             text,
             context: m.spec.context,
             vocab: 256,
-            backend: "scripted".into(),
+            backend,
             model: model.into(),
         })
     }
@@ -200,28 +214,33 @@ impl Engine for ScriptedEngine {
         Ended::default()
     }
 
-    fn load(&mut self, model: &str) -> Result<(), ApiError> {
+    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, ApiError> {
         let i = self.index(model)?;
-        if self.loaded.contains(&i) {
-            return Ok(());
+        if let Some(on) = self.loaded.get(&i) {
+            return match backend {
+                Some(b) if b != on => Err(loaded_elsewhere(model, on, b)),
+                _ => Ok(on.clone()),
+            };
         }
+        let backend = backend.unwrap_or(DEFAULT_BACKEND);
         let bytes = self.models[i].spec.bytes;
-        memory::admit(self.memory, &self.memory().resident, &self.name(i), bytes, "its script says so")
+        let name = format!("{model}@{backend}");
+        memory::admit(self.memory, &self.memory().resident, &name, bytes, "its script says so")
             .map_err(ApiError::insufficient_memory)?;
-        self.loaded.insert(i);
-        Ok(())
+        self.loaded.insert(i, backend.to_string());
+        Ok(backend.to_string())
     }
 
     fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError> {
         let targets: Vec<usize> = match model {
             Some(m) => {
                 let i = self.index(m)?;
-                if !self.loaded.contains(&i) {
+                if !self.loaded.contains_key(&i) {
                     return Err(ApiError::bad_field("model", format!("{m} is not loaded")));
                 }
                 vec![i]
             }
-            None => self.loaded.iter().copied().collect(),
+            None => self.loaded.keys().copied().collect(),
         };
         let names = targets.iter().map(|&i| self.name(i)).collect();
         for i in targets {
@@ -235,7 +254,7 @@ impl Engine for ScriptedEngine {
             total: self.memory,
             resident: self
                 .loaded
-                .iter()
+                .keys()
                 .map(|&i| Resident {
                     name: self.name(i),
                     charged: self.models[i].spec.bytes,

@@ -45,6 +45,9 @@ const MIGRATIONS: &[&str] = &[
         created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
     );
     CREATE INDEX conversation_messages_conversation ON conversation_messages (conversation, id);",
+    // The backend each active model was loaded on, so `[server] autoload` puts it back there (NULL: a row from
+    // before backends per model, reloaded on `[server] backend`).
+    "ALTER TABLE active_models ADD COLUMN backend TEXT",
 ];
 
 /// One completion's row.
@@ -143,20 +146,25 @@ pub struct Usage {
 }
 
 impl Store {
-    /// Records that a model is loaded (`true`) or no longer (`false`), for `[server] autoload`.
-    pub fn set_active(&self, model: &str, active: bool) -> Result<(), rusqlite::Error> {
-        if active {
-            self.conn.execute("INSERT OR IGNORE INTO active_models (model) VALUES (?1)", params![model])?;
-        } else {
-            self.conn.execute("DELETE FROM active_models WHERE model = ?1", params![model])?;
-        }
+    /// Records that a model is loaded on `backend` (`Some`) or no longer loaded (`None`), for `[server] autoload`.
+    /// A model loaded again keeps its place in the order (`since`) and takes the new backend.
+    pub fn set_active(&self, model: &str, backend: Option<&str>) -> Result<(), rusqlite::Error> {
+        match backend {
+            Some(b) => self.conn.execute(
+                "INSERT INTO active_models (model, backend) VALUES (?1, ?2)
+                 ON CONFLICT (model) DO UPDATE SET backend = excluded.backend",
+                params![model, b],
+            )?,
+            None => self.conn.execute("DELETE FROM active_models WHERE model = ?1", params![model])?,
+        };
         Ok(())
     }
 
-    /// The models that were loaded when the server last ran, in the order they were loaded.
-    pub fn active_models(&self) -> Result<Vec<String>, rusqlite::Error> {
-        let mut st = self.conn.prepare("SELECT model FROM active_models ORDER BY since, model")?;
-        let rows = st.query_map([], |r| r.get(0))?;
+    /// The models that were loaded when the server last ran, in the order they were loaded, each with the backend
+    /// it was on (`None`: not recorded).
+    pub fn active_models(&self) -> Result<Vec<(String, Option<String>)>, rusqlite::Error> {
+        let mut st = self.conn.prepare("SELECT model, backend FROM active_models ORDER BY since, model")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         rows.collect()
     }
 
@@ -226,11 +234,16 @@ mod tests {
         let n: i64 = s.conn.query_row("SELECT count(*) FROM requests", [], |r| r.get(0)).unwrap();
         let mode: String = s.conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!((n, mode.as_str()), (1, "wal"));
-        s.set_active("m", true).unwrap();
-        s.set_active("m", true).unwrap();
-        s.set_active("n", true).unwrap();
-        s.set_active("m", false).unwrap();
-        assert_eq!(s.active_models().unwrap(), ["n"]);
+        s.set_active("m", Some("cpu-f32")).unwrap();
+        s.set_active("m", Some("cpu-q8")).unwrap();
+        s.set_active("n", Some("cpu-q4")).unwrap();
+        s.set_active("o", Some("gpu-q8")).unwrap();
+        s.set_active("o", None).unwrap();
+        let on = |m: &str, b: &str| (m.to_string(), Some(b.to_string()));
+        assert_eq!(s.active_models().unwrap(), [on("m", "cpu-q8"), on("n", "cpu-q4")], "the latest backend, in order");
+        // A row from before the backend column reads as None (reloaded on [server] backend).
+        s.conn.execute("INSERT INTO active_models (model) VALUES ('p')", []).unwrap();
+        assert_eq!(s.active_models().unwrap()[2], ("p".to_string(), None));
         let row = |account: &str, prompt, cached, q| RequestRow {
             account: account.into(),
             prompt_tokens: prompt,

@@ -189,14 +189,15 @@ fn cancelled_in_the_line_or_mid_prefill_frees_its_place() {
 #[test]
 fn a_load_that_does_not_fit_is_refused_naming_the_holder() {
     let s = scripted("memory", &["--memory", "1000"]);
-    let load = |m: &str| post_as(&s.url, "admin", "/api/load", &json!({"model": m}));
-    let (code, _, v) = load("qwen2.5-scripted");
-    assert_eq!((code, &v), (200, &json!({"loaded": ["qwen2.5-scripted"]})));
-    let (code, _, v) = load("qwen3-scripted");
+    let load = |m: &str, b: &str| post_as(&s.url, "admin", "/api/load", &json!({"model": m, "backend": b}));
+    // Each named by the backend it is (or would be) on.
+    let (code, _, v) = load("qwen2.5-scripted", "cpu-q8");
+    assert_eq!((code, &v), (200, &json!({"loaded": ["qwen2.5-scripted"], "backend": "cpu-q8"})));
+    let (code, _, v) = load("qwen3-scripted", "cpu-q4");
     assert_eq!(code, 409, "{v}");
     let msg = v["error"]["message"].as_str().unwrap();
-    assert!(msg.contains("qwen3-scripted@scripted needs 500 B") && msg.contains("400 B of 1 kB is left"), "{msg}");
-    assert!(msg.contains("held by qwen2.5-scripted@scripted"), "{msg}");
+    assert!(msg.contains("qwen3-scripted@cpu-q4 needs 500 B") && msg.contains("400 B of 1 kB is left"), "{msg}");
+    assert!(msg.contains("held by qwen2.5-scripted@cpu-q8"), "{msg}");
     // A request naming it loads it under the same rule.
     let (code, _, v) = post_as(
         &s.url,
@@ -211,16 +212,17 @@ fn a_load_that_does_not_fit_is_refused_naming_the_holder() {
     let (code, _, v) = post_as(&s.url, "admin", "/api/unload", &json!({}));
     assert_eq!((code, v["error"]["param"].as_str()), (400, Some("model")), "{v}");
     let (code, _, v) = post_as(&s.url, "admin", "/api/unload", &json!({"model": "qwen2.5-scripted"}));
-    assert_eq!((code, v), (200, json!({"unloaded": ["qwen2.5-scripted@scripted"]})));
-    assert_eq!(load("qwen3-scripted").0, 200);
+    assert_eq!((code, v), (200, json!({"unloaded": ["qwen2.5-scripted@cpu-q8"]})));
+    assert_eq!(load("qwen3-scripted", "scripted").0, 200);
     let (code, _, v) = post_as(&s.url, "admin", "/api/unload", &json!({"all": true}));
     assert_eq!((code, v), (200, json!({"unloaded": ["qwen3-scripted@scripted"]})));
 }
 
 #[test]
-fn autoload_puts_back_what_was_loaded() {
+fn autoload_puts_back_what_was_loaded_on_the_backend_it_was_on() {
     let s = scripted("autoload", &[]);
-    assert_eq!(post_as(&s.url, "admin", "/api/load", &json!({"model": "qwen3-scripted"})).0, 200);
+    let body = json!({"model": "qwen3-scripted", "backend": "cpu-q8"});
+    assert_eq!(post_as(&s.url, "admin", "/api/load", &body).0, 200);
     // A second server on the same data directory, with autoload: the load is a job on its queue.
     let dir = s.dir.to_str().unwrap().to_string();
     let script = common::script();
@@ -242,10 +244,10 @@ fn autoload_puts_back_what_was_loaded() {
             }
         }
     };
-    assert!(err.contains("autoload: qwen3-scripted"), "{err}");
+    assert!(err.contains("autoload: qwen3-scripted on cpu-q8"), "{err}");
     until("the autoload", || {
         let ps: Value = ureq::get(&format!("{url}/api/ps")).call().unwrap().into_json().unwrap();
-        ps["models"][0]["name"] == "qwen3-scripted@scripted"
+        ps["models"][0]["name"] == "qwen3-scripted@cpu-q8"
     });
     let _ = child.kill();
     let _ = child.wait();

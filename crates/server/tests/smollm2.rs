@@ -124,3 +124,60 @@ fn smollm2_batched_replies_equal_alone_and_conversations_are_kept() {
     assert_eq!(ps["models"][0]["name"], "smollm2-instruct@cpu-f32", "{ps}");
     assert!(ps["models"][0]["conversations"].as_u64().unwrap() >= 2, "{ps}");
 }
+
+/// A backend per model with the real model: the server's default is cpu-f32 and the load names cpu-q8, so the reply
+/// comes from the q8 weights, `/api/ps` names `smollm2-instruct@cpu-q8` and charges what q8 holds (a quarter of
+/// f32's weights); while it is loaded another backend is a 409 naming cpu-q8, an unknown one a 400 naming it; a GPU
+/// backend on a machine without a GPU is refused with the engine's own reason.
+#[test]
+fn smollm2_loads_on_the_backend_its_load_names() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let s =
+        common::start("smollm2-backend", &["--model", "smollm2-instruct", "--backend", "cpu-f32", "--context", "1024"]);
+    let load = |b: Option<&str>| {
+        let mut body = json!({"model": "smollm2-instruct"});
+        if let Some(b) = b {
+            body["backend"] = json!(b);
+        }
+        s.post("/api/load", &body.to_string())
+    };
+    let ps = || -> serde_json::Value { serde_json::from_str(&s.get("/api/ps").1).unwrap() };
+
+    let (code, v) = load(Some("gpu-q8"));
+    if code == 200 {
+        assert_eq!(ps()["models"][0]["name"], "smollm2-instruct@gpu-q8", "a machine with a GPU");
+        assert_eq!(s.post("/api/unload", &json!({"all": true}).to_string()).0, 200);
+    } else {
+        assert_eq!((code, v["error"]["param"].as_str()), (400, Some("backend")), "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("backend = \"gpu-q8\"") && msg.contains("GPU"), "{msg}");
+        assert!(ps()["models"].as_array().unwrap().is_empty(), "{msg}");
+    }
+
+    let (code, v) = load(Some("cpu-q8"));
+    assert_eq!((code, &v["backend"]), (200, &json!("cpu-q8")), "{v}");
+    let reply = chat(&s, json!([{"role": "user", "content": "What is the capital of France?"}]), json!({}));
+    assert!(content(&reply).contains("Paris"), "{reply}");
+    let p = ps();
+    assert_eq!(p["models"].as_array().unwrap().len(), 1, "{p}");
+    assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-q8", "{p}");
+    let q8 = p["models"][0]["charged_bytes"].as_u64().unwrap();
+    let db = rusqlite::Connection::open(s.dir.join("kvad.db")).unwrap();
+    let ran: String = db.query_row("SELECT backend FROM requests", [], |r| r.get(0)).unwrap();
+    assert_eq!(ran, "cpu-q8");
+
+    for (b, status, words) in [("cpu-f32", 409, "is loaded on cpu-q8"), ("cpu-q5", 400, "\"cpu-q5\"")] {
+        let (code, e) = load(Some(b));
+        assert_eq!((code, e["error"]["param"].as_str()), (status, Some("backend")), "{b}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains(words), "{b}: {e}");
+    }
+    assert_eq!(load(Some("cpu-q8")).0, 200, "where it is: nothing to do");
+
+    // Unloaded, a load naming no backend takes the server's, and is charged for f32 weights.
+    assert_eq!(s.post("/api/unload", &json!({"model": "smollm2-instruct"}).to_string()).0, 200);
+    assert_eq!(load(None).1["backend"], "cpu-f32");
+    let p = ps();
+    assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-f32", "{p}");
+    let f32 = p["models"][0]["charged_bytes"].as_u64().unwrap();
+    assert!(f32 > q8 + 300_000_000, "f32 weights (~540 MB) against q8's (~145 MB), same KV: {f32} vs {q8}");
+}

@@ -92,13 +92,21 @@ pub fn ps(url: &str, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-/// `kvad load MODEL`.
-pub fn load(url: &str, model: &str, json_out: bool) -> Result<()> {
-    let v = post(url, "/api/load", json!({"model": model}))?;
+/// `kvad load MODEL [--backend B]`: without a backend the server picks its own (`[server] backend`), and the
+/// answer says which it is on.
+pub fn load(url: &str, model: &str, backend: Option<&str>, json_out: bool) -> Result<()> {
+    let mut body = json!({"model": model});
+    if let Some(b) = backend {
+        body["backend"] = json!(b);
+    }
+    let v = post(url, "/api/load", body)?;
     if json_out {
         println!("{v}");
     } else {
-        println!("loaded {model}");
+        match v["backend"].as_str() {
+            Some(on) => println!("loaded {model} on {on}"),
+            None => println!("loaded {model}"),
+        }
     }
     Ok(())
 }

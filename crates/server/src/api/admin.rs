@@ -15,6 +15,7 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use kvad_tensor::BackendKind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -56,8 +57,12 @@ async fn admin(state: &AppState, who: &Caller, kind: Kind) -> Result<Vec<String>
     rx.await.map_err(|_| ApiError::internal("the engine stopped before answering"))?
 }
 
-/// `POST /api/load {"model", "backend"?}`: a job on the queue (nothing passes it); refused, naming the holders, when the model
-/// does not fit beside what is loaded.
+/// `POST /api/load {"model", "backend"?}`: a job on the queue (nothing passes it) that loads the model on
+/// `backend` (one of the six `kvad_tensor::BackendKind` names, or the model's default backend by name; absent:
+/// `[server] backend`). Refused with a 400 naming an unknown backend, a 409 naming the holders when the model does
+/// not fit beside what is loaded, and a 409 naming the backend it is on when it is in memory on another (unload it
+/// first: nothing is unloaded implicitly); loading it again where it is succeeds and changes nothing. Answers
+/// `{"loaded": [model], "backend": what it is on}`.
 pub async fn load(State(state): State<AppState>, Admin(who): Admin, body: Bytes) -> Result<Json<Value>, ApiError> {
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
@@ -65,18 +70,12 @@ pub async fn load(State(state): State<AppState>, Admin(who): Admin, body: Bytes)
     let backend = f.opt_string("backend")?.map(str::to_string);
     f.finish()?;
     let info = state.model_info(&model)?;
-    if let Some(b) = backend.filter(|b| *b != info.backend) {
-        return Err(ApiError::unsupported(
-            "backend",
-            format!(
-                "backend = {b:?}: model {model} loads on {} on this server ([server] backend); a backend per model \
-                 is not written yet, so another needs the server restarted with --backend {b}",
-                info.backend
-            ),
-        ));
+    if let Some(b) = backend.as_deref().filter(|b| *b != info.default_backend) {
+        b.parse::<BackendKind>().map_err(|e| ApiError::bad_field("backend", e.to_string()))?;
     }
-    let names = admin(&state, &who, Kind::Load { model }).await?;
-    Ok(Json(json!({"loaded": names})))
+    let names = admin(&state, &who, Kind::Load { model: model.clone(), backend }).await?;
+    let on = state.model_info(&model)?.backend;
+    Ok(Json(json!({"loaded": names, "backend": on})))
 }
 
 /// `POST /api/unload {"model"}` or `{"all": true}`: a job on the queue; it runs when the replies before it are done.

@@ -19,7 +19,7 @@ pub async fn models(State(state): State<AppState>) -> Json<Value> {
             json!({
                 "id": m.id, "object": "model", "created": 0, "owned_by": "kvad",
                 "capabilities": {"chat": m.chat, "tools": m.tools, "reasoning": m.reasoning},
-                "loaded": m.loaded, "backend": m.backend,
+                "loaded": m.loaded, "backend": m.backend, "default_backend": m.default_backend,
             })
         })
         .collect();

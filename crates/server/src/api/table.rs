@@ -58,8 +58,9 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "POST",
         path: "/api/load",
-        summary: "Load a model ({\"model\"}), as a job on the queue; refused, naming what holds the memory, when it \
-                  does not fit",
+        summary: "Load a model ({\"model\", \"backend\"?}) on that backend (default: [server] backend), as a job on \
+                  the queue; refused, naming what holds the memory, when it does not fit, and naming the backend it \
+                  is on (409: unload it first) when it is loaded on another",
         tag: "kvad",
     },
     Route {

@@ -7,8 +7,8 @@ pub mod memory;
 pub mod tokens;
 
 use crate::engine::{
-    template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident, SeqId, Stepped,
-    TokenLogprob,
+    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident,
+    SeqId, Stepped, TokenLogprob,
 };
 use crate::error::ApiError;
 use crate::sched::{Part, Work};
@@ -30,6 +30,8 @@ struct Entry {
 /// A model in memory.
 struct Slot {
     entry: usize,
+    /// The backend it was loaded on (it keeps it until unloaded).
+    backend: BackendKind,
     m: OpenedModel,
     stop: Vec<u32>,
     charged: u64,
@@ -61,10 +63,11 @@ pub struct LocalSettings {
     pub memory: u64,
 }
 
-/// Models by name; those in memory kept with their conversations.
+/// Models by name; those in memory kept with their conversations, each on the backend its load named.
 pub struct LocalEngine {
     entries: Vec<Entry>,
-    backend: BackendKind,
+    /// `[server] backend`: where a load that names none, and a request for a model not in memory, loads it.
+    default_backend: BackendKind,
     settings: LocalSettings,
     slots: Vec<Slot>,
     seqs: HashMap<SeqId, Seq>,
@@ -84,6 +87,7 @@ fn probe_template(path: &Path) -> Result<Option<ChatTemplate>, String> {
 
 impl LocalEngine {
     /// Resolves every name (fetching the default alias when needed) and reads each template's capabilities.
+    /// `backend` is `[server] backend`, the default of every load.
     pub fn new(names: &[String], backend: BackendKind, settings: LocalSettings) -> Result<Self, String> {
         let mut entries = Vec::new();
         for name in names {
@@ -96,10 +100,11 @@ impl LocalEngine {
                 reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
                 loaded: false,
                 backend: backend.to_string(),
+                default_backend: backend.to_string(),
             };
             entries.push(Entry { info, path: r.path });
         }
-        Ok(LocalEngine { entries, backend, settings, slots: Vec::new(), seqs: HashMap::new() })
+        Ok(LocalEngine { entries, default_backend: backend, settings, slots: Vec::new(), seqs: HashMap::new() })
     }
 
     fn entry(&self, model: &str) -> Result<usize, ApiError> {
@@ -112,30 +117,49 @@ impl LocalEngine {
         self.slots.iter().find(|s| s.entry == entry)
     }
 
+    /// `model@backend`: the backend it is on, or the default one while it is not loaded.
     fn name(&self, entry: usize) -> String {
-        format!("{}@{}", self.entries[entry].info.id, self.backend)
+        let backend = self.slot(entry).map_or(self.default_backend, |s| s.backend);
+        format!("{}@{backend}", self.entries[entry].info.id)
     }
 
-    fn load_entry(&mut self, entry: usize) -> Result<&Slot, ApiError> {
-        if self.slot(entry).is_none() {
-            let name = self.name(entry);
-            let m = open_model(&self.entries[entry].path, self.backend)
-                .map_err(|e| ApiError::internal(format!("loading {name}: {e}")))?;
-            let c = m.model.config();
-            let context = self.settings.context.unwrap_or(c.max_position);
-            let kv = (context * c.n_layers * 2 * c.kv_dim() * 4) as u64;
-            let weights = m.model.weight_bytes() as u64;
-            let detail = format!(
-                "{} of weights and {} of KV cache for {context} tokens",
-                memory::human(weights),
-                memory::human(kv)
-            );
-            let resident = self.memory().resident;
-            memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
-                .map_err(ApiError::insufficient_memory)?;
-            let stop = m.stop_ids();
-            self.slots.push(Slot { entry, m, stop, charged: weights + kv, context, kept: Kept::default() });
+    /// The model in memory, loading it on `backend` (`None`: the one it is on, else `[server] backend`) under the
+    /// memory rule. A model in memory on another backend than the one named is refused (409), never unloaded.
+    ///
+    /// A request that names a model not in memory (`prepare`) loads it on `[server] backend`, not on the backend it
+    /// was last loaded on: a request names no backend, so where it lands (and what it is charged) follows from the
+    /// configuration alone rather than from a history an administrator may not see, and the engine keeps no
+    /// history across unloads. The backend a model was on is honoured where it was asked for: `[server] autoload`
+    /// reloads each model on the backend recorded when it was loaded.
+    fn load_entry(&mut self, entry: usize, backend: Option<BackendKind>) -> Result<&Slot, ApiError> {
+        if let Some(on) = self.slot(entry).map(|s| s.backend) {
+            if let Some(b) = backend.filter(|&b| b != on) {
+                return Err(loaded_elsewhere(&self.entries[entry].info.id, on.name(), b.name()));
+            }
+            return self.slot(entry).ok_or_else(|| ApiError::internal("the model left memory"));
         }
+        let backend = backend.unwrap_or(self.default_backend);
+        let name = format!("{}@{backend}", self.entries[entry].info.id);
+        let m = open_model(&self.entries[entry].path, backend).map_err(|e| match e {
+            // No GPU (or its libraries) here: the engine's own words, about the field the load named.
+            kvad_engine::EngineError::Model(kvad_models::ModelError::Gpu(why)) => ApiError::unsupported(
+                "backend",
+                format!("backend = \"{backend}\": {name} cannot load on this machine: GPU: {why}"),
+            ),
+            e => ApiError::internal(format!("loading {name}: {e}")),
+        })?;
+        let c = m.model.config();
+        let context = self.settings.context.unwrap_or(c.max_position);
+        let kv = (context * c.n_layers * 2 * c.kv_dim() * 4) as u64;
+        // What this backend holds: q8/q4 weights are charged as their blocks, f32 as floats.
+        let weights = m.model.weight_bytes() as u64;
+        let detail =
+            format!("{} of weights and {} of KV cache for {context} tokens", memory::human(weights), memory::human(kv));
+        let resident = self.memory().resident;
+        memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
+            .map_err(ApiError::insufficient_memory)?;
+        let stop = m.stop_ids();
+        self.slots.push(Slot { entry, backend, m, stop, charged: weights + kv, context, kept: Kept::default() });
         self.slot(entry).ok_or_else(|| ApiError::internal("the model was not kept after loading"))
     }
 
@@ -182,14 +206,21 @@ impl Engine for LocalEngine {
         self.entries
             .iter()
             .enumerate()
-            .map(|(i, e)| ModelInfo { loaded: self.slot(i).is_some(), ..e.info.clone() })
+            .map(|(i, e)| {
+                let on = self.slot(i).map(|s| s.backend.to_string());
+                ModelInfo {
+                    loaded: on.is_some(),
+                    backend: on.unwrap_or_else(|| e.info.backend.clone()),
+                    ..e.info.clone()
+                }
+            })
             .collect()
     }
 
     fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
         let entry = self.entry(model)?;
-        let backend = self.backend.to_string();
-        let slot = self.load_entry(entry)?;
+        let slot = self.load_entry(entry, None)?;
+        let backend = slot.backend.to_string();
         let (text, tokens) = render(&slot.m, model, prompt)?;
         let c = slot.m.model.config();
         Ok(Prepared {
@@ -276,9 +307,12 @@ impl Engine for LocalEngine {
         Ended { rest, held }
     }
 
-    fn load(&mut self, model: &str) -> Result<(), ApiError> {
+    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, ApiError> {
         let entry = self.entry(model)?;
-        self.load_entry(entry).map(|_| ())
+        let backend = backend
+            .map(|b| b.parse::<BackendKind>().map_err(|e| ApiError::bad_field("backend", e.to_string())))
+            .transpose()?;
+        self.load_entry(entry, backend).map(|s| s.backend.to_string())
     }
 
     fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError> {

@@ -37,6 +37,8 @@ pub enum Kind {
     Load {
         /// The model's id.
         model: String,
+        /// The backend to load it on (`None`: the engine's default, `[server] backend`).
+        backend: Option<String>,
     },
     /// Unload a model (`None`: every model).
     Unload {

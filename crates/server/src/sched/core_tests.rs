@@ -79,7 +79,7 @@ fn the_queue_and_each_account_have_an_end() {
     s.submit("c", gen("m"), t).unwrap();
     assert_eq!(s.submit("d", gen("m"), t), Err(Refusal::Full { waiting: 5 }));
     // Loads are not generations: never refused, not counted.
-    s.submit("d", Kind::Load { model: "m".into() }, t).unwrap();
+    s.submit("d", Kind::Load { model: "m".into(), backend: None }, t).unwrap();
     assert_eq!(s.depth(), 5);
     // A running generation no longer waits, so its account may queue another.
     let Decision::Prepare(id) = s.decide(100) else { panic!() };
@@ -109,7 +109,7 @@ fn nothing_passes_a_load_and_it_waits_for_the_batch_to_run_down() {
     let first = s.submit("a", gen("m"), t).unwrap();
     s.prepared(first, 10);
     s.start(first, 3);
-    let load = s.submit("admin", Kind::Load { model: "n".into() }, t).unwrap();
+    let load = s.submit("admin", Kind::Load { model: "n".into(), backend: Some("cpu-q8".into()) }, t).unwrap();
     let later = s.submit("b", gen("m"), t).unwrap();
     // b (never served) would win on fairness, but the load came first: nobody joins, the batch runs on.
     assert_eq!(s.next_in_turn().map(|w| w.id), Some(load));

@@ -105,7 +105,7 @@ pub struct LimitsView {
 fn describe(kind: &Kind) -> (&'static str, Option<String>) {
     match kind {
         Kind::Generate { model, .. } => ("generate", Some(model.clone())),
-        Kind::Load { model } => ("load", Some(model.clone())),
+        Kind::Load { model, .. } => ("load", Some(model.clone())),
         Kind::Unload { model } => ("unload", model.clone()),
     }
 }

@@ -303,14 +303,15 @@ impl Runner<'_> {
     /// A load or an unload, with nothing else running.
     fn exclusive(&mut self, id: JobId, kind: Kind, tx: Option<oneshot::Sender<AdminResult>>) {
         let result = match &kind {
-            Kind::Load { model } => self.engine.load(model).map(|()| {
-                let _ = self.store.set_active(model, true);
+            Kind::Load { model, backend } => self.engine.load(model, backend.as_deref()).map(|on| {
+                // The backend it is on, so autoload puts it back there.
+                let _ = self.store.set_active(model, Some(&on));
                 vec![model.clone()]
             }),
             Kind::Unload { model } => self.engine.unload(model.as_deref()).inspect(|names| {
                 for n in names {
                     let id = n.rsplit_once('@').map_or(n.as_str(), |(m, _)| m);
-                    let _ = self.store.set_active(id, false);
+                    let _ = self.store.set_active(id, None);
                 }
             }),
             Kind::Generate { .. } => Err(ApiError::internal("a generation is not a load")),

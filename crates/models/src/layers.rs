@@ -2,6 +2,7 @@
 
 use crate::config::{ModelConfig, RopeScaling};
 use crate::kv::SeqKv;
+use kvad_tensor::cpu::attn::{attend_chunk, ChunkShape};
 use kvad_tensor::cpu::{ops, QMatrix};
 
 /// A linear layer `y = x·Wᵀ + b`, weights `[out, in]` in the backend's storage format.
@@ -161,20 +162,47 @@ pub fn attention(
         l.v.extend_from_slice(&v[row0 * kv_dim..(row0 + n) * kv_dim]);
         row0 += n;
     }
+    let scale = 1.0 / (hd as f32).sqrt();
+    let group = shape.n_heads / shape.n_kv_heads;
+    // A sequence with enough query rows to fill a tile (a prompt chunk) is read by the tiled kernel; the rest (decode
+    // rows, so a reply's arithmetic never depends on who shares its pass) one row at a time.
+    let tiled = |n: usize| n > 1 && n * group >= 8;
     // One task per (row, KV head): its query heads share every key and value read; tasks write disjoint slices.
     let mut jobs = Vec::with_capacity(row0);
     for (s, &n) in counts.iter().enumerate() {
         for t in 0..n {
-            jobs.push((s, starts[s] + t));
+            jobs.push((s, starts[s] + t, tiled(n)));
         }
     }
-    let scale = 1.0 / (hd as f32).sqrt();
-    let group = shape.n_heads / shape.n_kv_heads;
     let mut out = vec![0f32; row0 * q_dim];
     let caches_ro: Vec<&SeqKv> = caches.iter().map(|c| &**c).collect();
+    let mut r0 = 0;
+    for (s, &n) in counts.iter().enumerate() {
+        if tiled(n) {
+            let l = &caches_ro[s].layers[layer];
+            let chunk = ChunkShape {
+                rows: n,
+                first_pos: starts[s],
+                n_heads: shape.n_heads,
+                n_kv_heads: shape.n_kv_heads,
+                head_dim: hd,
+                window: shape.window,
+                scale,
+            };
+            let span = r0 * q_dim..(r0 + n) * q_dim;
+            attend_chunk(&q[span.clone()], &l.k, &l.v, &chunk, &mut out[span]);
+        }
+        r0 += n;
+    }
+    if jobs.iter().all(|j| j.2) {
+        return out;
+    }
     kvad_tensor::cpu::pool::for_each_piece_mut(&mut out, group * hd, |idx, o| {
         let (row, kvh) = (idx / shape.n_kv_heads, idx % shape.n_kv_heads);
-        let (s, pos) = jobs[row];
+        let (s, pos, done) = jobs[row];
+        if done {
+            return;
+        }
         let l = &caches_ro[s].layers[layer];
         let qv = &q[row * q_dim + kvh * group * hd..row * q_dim + (kvh + 1) * group * hd];
         let lo = shape.window.map_or(0, |w| (pos + 1).saturating_sub(w));

@@ -42,31 +42,27 @@ pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let tasks = (pool::threads() * 8).min(panels);
     let o = SyncPtr(out.as_mut_ptr());
     pool::parallel_for(tasks, |t| {
-        let mut buf = vec![0f32; KC * NR];
-        let mut row = vec![0f32; k];
         let mut acc = vec![0f32; n * NR];
-        let mut panel = vec![0f32; NR * k];
+        // The panel's rows dequantised `[16][k]`, then transposed to `[k][16]` for the tile.
+        let mut rows = vec![0f32; NR * k];
+        let mut packed = vec![0f32; NR * k];
         for p in pool::chunk(panels, tasks, t) {
             let j0 = p * NR;
             let cols = NR.min(m - j0);
             acc.iter_mut().for_each(|v| *v = 0.0);
-            // Dequantise the panel's rows once, whole, then walk k in slices.
             for c in 0..cols {
-                dequantize_row(w.qtype(), w.row(j0 + c), &mut row);
-                panel[c * k..(c + 1) * k].copy_from_slice(&row);
+                dequantize_row(w.qtype(), w.row(j0 + c), &mut rows[c * k..(c + 1) * k]);
             }
+            rows[cols * k..].iter_mut().for_each(|v| *v = 0.0);
+            transpose_panel(&rows, k, &mut packed);
             let mut k0 = 0;
             while k0 < k {
                 let kc = KC.min(k - k0);
-                for kk in 0..kc {
-                    for c in 0..NR {
-                        buf[kk * NR + c] = if c < cols { panel[c * k + k0 + kk] } else { 0.0 };
-                    }
-                }
+                let buf = &packed[k0 * NR..(k0 + kc) * NR];
                 let mut i0 = 0;
                 while i0 < n {
                     let rows = MR.min(n - i0);
-                    tile(&x[i0 * k + k0..], k, &buf, kc, &mut acc[i0 * NR..], rows);
+                    tile(&x[i0 * k + k0..], k, buf, kc, &mut acc[i0 * NR..], rows);
                     i0 += rows;
                 }
                 k0 += kc;
@@ -78,6 +74,34 @@ pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
             }
         }
     });
+}
+
+/// `packed[kk][c] = rows[c][kk]` for the 16 rows of a panel (`rows` is `[16][k]`).
+fn transpose_panel(rows: &[f32], k: usize, packed: &mut [f32]) {
+    assert!(rows.len() >= NR * k && packed.len() >= NR * k);
+    let mut k8 = 0;
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        k8 = k / 8 * 8;
+        for kk in (0..k8).step_by(8) {
+            for half in 0..2 {
+                // SAFETY: AVX2 present; rows `half*8..half*8+8` hold k floats each and kk + 8 <= k.
+                unsafe {
+                    avx::transpose8(
+                        rows.as_ptr().add(half * 8 * k + kk),
+                        k,
+                        packed.as_mut_ptr().add(kk * NR + half * 8),
+                        NR,
+                    )
+                };
+            }
+        }
+    }
+    for kk in k8..k {
+        for c in 0..NR {
+            packed[kk * NR + c] = rows[c * k + kk];
+        }
+    }
 }
 
 /// `acc[r][0..16] += Σ_k x[r][k] · buf[k][0..16]` for `rows` ≤ 6 rows of `x` (row stride `ldx`).
@@ -160,6 +184,41 @@ mod avx {
     use super::NR;
     use std::arch::x86_64::*;
 
+    /// An 8×8 block from `src` (row stride `ls`) into `dst` transposed (row stride `ld`).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose8(src: *const f32, ls: usize, dst: *mut f32, ld: usize) {
+        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * ls)));
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        let out = [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ];
+        for (i, v) in out.iter().enumerate() {
+            _mm256_storeu_ps(dst.add(i * ld), *v);
+        }
+    }
+
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile<const R: usize>(x: &[f32], ldx: usize, buf: &[f32], kc: usize, acc: &mut [f32]) {
         assert!(buf.len() >= kc * NR && acc.len() >= R * NR && x.len() >= (R - 1) * ldx + kc);
@@ -194,7 +253,10 @@ mod tests {
     #[test]
     fn matches_reference_for_every_format_and_ragged_shapes() {
         for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
-            for &(n, k, m) in &[(2, 32, 5), (7, 64, 17), (13, 288, 33), (6, 576, 16), (37, 320, 40)] {
+            let ragged_k: &[(usize, usize, usize)] = if t == QType::F32 { &[(3, 21, 19), (8, 13, 33)] } else { &[] };
+            for &(n, k, m) in
+                [(2, 32, 5), (7, 64, 17), (13, 288, 33), (6, 576, 16), (37, 320, 40)].iter().chain(ragged_k)
+            {
                 let w = QMatrix::quantize(t, m, k, &data(m * k, (n * m) as u64)).unwrap();
                 let x = data(n * k, 5);
                 let mut got = vec![0f32; n * m];

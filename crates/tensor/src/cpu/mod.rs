@@ -4,6 +4,7 @@
 //! binary runs on any x86-64 and uses AVX2+FMA+F16C where the processor has them (`KVAD_NO_SIMD=1` forces the
 //! scalar path).
 
+pub mod attn;
 pub mod gemm;
 pub mod gemv;
 pub mod gemv_rows;

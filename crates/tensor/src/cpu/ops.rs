@@ -56,9 +56,47 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
 
 /// SwiGLU's gate: `gate = silu(gate) * up`, in place over `gate`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
+    assert!(up.len() >= gate.len());
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        use std::arch::x86_64::*;
+        let n8 = gate.len() / 8 * 8;
+        while i < n8 {
+            // SAFETY: AVX2/FMA present; i + 8 <= gate.len() <= up.len().
+            unsafe {
+                let g = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+                let s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+                _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
+            }
+            i += 8;
+        }
+    }
+    for (g, &u) in gate[i..].iter_mut().zip(&up[i..]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
+}
+
+/// `e^x` per lane to about 2 ulp (range reduction by ln 2, degree-6 polynomial); below -87 (and -inf) it is 0.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0), _CMP_LT_OQ);
+    let x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0)), _mm256_set1_ps(88.0));
+    let n = _mm256_round_ps(
+        _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+    );
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)))
 }
 
 /// GPT-2's `gelu_new`: the tanh approximation.
@@ -74,7 +112,24 @@ pub fn gelu_tanh(x: &mut [f32]) {
 pub fn softmax_inplace(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
-    for v in x.iter_mut() {
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        use std::arch::x86_64::*;
+        let n8 = x.len() / 8 * 8;
+        // SAFETY: AVX2/FMA present; every load/store is at i + 8 <= x.len().
+        unsafe {
+            let (m, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
+            while i < n8 {
+                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
+                _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
+                acc = _mm256_add_ps(acc, e);
+                i += 8;
+            }
+            sum = super::gemm::hsum(acc);
+        }
+    }
+    for v in x[i..].iter_mut() {
         *v = (*v - max).exp();
         sum += *v;
     }
@@ -185,6 +240,28 @@ pub fn attend_group(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn silu_mul_and_softmax_match_the_scalar_formulas_on_ragged_lengths() {
+        for n in [1, 7, 8, 9, 31, 100] {
+            let g0: Vec<f32> = super::super::testdata::data(n, n as u64).iter().map(|v| v * 40.0).collect();
+            let up = super::super::testdata::data(n, 99);
+            let mut g = g0.clone();
+            silu_mul(&mut g, &up);
+            for i in 0..n {
+                let want = g0[i] / (1.0 + (-g0[i]).exp()) * up[i];
+                assert!((g[i] - want).abs() <= 1e-6 * (1.0 + want.abs()), "silu n{n}[{i}]: {} vs {want}", g[i]);
+            }
+            let mut p = g0.clone();
+            softmax_inplace(&mut p);
+            let max = g0.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = g0.iter().map(|&v| ((v - max) as f64).exp()).sum();
+            for i in 0..n {
+                let want = (((g0[i] - max) as f64).exp() / sum) as f32;
+                assert!((p[i] - want).abs() <= 1e-6 * (1e-6 + want), "softmax n{n}[{i}]: {} vs {want}", p[i]);
+            }
+        }
+    }
 
     #[test]
     fn softmax_sums_to_one_and_keeps_order() {

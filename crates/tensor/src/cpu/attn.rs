@@ -62,8 +62,8 @@ pub fn attend_chunk(q: &[f32], keys: &[f32], values: &[f32], s: &ChunkShape, out
             t.hi[lane] = pos as f32;
             t.lo[lane] = s.window.map_or(0, |w| (pos + 1).saturating_sub(w)) as f32;
             let src = &q[at(l)..at(l) + hd];
-            for d in 0..hd {
-                t.qt[d * LANES + lane] = src[d] * s.scale;
+            for (d, &x) in src.iter().enumerate() {
+                t.qt[d * LANES + lane] = x * s.scale;
             }
         }
         let kv = Kv { keys, values, stride: kv_dim, offset: kvh * hd };
@@ -205,9 +205,9 @@ impl Tile {
         }
         for jj in 0..kb {
             let v = &kv.values[(j0 + jj) * kv.stride + kv.offset..][..self.hd];
-            for d in 0..self.hd {
+            for (d, &x) in v.iter().enumerate() {
                 for lane in 0..LANES {
-                    self.ot[d * LANES + lane] += self.s[jj * LANES + lane] * v[d];
+                    self.ot[d * LANES + lane] += self.s[jj * LANES + lane] * x;
                 }
             }
         }

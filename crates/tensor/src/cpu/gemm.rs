@@ -38,42 +38,63 @@ pub fn has_avx2() -> bool {
 /// `out[n, w.rows] = x[n, w.cols] · wᵀ`.
 pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let (m, k) = (w.rows(), w.cols());
+    assert!(x.len() >= n * k && out.len() >= n * m, "gemm: x is n × k and out n × m");
     let panels = m.div_ceil(NR);
-    let tasks = (pool::threads() * 8).min(panels);
     let o = SyncPtr(out.as_mut_ptr());
-    pool::parallel_for(tasks, |t| {
-        let mut acc = vec![0f32; n * NR];
-        // The panel's rows dequantised `[16][k]`, then transposed to `[k][16]` for the tile.
-        let mut rows = vec![0f32; NR * k];
-        let mut packed = vec![0f32; NR * k];
-        for p in pool::chunk(panels, tasks, t) {
+    // One task per panel, claimed dynamically: even work to the end of the product.
+    pool::parallel_for(panels, |p| {
+        SCRATCH.with_borrow_mut(|sc| {
             let j0 = p * NR;
             let cols = NR.min(m - j0);
-            acc.iter_mut().for_each(|v| *v = 0.0);
+            sc.rows.resize(NR * k, 0.0);
+            sc.packed.resize(NR * k, 0.0);
             for c in 0..cols {
-                dequantize_row(w.qtype(), w.row(j0 + c), &mut rows[c * k..(c + 1) * k]);
+                dequantize_row(w.qtype(), w.row(j0 + c), &mut sc.rows[c * k..(c + 1) * k]);
             }
-            rows[cols * k..].iter_mut().for_each(|v| *v = 0.0);
-            transpose_panel(&rows, k, &mut packed);
+            sc.rows[cols * k..].iter_mut().for_each(|v| *v = 0.0);
+            transpose_panel(&sc.rows, k, &mut sc.packed);
+            // A full panel's tiles write straight into `out` (row stride m); the last, narrower one into a buffer.
+            let direct = cols == NR;
+            let (dst, ldc) = if direct {
+                (o.get().wrapping_add(j0), m)
+            } else {
+                sc.acc.resize(n * NR, 0.0);
+                (sc.acc.as_mut_ptr(), NR)
+            };
             let mut k0 = 0;
             while k0 < k {
                 let kc = KC.min(k - k0);
-                let buf = &packed[k0 * NR..(k0 + kc) * NR];
+                let buf = &sc.packed[k0 * NR..(k0 + kc) * NR];
                 let mut i0 = 0;
                 while i0 < n {
                     let rows = MR.min(n - i0);
-                    tile(&x[i0 * k + k0..], k, buf, kc, &mut acc[i0 * NR..], rows);
+                    // SAFETY: `dst` row i0..i0+rows, columns 0..16, lies inside `out` (this task's panel) or `acc`.
+                    unsafe { tile(&x[i0 * k + k0..], k, buf, kc, dst.wrapping_add(i0 * ldc), ldc, rows, k0 == 0) };
                     i0 += rows;
                 }
                 k0 += kc;
             }
-            for i in 0..n {
-                // SAFETY: each task writes only its own panels' columns of every row.
-                let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
-                dst.copy_from_slice(&acc[i * NR..i * NR + cols]);
+            if !direct {
+                for i in 0..n {
+                    // SAFETY: each task writes only its own panel's columns of every row.
+                    let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
+                    d.copy_from_slice(&sc.acc[i * NR..i * NR + cols]);
+                }
             }
-        }
+        })
     });
+}
+
+/// Per-thread buffers of the GEMM (allocated once per worker, grown as needed).
+#[derive(Default)]
+struct Scratch {
+    rows: Vec<f32>,
+    packed: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// `packed[kk][c] = rows[c][kk]` for the 16 rows of a panel (`rows` is `[16][k]`).
@@ -104,30 +125,41 @@ fn transpose_panel(rows: &[f32], k: usize, packed: &mut [f32]) {
     }
 }
 
-/// `acc[r][0..16] += Σ_k x[r][k] · buf[k][0..16]` for `rows` ≤ 6 rows of `x` (row stride `ldx`).
-fn tile(x: &[f32], ldx: usize, buf: &[f32], kc: usize, acc: &mut [f32], rows: usize) {
+/// `c[r][0..16] (+)= Σ_k x[r][k] · buf[k][0..16]` for `rows` ≤ 6 rows of `x` (row stride `ldx`) into `c` (row
+/// stride `ldc`); `first` overwrites `c` instead of adding to it.
+///
+/// # Safety
+/// `c` must be valid for writes of `rows` rows of 16 floats at stride `ldc`, and not aliased by another task.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(x: &[f32], ldx: usize, buf: &[f32], kc: usize, c: *mut f32, ldc: usize, rows: usize, first: bool) {
+    assert!(buf.len() >= kc * NR && x.len() >= (rows - 1) * ldx + kc);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: AVX2/FMA present; `x` holds `rows` rows of stride `ldx` with at least `kc` values each,
-        // `buf` holds kc × 16 and `acc` rows × 16.
+        // SAFETY: AVX2/FMA present; `x` and `buf` checked above, `c` by the caller.
         unsafe {
             match rows {
-                6 => avx::tile::<6>(x, ldx, buf, kc, acc),
-                5 => avx::tile::<5>(x, ldx, buf, kc, acc),
-                4 => avx::tile::<4>(x, ldx, buf, kc, acc),
-                3 => avx::tile::<3>(x, ldx, buf, kc, acc),
-                2 => avx::tile::<2>(x, ldx, buf, kc, acc),
-                _ => avx::tile::<1>(x, ldx, buf, kc, acc),
+                6 => avx::tile::<6>(x, ldx, buf, kc, c, ldc, first),
+                5 => avx::tile::<5>(x, ldx, buf, kc, c, ldc, first),
+                4 => avx::tile::<4>(x, ldx, buf, kc, c, ldc, first),
+                3 => avx::tile::<3>(x, ldx, buf, kc, c, ldc, first),
+                2 => avx::tile::<2>(x, ldx, buf, kc, c, ldc, first),
+                _ => avx::tile::<1>(x, ldx, buf, kc, c, ldc, first),
             }
         }
         return;
     }
     for r in 0..rows {
+        let mut acc = [0f32; NR];
         for kk in 0..kc {
             let a = x[r * ldx + kk];
-            for c in 0..NR {
-                acc[r * NR + c] += a * buf[kk * NR + c];
+            for (j, v) in acc.iter_mut().enumerate() {
+                *v += a * buf[kk * NR + j];
             }
+        }
+        for (j, v) in acc.iter().enumerate() {
+            // SAFETY: the caller's contract on `c`.
+            let p = unsafe { c.add(r * ldc + j) };
+            unsafe { *p = if first { *v } else { *p + *v } };
         }
     }
 }
@@ -220,8 +252,15 @@ mod avx {
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile<const R: usize>(x: &[f32], ldx: usize, buf: &[f32], kc: usize, acc: &mut [f32]) {
-        assert!(buf.len() >= kc * NR && acc.len() >= R * NR && x.len() >= (R - 1) * ldx + kc);
+    pub(super) unsafe fn tile<const R: usize>(
+        x: &[f32],
+        ldx: usize,
+        buf: &[f32],
+        kc: usize,
+        c: *mut f32,
+        ldc: usize,
+        first: bool,
+    ) {
         let mut c0 = [_mm256_setzero_ps(); R];
         let mut c1 = [_mm256_setzero_ps(); R];
         let xp = x.as_ptr();
@@ -235,11 +274,15 @@ mod avx {
                 c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
             }
         }
-        let ap = acc.as_mut_ptr();
         for r in 0..R {
-            let p = ap.add(r * NR);
-            _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c0[r]));
-            _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_loadu_ps(p.add(8)), c1[r]));
+            let p = c.add(r * ldc);
+            if first {
+                _mm256_storeu_ps(p, c0[r]);
+                _mm256_storeu_ps(p.add(8), c1[r]);
+            } else {
+                _mm256_storeu_ps(p, _mm256_add_ps(_mm256_loadu_ps(p), c0[r]));
+                _mm256_storeu_ps(p.add(8), _mm256_add_ps(_mm256_loadu_ps(p.add(8)), c1[r]));
+            }
         }
     }
 }

@@ -31,8 +31,11 @@ pub fn gemv_rows(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     if m == 0 {
         return;
     }
-    let acts: Vec<ActQ> =
-        if w.qtype() == QType::F32 { Vec::new() } else { (0..n).map(|i| ActQ::new(&x[i * k..(i + 1) * k])).collect() };
+    let acts: Vec<ActQ> = if w.qtype() == QType::F32 {
+        Vec::new()
+    } else {
+        (0..n).map(|i| ActQ::new(&x[i * k..(i + 1) * k], w.qtype())).collect()
+    };
     let per = rows_per_task(m);
     let o = SyncPtr(out.as_mut_ptr());
     pool::parallel_for(m.div_ceil(per), |t| {
@@ -106,8 +109,9 @@ mod avx {
     /// and read from L1 by the others; `dot_f32` is the one-row kernel's, so the bits are the same.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn rows_f32(w: &QMatrix, rows: std::ops::Range<usize>, xs: &[&[f32]], outs: &mut [&mut [f32]]) {
+        let base = w.bytes().as_ptr();
         for (j, r) in rows.enumerate() {
-            let wr = w.row(r).as_ptr() as *const f32;
+            let wr = base.add(r * w.cols() * 4) as *const f32;
             for (x, o) in xs.iter().zip(outs.iter_mut()) {
                 o[j] = dot_f32(x.as_ptr(), wr, w.cols());
             }
@@ -157,11 +161,15 @@ mod avx {
         let a: [&ActQ; N] = std::array::from_fn(|i| &acts[i]);
         let (xq, x8, x4) = (a.map(|a| a.xq.as_ptr()), a.map(|a| a.x8.as_ptr()), a.map(|a| a.x4.as_ptr()));
         let (dx, xsum, corr) = (a.map(|a| a.dx.as_ptr()), a.map(|a| a.xsum.as_ptr()), a.map(|a| a.corr.as_ptr()));
+        // Row addresses from the base (not `w.row`, whose slice of a mapped file costs a call per use).
+        let data = w.bytes();
+        let (base, rb) = (data.as_ptr(), data.len() / w.rows().max(1));
+        assert!(rows.end <= w.rows());
         for (j, r) in rows.clone().enumerate() {
-            let p0 = w.row(r).as_ptr();
+            let p0 = base.add(r * rb);
             let q0 = p0.add(q_off);
             // Two rows ahead, fetched a group at a time while this row computes (as the one-row kernel does).
-            let ahead = (r + 2 < rows.end).then(|| w.row(r + 2).as_ptr().add(q_off));
+            let ahead = (r + 2 < rows.end).then(|| base.add((r + 2) * rb + q_off));
             let mut acc = [_mm256_setzero_ps(); N];
             let mut accm = [_mm256_setzero_ps(); N];
             let mut g = 0;
@@ -315,7 +323,7 @@ mod tests {
                     gemv_rows(&w, &x, n, &mut got);
                     let xs: Vec<&[f32]> = x.chunks_exact(cols).collect();
                     let acts: Vec<ActQ> =
-                        if t == QType::F32 { vec![] } else { xs.iter().map(|x| ActQ::new(x)).collect() };
+                        if t == QType::F32 { vec![] } else { xs.iter().map(|x| ActQ::new(x, t)).collect() };
                     let mut want = vec![0f32; n * rows];
                     let mut outs: Vec<&mut [f32]> = want.chunks_exact_mut(rows).collect();
                     rows_dot_scalar(&w, 0..rows, &xs, &acts, &mut outs);

@@ -60,27 +60,55 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if super::gemm::has_avx2() {
-        use std::arch::x86_64::*;
-        let n8 = gate.len() / 8 * 8;
-        while i < n8 {
-            // SAFETY: AVX2/FMA present; i + 8 <= gate.len() <= up.len().
-            unsafe {
-                let g = _mm256_loadu_ps(gate.as_ptr().add(i));
-                let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-                let s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e));
-                _mm256_storeu_ps(gate.as_mut_ptr().add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))));
-            }
-            i += 8;
-        }
+        // SAFETY: AVX2/FMA present; `up` is at least as long as `gate`.
+        i = unsafe { silu_mul_avx(gate, up) };
     }
     for (g, &u) in gate[i..].iter_mut().zip(&up[i..]) {
         *g = *g / (1.0 + (-*g).exp()) * u;
     }
 }
 
+/// `gate[..n8] = silu(gate) * up` eight at a time; returns n8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_avx(gate: &mut [f32], up: &[f32]) -> usize {
+    use std::arch::x86_64::*;
+    assert!(up.len() >= gate.len());
+    let n8 = gate.len() / 8 * 8;
+    let (gp, up) = (gate.as_mut_ptr(), up.as_ptr());
+    let mut i = 0;
+    while i < n8 {
+        let g = _mm256_loadu_ps(gp.add(i));
+        let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        let s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0), e));
+        _mm256_storeu_ps(gp.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.add(i))));
+        i += 8;
+    }
+    n8
+}
+
+/// `x[..n8] = e^(x - max)` eight at a time; returns n8 and the sum of those values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_sub_avx(x: &mut [f32], max: f32) -> (usize, f32) {
+    use std::arch::x86_64::*;
+    let n8 = x.len() / 8 * 8;
+    let (p, m) = (x.as_mut_ptr(), _mm256_set1_ps(max));
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < n8 {
+        let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), m));
+        _mm256_storeu_ps(p.add(i), e);
+        acc = _mm256_add_ps(acc, e);
+        i += 8;
+    }
+    (n8, super::gemm::hsum(acc))
+}
+
 /// `e^x` per lane to about 2 ulp (range reduction by ln 2, degree-6 polynomial); below -87 (and -inf) it is 0.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
+#[inline]
 pub(crate) unsafe fn exp8(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     let tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0), _CMP_LT_OQ);
@@ -115,19 +143,8 @@ pub fn softmax_inplace(x: &mut [f32]) {
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
     if super::gemm::has_avx2() {
-        use std::arch::x86_64::*;
-        let n8 = x.len() / 8 * 8;
-        // SAFETY: AVX2/FMA present; every load/store is at i + 8 <= x.len().
-        unsafe {
-            let (m, mut acc) = (_mm256_set1_ps(max), _mm256_setzero_ps());
-            while i < n8 {
-                let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
-                _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
-                acc = _mm256_add_ps(acc, e);
-                i += 8;
-            }
-            sum = super::gemm::hsum(acc);
-        }
+        // SAFETY: AVX2/FMA present.
+        (i, sum) = unsafe { exp_sub_avx(x, max) };
     }
     for v in x[i..].iter_mut() {
         *v = (*v - max).exp();

@@ -80,8 +80,6 @@ pub struct LoadedModel {
     pub model: Box<dyn CausalLm>,
     /// Lines to print at load (a scaled RoPE table, a shipped head beside a tied embedding, files not read).
     pub notes: Vec<String>,
-    /// The GGUF file, kept open for its tokenizer metadata.
-    pub gguf: Option<GgufFile>,
     /// What the quantised cache did.
     pub cache: CacheUse,
 }
@@ -112,22 +110,19 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     if let Some(path) = cache.as_ref().filter(|p| p.exists()) {
         match qcache::open(path) {
             Ok(qcache::Opened { file: g, config: cfg, mut notes, types }) => {
-                let gguf = match files {
-                    ModelFiles::Gguf(p) => Some(GgufFile::open(p)?),
-                    ModelFiles::HfDir(_) => None,
-                };
                 let mut t = Tensors::new(&g, None, Some(types), backend);
                 let model = build(cfg, &mut t, None)?;
                 t.finish()?;
                 notes.append(&mut t.notes);
-                return Ok(LoadedModel { model, notes, gguf, cache: CacheUse::Mapped(path.clone()) });
+                return Ok(LoadedModel { model, notes, cache: CacheUse::Mapped(path.clone()) });
             }
             Err(why) => {
                 stale = Some(format!("the quantised cache {} cannot be trusted ({why}); rebuilding it", path.display()))
             }
         }
     }
-    let (cfg, src, gguf): (ModelConfig, Box<dyn WeightSource>, Option<GgufFile>) = match files {
+    // For a GGUF: whether its tensors are in llama.cpp's permuted q/k layout (parsed once; it is also the source).
+    let (cfg, src, gguf_llama): (ModelConfig, Box<dyn WeightSource>, Option<bool>) = match files {
         ModelFiles::HfDir(dir) => {
             let path = dir.join("config.json");
             let text = std::fs::read_to_string(&path)
@@ -140,7 +135,8 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
         ModelFiles::Gguf(path) => {
             let g = GgufFile::open(path)?;
             let cfg = crate::config::gguf::config_from_gguf(&g)?;
-            (cfg, Box::new(GgufFile::open(path)?), Some(g))
+            let llama = g.get("general.architecture").and_then(|v| v.as_str()) == Some("llama");
+            (cfg, Box::new(g), Some(llama))
         }
     };
     let mut notes: Vec<String> = Vec::new();
@@ -154,11 +150,8 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     if cfg.rope_scaling.is_some() {
         notes.push("applies Llama 3's RoPE scaling to the frequency table".into());
     }
-    let permute = gguf
-        .as_ref()
-        .filter(|g| g.get("general.architecture").and_then(|v| v.as_str()) == Some("llama"))
-        .map(|_| (cfg.n_heads, cfg.n_kv_heads));
-    let names = gguf.as_ref().map(|_| GgufNames { permute });
+    let permute = (gguf_llama == Some(true)).then_some((cfg.n_heads, cfg.n_kv_heads));
+    let names = gguf_llama.map(|_| GgufNames { permute });
     let mut t = Tensors::new(src.as_ref(), names, None, backend);
     t.f32_reference = opts.f32_reference;
     if names.is_some() && t.has("rope_freqs.weight") {
@@ -176,7 +169,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     };
     // Said at this load, not kept in the cache file.
     notes.extend(stale);
-    Ok(LoadedModel { model, notes, gguf, cache })
+    Ok(LoadedModel { model, notes, cache })
 }
 
 fn build(

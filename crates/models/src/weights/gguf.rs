@@ -89,6 +89,11 @@ impl GgufFile {
         self.metadata.get(key)
     }
 
+    /// Moves a metadata value out (a tokenizer takes its vocabulary instead of copying it).
+    pub fn take(&mut self, key: &str) -> Option<GgufValue> {
+        self.metadata.remove(key)
+    }
+
     /// The tensors in file order.
     pub fn tensors(&self) -> &[GgufTensor] {
         &self.tensors
@@ -303,15 +308,21 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], WeightError> {
+    /// `take` whose description is made only on error: metadata holds ~100k token strings, and formatting a
+    /// description for each was a third of parsing a GGUF.
+    fn take_lazy(&mut self, n: u64, what: impl FnOnce() -> String) -> Result<&'a [u8], WeightError> {
         let end = usize::try_from(n).ok().and_then(|n| self.pos.checked_add(n));
-        let slice = end.and_then(|end| self.bytes.get(self.pos..end)).ok_or_else(|| self.truncated(what, n))?;
+        let slice = end.and_then(|end| self.bytes.get(self.pos..end)).ok_or_else(|| self.truncated(&what(), n))?;
         self.pos += slice.len();
         Ok(slice)
     }
 
     fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WeightError> {
-        let s = self.take(N as u64, what)?;
+        self.array_lazy(|| what.to_string())
+    }
+
+    fn array_lazy<const N: usize>(&mut self, what: impl FnOnce() -> String) -> Result<[u8; N], WeightError> {
+        let s = self.take_lazy(N as u64, what)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);
         Ok(a)
@@ -334,8 +345,12 @@ impl<'a> Cursor<'a> {
     }
 
     fn string_bytes(&mut self, what: &str) -> Result<&'a [u8], WeightError> {
-        let len = self.u64(&format!("length of {what}"))?;
-        self.take(len, what)
+        self.string_bytes_lazy(|| what.to_string())
+    }
+
+    fn string_bytes_lazy(&mut self, what: impl Fn() -> String) -> Result<&'a [u8], WeightError> {
+        let len = u64::from_le_bytes(self.array_lazy(|| format!("length of {}", what()))?);
+        self.take_lazy(len, what)
     }
 
     /// Keys and tensor names must be valid UTF-8: they are matched against expected names.
@@ -350,23 +365,23 @@ impl<'a> Cursor<'a> {
             .ok_or_else(|| bad(self.path, format!("key {key:?} has unknown value type {type_id}")))?;
         let what = || format!("value of key {key:?}");
         Ok(match ty {
-            GgufValueType::U8 => GgufValue::U8(self.array::<1>(&what())?[0]),
-            GgufValueType::I8 => GgufValue::I8(i8::from_le_bytes(self.array(&what())?)),
-            GgufValueType::U16 => GgufValue::U16(u16::from_le_bytes(self.array(&what())?)),
-            GgufValueType::I16 => GgufValue::I16(i16::from_le_bytes(self.array(&what())?)),
-            GgufValueType::U32 => GgufValue::U32(self.u32(&what())?),
-            GgufValueType::I32 => GgufValue::I32(i32::from_le_bytes(self.array(&what())?)),
-            GgufValueType::U64 => GgufValue::U64(self.u64(&what())?),
-            GgufValueType::I64 => GgufValue::I64(i64::from_le_bytes(self.array(&what())?)),
-            GgufValueType::F32 => GgufValue::F32(f32::from_le_bytes(self.array(&what())?)),
-            GgufValueType::F64 => GgufValue::F64(f64::from_le_bytes(self.array(&what())?)),
-            GgufValueType::Bool => match self.array::<1>(&what())?[0] {
+            GgufValueType::U8 => GgufValue::U8(self.array_lazy::<1>(what)?[0]),
+            GgufValueType::I8 => GgufValue::I8(i8::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::U16 => GgufValue::U16(u16::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::I16 => GgufValue::I16(i16::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::U32 => GgufValue::U32(u32::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::I32 => GgufValue::I32(i32::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::U64 => GgufValue::U64(u64::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::I64 => GgufValue::I64(i64::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::F32 => GgufValue::F32(f32::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::F64 => GgufValue::F64(f64::from_le_bytes(self.array_lazy(what)?)),
+            GgufValueType::Bool => match self.array_lazy::<1>(what)?[0] {
                 0 => GgufValue::Bool(false),
                 1 => GgufValue::Bool(true),
                 b => return Err(bad(self.path, format!("key {key:?} is a bool stored as {b}, not 0 or 1"))),
             },
             // Values such as token texts may hold stray bytes; keep the rest of the file readable.
-            GgufValueType::String => GgufValue::String(String::from_utf8_lossy(self.string_bytes(&what())?).into()),
+            GgufValueType::String => GgufValue::String(String::from_utf8_lossy(self.string_bytes_lazy(what)?).into()),
             GgufValueType::Array => self.array_value(key, depth)?,
         })
     }

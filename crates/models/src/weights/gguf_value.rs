@@ -209,6 +209,20 @@ impl GgufValue {
         self.as_array()?.iter().map(|v| v.as_str().map(str::to_string)).collect()
     }
 
+    /// The strings of an array of strings, moved out (no copy: a vocabulary is ~100k of them).
+    pub fn into_string_array(self) -> Option<Vec<String>> {
+        match self {
+            GgufValue::Array(items) => items
+                .into_iter()
+                .map(|v| match v {
+                    GgufValue::String(s) => Some(s),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+
     /// An array of numbers as f32 (token scores); `None` if any element is not a number.
     #[allow(clippy::cast_possible_truncation)]
     pub fn as_f32_array(&self) -> Option<Vec<f32>> {

@@ -186,6 +186,17 @@ pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
     }
     let nb = out.len() / BLOCK;
     let p = parts(t, row, nb);
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        // SAFETY: AVX2/F16C present; `parts` split the row into nb scales (and minimums) and nb blocks of quants.
+        unsafe { avx::dequantize(t, &p, nb, out) };
+        return;
+    }
+    dequantize_blocks(t, &p, out);
+}
+
+/// The scalar dequantisation (the reference; the SIMD path does the same multiply then add, so the bits agree).
+fn dequantize_blocks(t: QType, p: &RowParts, out: &mut [f32]) {
     for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
         let d = f16_at(p.d, b);
         match t {
@@ -203,6 +214,57 @@ pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
                 }
             }
             QType::F32 | QType::BF16 => unreachable!(),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use super::{QType, RowParts, BLOCK};
+    use std::arch::x86_64::*;
+
+    /// `out[b·32 + j] = d_b·(q − off) + m_b`, eight blocks' scales converted per load.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn dequantize(t: QType, p: &RowParts, nb: usize, out: &mut [f32]) {
+        assert!(out.len() >= nb * BLOCK && p.d.len() >= nb * 2 && p.q.len() >= nb * t.quant_bytes());
+        let o = out.as_mut_ptr();
+        let (mut d8, mut m8) = ([0f32; 8], [0f32; 8]);
+        for b in 0..nb {
+            if b % 8 == 0 {
+                let n = (nb - b).min(8);
+                let (mut dh, mut mh) = ([0u8; 16], [0u8; 16]);
+                dh[..2 * n].copy_from_slice(&p.d[2 * b..2 * (b + n)]);
+                _mm256_storeu_ps(d8.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(dh.as_ptr() as *const __m128i)));
+                if t == QType::Q4_1 {
+                    mh[..2 * n].copy_from_slice(&p.m[2 * b..2 * (b + n)]);
+                    _mm256_storeu_ps(m8.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(mh.as_ptr() as *const __m128i)));
+                }
+            }
+            let d = _mm256_set1_ps(d8[b % 8]);
+            let m = _mm256_set1_ps(if t == QType::Q4_1 { m8[b % 8] } else { 0.0 });
+            let dst = o.add(b * BLOCK);
+            let put = |i: usize, q: __m256i| {
+                _mm256_storeu_ps(dst.add(8 * i), _mm256_add_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), m));
+            };
+            match t {
+                QType::Q8_0 => {
+                    let q = p.q.as_ptr().add(b * 32);
+                    for i in 0..4 {
+                        put(i, _mm256_cvtepi8_epi32(_mm_loadl_epi64(q.add(8 * i) as *const __m128i)));
+                    }
+                }
+                _ => {
+                    let raw = _mm_loadu_si128(p.q.as_ptr().add(b * 16) as *const __m128i);
+                    let mask = _mm_set1_epi8(0x0f);
+                    let lo = _mm_and_si128(raw, mask);
+                    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+                    let off = _mm256_set1_epi32(if t == QType::Q4_0 { 8 } else { 0 });
+                    put(0, _mm256_sub_epi32(_mm256_cvtepu8_epi32(lo), off));
+                    put(1, _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), off));
+                    put(2, _mm256_sub_epi32(_mm256_cvtepu8_epi32(hi), off));
+                    put(3, _mm256_sub_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), off));
+                }
+            }
         }
     }
 }
@@ -260,6 +322,26 @@ mod tests {
 
     fn data(n: usize, seed: u64) -> Vec<f32> {
         super::super::testdata::data(n, seed).into_iter().map(|v| v * 4.0).collect()
+    }
+
+    #[test]
+    fn simd_dequantisation_equals_the_scalar_reference_bit_for_bit() {
+        for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            for cols in [32, 64, 288, 576, 32 * 13] {
+                let x = data(cols, cols as u64);
+                let mut q = vec![0u8; t.row_bytes(cols).unwrap()];
+                quantize_row(t, &x, &mut q);
+                let mut got = vec![0f32; cols];
+                dequantize_row(t, &q, &mut got);
+                let mut want = vec![0f32; cols];
+                dequantize_blocks(t, &parts(t, &q, cols / BLOCK), &mut want);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{t:?} {cols}"
+                );
+            }
+        }
     }
 
     #[test]

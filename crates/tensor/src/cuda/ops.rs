@@ -10,6 +10,10 @@ use std::sync::Arc;
 /// Rows up to which a product runs the GEMV kernels (weights read once for all rows); more go to cuBLAS.
 pub const GEMV_MAX_ROWS: usize = 8;
 
+/// Rows up to which bf16 activations run the tensor-core kernel of mma_few.cu (weights read once, block formats
+/// turned into bf16 in registers); more go to cuBLAS, block formats first dequantised into a buffer.
+pub const MMA_FEW_MAX_ROWS: usize = 32;
+
 /// Output rows per block the split GEMV kernels come in (`GS_HEIGHTS` in gemv_split.cu).
 pub const SPLIT_HEIGHTS: [usize; 3] = [2, 4, 8];
 
@@ -46,6 +50,27 @@ fn split_rows(format: DevFormat, inputs: usize) -> usize {
         (DevFormat::Q4, 3 | 4) => 4,
         (DevFormat::Q4, _) => 2,
     }
+}
+
+/// Warps of a block of the tensor-core kernel (`MF_WARPS` in mma_few.cu).
+const MMA_FEW_WARPS: u32 = 8;
+
+/// Whether the tensor-core kernel takes this product: 1 to [`MMA_FEW_MAX_ROWS`] rows, and K a whole number of
+/// its steps (4 lanes × one 16-byte load each: 32 bf16, 64 q8 or 128 q4 weights).
+pub fn mma_few_takes(m: &DevMatrix, rows: usize) -> bool {
+    let step = match m.format {
+        DevFormat::Bf16 => 32,
+        DevFormat::Q8 => 64,
+        DevFormat::Q4 => 128,
+    };
+    (1..=MMA_FEW_MAX_ROWS).contains(&rows) && m.cols.is_multiple_of(step) && m.rows > 0
+}
+
+/// bf16 products of up to [`MMA_FEW_MAX_ROWS`] rows run the tensor-core kernel unless `KVAD_GPU_MMA_FEW=0`
+/// (cuBLAS after a per-product dequantisation then, as before it: for measuring what it brings).
+pub fn mma_few_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_MMA_FEW").map_or(true, |v| v != "0"))
 }
 
 /// Tokens per KV-cache page.
@@ -222,6 +247,9 @@ impl Gpu {
         }
         match x {
             Act::F32(_) | Act::F32Rms { .. } => self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?,
+            Act::Bf16(xp) if mma_few_enabled() && mma_few_takes(m, rows) => {
+                self.mma_few(m, xp, rows, y, bias, accumulate)?;
+            }
             Act::Bf16(xp) => {
                 let w = match m.format {
                     DevFormat::Bf16 => m.q.ptr(),
@@ -246,6 +274,59 @@ impl Gpu {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`MMA_FEW_MAX_ROWS`] bf16 rows on the tensor cores
+    /// (mma_few.cu): each weight read once for all rows, f32 sums. An error for shapes it does not take
+    /// ([`mma_few_takes`]); `matmul` sends those to cuBLAS.
+    ///
+    /// # Safety
+    /// `x` must hold `rows × K` bf16, `y` `rows × N` f32, `bias` (0: none) `N` f32.
+    pub unsafe fn mma_few(
+        &self,
+        m: &DevMatrix,
+        x: u64,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
+        // Two 16-row tiles a warp where that still leaves two blocks an SM; one otherwise.
+        let mt = if m.rows.div_ceil(32) >= 2 * self.info.sms.max(1) as usize { 2 } else { 1 };
+        self.mma_few_tiles(m, x, rows, y, bias, accumulate, mt)
+    }
+
+    /// [`Gpu::mma_few`] with `mt` (1 or 2) tiles of 16 output rows a warp, for the tests and the kernel
+    /// benchmark.
+    ///
+    /// # Safety
+    /// As [`Gpu::mma_few`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn mma_few_tiles(
+        &self,
+        m: &DevMatrix,
+        x: u64,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+        mt: usize,
+    ) -> Result<(), GpuError> {
+        if !mma_few_takes(m, rows) || !matches!(mt, 1 | 2) {
+            return Err(GpuError::Shape(format!("mma_few of {rows} rows × {} ({:?}), {mt} tiles", m.cols, m.format)));
+        }
+        let fname = match m.format {
+            DevFormat::Bf16 => "bf16",
+            DevFormat::Q8 => "q8",
+            DevFormat::Q4 => "q4",
+        };
+        let name = format!("mmf_{fname}_{}_m{mt}", rows.div_ceil(8));
+        let (n, k, r, acc) = (i(m.rows), i(m.cols), i(rows), i32::from(accumulate));
+        let (q, s) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr));
+        let mut b = self.stream.launch_builder(self.func(&name));
+        b.arg(&q).arg(&s).arg(&x).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&r).arg(&acc);
+        b.launch(cfg((m.rows.div_ceil(16 * mt) as u32, 1, 1), MMA_FEW_WARPS * 32, 0))?;
         Ok(())
     }
 

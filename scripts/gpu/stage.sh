@@ -9,8 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mkdir -p .gpu/bin
 cargo build --release --locked -p kvad-cli
 cargo build --release --locked -p kvad-server
-cargo build --release --locked -p kvad-tensor --example gpu_gemv
-for b in kvad kvad-serve examples/gpu_gemv; do
+cargo build --release --locked -p kvad-tensor --example gpu_gemv --example gpu_mma_few
+for b in kvad kvad-serve examples/gpu_gemv examples/gpu_mma_few; do
   cp "${CARGO_TARGET_DIR:-target}/release/$b" .gpu/bin/
   strip ".gpu/bin/$(basename $b)"
 done

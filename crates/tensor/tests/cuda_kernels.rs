@@ -2,7 +2,9 @@
 //! no usable GPU each test says so and returns: the CPU suite is what runs there.
 
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, SPLIT_HEIGHTS};
+use kvad_tensor::cuda::{
+    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, MMA_FEW_TILES, SPLIT_HEIGHTS,
+};
 use std::sync::Arc;
 
 fn gpu() -> Option<Arc<Gpu>> {
@@ -206,8 +208,8 @@ fn few_row_tensor_core_product_equals_the_reference() {
                 let yb = DevBuf::from_slice(&g, &start).unwrap();
                 let bb = DevBuf::from_slice(&g, &bias).unwrap();
                 assert!(mma_few_takes(&m, rows), "{qt:?} {n}×{k} {rows} rows");
-                // One and two tiles of output rows a warp (the launch picks by the matrix's height).
-                let mt = 1 + rows % 2;
+                // Every tile count of output rows a warp (the launch picks by the matrix's height).
+                let mt = MMA_FEW_TILES[rows % MMA_FEW_TILES.len()];
                 // SAFETY: shapes as allocated above.
                 unsafe { g.mma_few_tiles(&m, xb.ptr(), rows, yb.ptr(), bb.ptr(), true, mt) }.unwrap();
                 let got: Vec<f32> = yb.read(&g, rows * n).unwrap();

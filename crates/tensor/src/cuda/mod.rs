@@ -16,7 +16,7 @@ pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
     flash_takes, mma_few_enabled, mma_few_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost, FLASH_TILE,
-    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, SPLIT_HEIGHTS,
+    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -152,7 +152,7 @@ pub fn kernel_names() -> Vec<String> {
             }
         }
         for nt in 1..=ops::MMA_FEW_MAX_ROWS / 8 {
-            for mt in [1, 2] {
+            for mt in ops::MMA_FEW_TILES {
                 names.push(format!("mmf_{f}_{nt}_m{mt}"));
             }
         }

@@ -93,7 +93,7 @@ template <int FMT, int NT, int MT>
 __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__ x, float* y,
                         const float* __restrict__ bias, int N, int K, int rows, int accumulate) {
     constexpr int L = Mf<FMT>::L;
-    __shared__ float red[MF_WARPS][16 * MT][NT * 8 + 1];
+    __shared__ float red[MF_WARPS][16][NT * 8 + 1];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int n0 = blockIdx.x * 16 * MT;
     int steps = K / (4 * L);
@@ -121,41 +121,50 @@ __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[mt][nt][c] = 0.0f;
+    // A step's weights and activations are loaded one step ahead: the loads of step s+1 are in flight while
+    // step s is multiplied (the activations come from L2, whose latency would otherwise stall every step).
     MfRaw lo[MT], hi[MT];
+    uint2 xb[NT][L / 4];
     if (s0 < s1) {
+        int k0 = s0 * 4 * L + t * L;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            lo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, s0 * 4 * L + t * L);
-            hi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, s0 * 4 * L + t * L);
+            lo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k0);
+            hi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k0);
         }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int m = 0; m < L / 4; m++) xb[nt][m] = __ldg((const uint2*)(xr[nt] + k0 + 4 * m));
     }
 #pragma unroll 1
     for (int s = s0; s < s1; s++) {
-        int k0 = s * 4 * L + t * L;
-        // The next step's weights are in flight while this one's are multiplied.
+        int k1 = (s + 1) * 4 * L + t * L;
         MfRaw nlo[MT], nhi[MT];
+        uint2 nxb[NT][L / 4];
         if (s + 1 < s1) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                nlo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k0 + 4 * L);
-                nhi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k0 + 4 * L);
+                nlo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k1);
+                nhi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k1);
             }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int m = 0; m < L / 4; m++) nxb[nt][m] = __ldg((const uint2*)(xr[nt] + k1 + 4 * m));
         }
 #pragma unroll
         for (int m = 0; m < L / 4; m++) {
-            uint2 b[NT];
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                b[nt] = __ldg((const uint2*)(xr[nt] + k0 + 4 * m));
-                if (!xin[nt]) b[nt] = make_uint2(0u, 0u);
-            }
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 unsigned a0, a1, a2, a3;
                 Mf<FMT>::words(lo[mt], m, a0, a2);
                 Mf<FMT>::words(hi[mt], m, a1, a3);
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) mma_bf16_16816(acc[mt][nt], a0, a1, a2, a3, b[nt].x, b[nt].y);
+                for (int nt = 0; nt < NT; nt++) {
+                    uint2 b = xin[nt] ? xb[nt][m] : make_uint2(0u, 0u);
+                    mma_bf16_16816(acc[mt][nt], a0, a1, a2, a3, b.x, b.y);
+                }
             }
         }
 #pragma unroll
@@ -163,27 +172,34 @@ __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__
             lo[mt] = nlo[mt];
             hi[mt] = nhi[mt];
         }
-    }
-    // c0, c1: output row g, input rows 2t and 2t+1 of the tile; c2, c3: output row g+8.
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int m = 0; m < L / 4; m++) xb[nt][m] = nxb[nt][m];
+    }
+    // c0, c1: output row g, input rows 2t and 2t+1 of the tile; c2, c3: output row g+8. One 16-row tile at a time
+    // through shared memory (a fixed 17 KB whatever MT).
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        if (mt > 0) __syncthreads();
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            red[warp][mt * 16 + g][nt * 8 + 2 * t] = acc[mt][nt][0];
-            red[warp][mt * 16 + g][nt * 8 + 2 * t + 1] = acc[mt][nt][1];
-            red[warp][mt * 16 + g + 8][nt * 8 + 2 * t] = acc[mt][nt][2];
-            red[warp][mt * 16 + g + 8][nt * 8 + 2 * t + 1] = acc[mt][nt][3];
+            red[warp][g][nt * 8 + 2 * t] = acc[mt][nt][0];
+            red[warp][g][nt * 8 + 2 * t + 1] = acc[mt][nt][1];
+            red[warp][g + 8][nt * 8 + 2 * t] = acc[mt][nt][2];
+            red[warp][g + 8][nt * 8 + 2 * t + 1] = acc[mt][nt][3];
         }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < 16 * MT * rows; idx += blockDim.x) {
-        int o = idx % (16 * MT), i = idx / (16 * MT), n = n0 + o;
-        if (n >= N) continue;
-        float v = red[0][o][i];
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < 16 * rows; idx += blockDim.x) {
+            int o = idx & 15, i = idx >> 4, n = n0 + mt * 16 + o;
+            if (n >= N) continue;
+            float v = red[0][o][i];
 #pragma unroll
-        for (int w = 1; w < MF_WARPS; w++) v += red[w][o][i];
-        if (bias) v += bias[n];
-        float* out = y + (size_t)i * N + n;
-        *out = accumulate ? *out + v : v;
+            for (int w = 1; w < MF_WARPS; w++) v += red[w][o][i];
+            if (bias) v += bias[n];
+            float* out = y + (size_t)i * N + n;
+            *out = accumulate ? *out + v : v;
+        }
     }
 }
 
@@ -197,7 +213,10 @@ __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__
     MF_INSTANCE(FMT, NAME, 1, MT) MF_INSTANCE(FMT, NAME, 2, MT) MF_INSTANCE(FMT, NAME, 3, MT) MF_INSTANCE(FMT, NAME, 4, MT)
 MF_TILES(0, bf16, 1)
 MF_TILES(0, bf16, 2)
+MF_TILES(0, bf16, 4)
 MF_TILES(1, q8, 1)
 MF_TILES(1, q8, 2)
+MF_TILES(1, q8, 4)
 MF_TILES(2, q4, 1)
 MF_TILES(2, q4, 2)
+MF_TILES(2, q4, 4)

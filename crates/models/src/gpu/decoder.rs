@@ -11,7 +11,7 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost, FLASH_TILE,
+    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost, FLASH_TILE,
     GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
@@ -439,7 +439,8 @@ impl GpuDecoder {
         // Passes of up to MMA_FEW_MAX_ROWS rows whose attention is the key-stream kernel (decode) are recorded as
         // graphs, cuBLAS calls included (its workspace comes from the stream-ordered allocator under capture since
         // CUDA 12.2); should a capture with cuBLAS fail, such passes run unrecorded from then on.
-        let few = !gemv && rows <= MMA_FEW_MAX_ROWS;
+        // KVAD_GPU_MMA_FEW=0 restores the path before it: cuBLAS after dequantisation, unrecorded.
+        let few = !gemv && rows <= MMA_FEW_MAX_ROWS && mma_few_enabled();
         let blas = few && !self.few_takes_all(rows, sel.len());
         let graph = (gemv || few) && tiles.is_empty() && graphs_enabled() && !(blas && self.blas_graph_failed());
         let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has CUDA but no Rust) into .gpu/ (ignored): the release `kvad` and
-# `kvad-serve`, the kernel benchmark (gpu_gemv) and the GPU test binaries, stripped. The `device` tool then carries
-# .gpu/ there; run scripts/gpu/test.sh on it. Once per machine before this: scripts/gpu/prepare.sh (what the
+# `kvad-serve`, the kernel benchmarks (gpu_gemv, gpu_mma_few) and the GPU test binaries, stripped. The `device`
+# tool then carries .gpu/ there; run scripts/gpu/test.sh on it. Once per machine before this: scripts/gpu/prepare.sh (what the
 # benchmarks need).
 #   bash scripts/gpu/stage.sh
 set -euo pipefail

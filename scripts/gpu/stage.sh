@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has CUDA but no Rust) into .gpu/ (ignored): the release `kvad` and
 # `kvad-serve`, the kernel benchmarks (gpu_gemv, gpu_mma_few) and the GPU test binaries, stripped. The `device`
-# tool then carries .gpu/ there; run scripts/gpu/test.sh on it. Once per machine before this: scripts/gpu/prepare.sh (what the
-# benchmarks need).
+# tool then carries .gpu/ there; run scripts/gpu/test.sh on it. Once per machine before this:
+# scripts/gpu/prepare.sh (what the benchmarks need).
 #   bash scripts/gpu/stage.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

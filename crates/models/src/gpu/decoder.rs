@@ -11,8 +11,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost, FLASH_TILE,
-    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost,
+    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -205,7 +205,7 @@ impl GpuDecoder {
     }
 
     /// Whether every product of a pass of `rows` rows and `sel` logit rows runs the tensor-core kernel
-    /// (mma_few.cu) or a GEMV, so the pass has no cuBLAS call and can be recorded as a graph.
+    /// (mma_few.cu) or a GEMV: a pass with no cuBLAS call, whose recording cannot fail on cuBLAS.
     fn few_takes_all(&self, rows: usize, sel: usize) -> bool {
         let p = &self.p;
         let head = p.head.as_ref().unwrap_or(&p.embed);

@@ -97,7 +97,8 @@ def main():
     for f in os.listdir(tok):
         shutil.copy(os.path.join(tok, f), hf)
     print(f"saved safetensors at {time.time() - t0:.1f}s", flush=True)
-    if small:
+    # KVAD_BENCH_REF=0: safetensors only, for throughput runs (the GGUF and the reference take minutes).
+    if small or os.environ.get("KVAD_BENCH_REF") == "0":
         return
     write_gguf(model, cfg, os.path.join(out, "model-bf16.gguf"))
     print(f"saved GGUF at {time.time() - t0:.1f}s", flush=True)

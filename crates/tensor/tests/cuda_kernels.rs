@@ -2,7 +2,9 @@
 //! no usable GPU each test says so and returns: the CPU suite is what runs there.
 
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, SPLIT_HEIGHTS};
+use kvad_tensor::cuda::{
+    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, MMA_FEW_TILES, SPLIT_HEIGHTS,
+};
 use std::sync::Arc;
 
 fn gpu() -> Option<Arc<Gpu>> {
@@ -181,6 +183,50 @@ fn gemm_path_equals_the_reference_on_bf16_activations() {
             assert!((got[i] - want[i]).abs() <= 1e-3, "{qt:?} [{i}]: {} vs {}", got[i], want[i]);
         }
     }
+}
+
+/// The tensor-core kernel of 9–32 rows (mma_few.cu) against f64 arithmetic on the same bf16 values: every format,
+/// every tile count, partial tiles of rows and of output rows, more steps than warps and fewer, bias and
+/// accumulation.
+#[test]
+fn few_row_tensor_core_product_equals_the_reference() {
+    let Some(g) = gpu() else { return };
+    for (n, k) in [(72, 256), (37, 128), (600, 1024)] {
+        let w = data(n * k, 41);
+        for qt in [QType::BF16, QType::Q8_0, QType::Q4_1] {
+            let host = QMatrix::quantize(qt, n, k, &w).unwrap();
+            // The kernel turns the blocks into bf16 (d·q, d·q + m) before the product, as cuBLAS reads them.
+            let wd: Vec<f32> = dequantized(&host).iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect();
+            let m = DevMatrix::upload(&g, &host, None).unwrap();
+            for rows in [1, 8, 9, 13, 16, 24, 31, 32] {
+                let x: Vec<f32> =
+                    data(rows * k, 42 + rows as u64).iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect();
+                let xb16: Vec<u16> = x.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
+                let bias = data(n, 43);
+                let start = data(rows * n, 44);
+                let xb = DevBuf::from_slice(&g, &xb16).unwrap();
+                let yb = DevBuf::from_slice(&g, &start).unwrap();
+                let bb = DevBuf::from_slice(&g, &bias).unwrap();
+                assert!(mma_few_takes(&m, rows), "{qt:?} {n}×{k} {rows} rows");
+                // Every tile count of output rows a warp (the launch picks by the matrix's height).
+                let mt = MMA_FEW_TILES[rows % MMA_FEW_TILES.len()];
+                // SAFETY: shapes as allocated above.
+                unsafe { g.mma_few_tiles(&m, xb.ptr(), rows, yb.ptr(), bb.ptr(), true, mt) }.unwrap();
+                let got: Vec<f32> = yb.read(&g, rows * n).unwrap();
+                let want = reference(&wd, &x, rows, n, k);
+                for i in 0..rows * n {
+                    let want = want[i] + bias[i % n] + start[i];
+                    let tol = 1e-4 * (k as f32).sqrt() + 1e-5 * want.abs();
+                    assert!((got[i] - want).abs() <= tol, "{qt:?} {n}×{k} {rows} rows [{i}]: {} vs {want}", got[i]);
+                }
+            }
+        }
+    }
+    // Shapes it does not take are refused, not computed wrongly.
+    let m = DevMatrix::upload(&g, &bf16_matrix(8, 48, &data(8 * 48, 45)), None).unwrap();
+    assert!(!mma_few_takes(&m, 9));
+    // SAFETY: refused before any launch.
+    assert!(unsafe { g.mma_few(&m, 0, 9, 0, 0, false) }.is_err());
 }
 
 #[test]

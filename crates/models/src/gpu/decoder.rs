@@ -1,6 +1,8 @@
 //! The decoder every GPU architecture runs: pre-norm layers of attention and MLP over the residual stream, kept in
 //! f32 on the device. Products of up to [`GEMV_MAX_ROWS`] rows (decode) run kvad's GEMV kernels on f32
-//! activations; larger ones (prefill) run cuBLAS on bf16 activations, block formats dequantised per product.
+//! activations; up to [`MMA_FEW_MAX_ROWS`] (a decode step of many replies) kvad's tensor-core kernel on bf16
+//! activations, each weight read once; larger ones (prefill) cuBLAS on bf16 activations, block formats
+//! dequantised per product.
 
 use super::pages::{PagePool, Pages, Store};
 use crate::config::ModelConfig;
@@ -9,8 +11,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost, FLASH_TILE,
-    GEMV_MAX_ROWS, KV_PAGE,
+    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost,
+    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -73,6 +75,8 @@ pub(crate) struct GpuDecoder {
     /// Fold decode's RMSNorms into the following GEMV (`KVAD_GPU_FUSE_NORM=1`) rather than run the norm kernel:
     /// measured both ways in docs/performance.md.
     fuse_norm: bool,
+    /// Passes with cuBLAS calls may be recorded as graphs (cleared when such a capture fails).
+    blas_graph: std::sync::atomic::AtomicBool,
 }
 
 /// Working buffers for a pass of up to `rows` rows and `sel` logit rows, grown as needed.
@@ -96,8 +100,9 @@ struct Scratch {
     counter: DevBuf,
     /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
     wtmp: Option<DevBuf>,
-    /// Decode passes recorded over these buffers, by (rows, logit rows, page-table width).
-    graphs: HashMap<(usize, usize, usize), GpuGraph>,
+    /// Decode passes recorded over these buffers, by (rows, logit rows, page-table width, sequences, whether
+    /// the logit rows are all rows in order).
+    graphs: HashMap<(usize, usize, usize, usize, bool), GpuGraph>,
 }
 
 fn up_width(p: &Parts) -> usize {
@@ -161,7 +166,14 @@ impl GpuDecoder {
         };
         let pool = PagePool::new(pages, page_bytes, Some(store));
         let fuse_norm = std::env::var("KVAD_GPU_FUSE_NORM").is_ok_and(|v| v == "1");
-        Ok(GpuDecoder { gpu, pool, scratch: Mutex::new(None), p, fuse_norm })
+        Ok(GpuDecoder {
+            gpu,
+            pool,
+            scratch: Mutex::new(None),
+            p,
+            fuse_norm,
+            blas_graph: std::sync::atomic::AtomicBool::new(true),
+        })
     }
 
     fn layer_pages(&self, li: usize) -> (u64, u64) {
@@ -190,6 +202,21 @@ impl GpuDecoder {
                 Ok(act(out, gemv))
             }
         }
+    }
+
+    /// Whether every product of a pass of `rows` rows and `sel` logit rows runs the tensor-core kernel
+    /// (mma_few.cu) or a GEMV: a pass with no cuBLAS call, whose recording cannot fail on cuBLAS.
+    fn few_takes_all(&self, rows: usize, sel: usize) -> bool {
+        let p = &self.p;
+        let head = p.head.as_ref().unwrap_or(&p.embed);
+        let takes = |m: &DevMatrix| self.gpu.few_rows_tiles(m, rows).is_some();
+        (sel <= GEMV_MAX_ROWS || self.gpu.few_rows_tiles(head, sel).is_some())
+            && p.layers.iter().all(|l| [&l.qkv, &l.o, &l.up, &l.down].into_iter().all(takes))
+    }
+
+    /// Whether a capture of a pass with cuBLAS in it has failed (such passes then run unrecorded).
+    fn blas_graph_failed(&self) -> bool {
+        !self.blas_graph.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn largest_block_matrix(&self) -> usize {
@@ -355,10 +382,10 @@ fn graphs_enabled() -> bool {
 impl GpuDecoder {
     /// Runs the pass; the logits of the selected rows stay in the scratch. None: no rows at all.
     ///
-    /// A pass of up to [`GEMV_MAX_ROWS`] rows (decode) is recorded once as a CUDA graph per (rows, logit rows,
-    /// page-table width) and replayed: everything that changes from step to step (tokens, positions, page tables)
-    /// is in the metadata buffer the kernels read, and the tables are padded to a power of two so one graph serves
-    /// a sequence for many steps.
+    /// A pass of up to [`MMA_FEW_MAX_ROWS`] rows that runs no prompt tiles (decode) is recorded
+    /// once as a CUDA graph per (rows, logit rows, page-table width, sequences, logit layout) and replayed:
+    /// everything that changes from step to step (tokens, positions, page tables) is in the metadata buffer the
+    /// kernels read, and the tables are padded to a power of two so one graph serves a sequence for many steps.
     fn run(
         &self,
         batch: &mut [SeqInput<'_>],
@@ -394,8 +421,6 @@ impl GpuDecoder {
         let sel: Vec<i32> = sel_spans.iter().flat_map(|&(r0, n)| (r0..r0 + n).map(|r| r as i32)).collect();
         let max_pages = batch.iter().map(|s| s.kv.pages.as_ref().map_or(0, |p| p.ids.len())).max().unwrap_or(1);
         let gemv = rows <= GEMV_MAX_ROWS;
-        let graph = gemv && graphs_enabled();
-        let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };
         // Prompt rows cut into tiles for the tensor-core attention; decode rows (one per sequence) keep the
         // key-stream kernels, where a 64-row tile would hold one row.
         let mut tiles: Vec<i32> = Vec::new();
@@ -411,6 +436,14 @@ impl GpuDecoder {
                 tiles.clear();
             }
         }
+        // Passes of up to MMA_FEW_MAX_ROWS rows whose attention is the key-stream kernel (decode) are recorded as
+        // graphs, cuBLAS calls included (its workspace comes from the stream-ordered allocator under capture since
+        // CUDA 12.2); should a capture with cuBLAS fail, such passes run unrecorded from then on.
+        // KVAD_GPU_MMA_FEW=0 restores the path before it: cuBLAS after dequantisation, unrecorded.
+        let few = !gemv && rows <= MMA_FEW_MAX_ROWS && mma_few_enabled();
+        let blas = few && !self.few_takes_all(rows, sel.len());
+        let graph = (gemv || few) && tiles.is_empty() && graphs_enabled() && !(blas && self.blas_graph_failed());
+        let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };
         let all_rows = sel.iter().enumerate().all(|(i, &r)| r as usize == i) && sel.len() == rows;
         let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows };
         let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * width + tiles.len());
@@ -449,12 +482,23 @@ impl GpuDecoder {
         }
         s.meta.write_slice(gpu, &meta)?;
         if graph {
-            let key = (rows, sel.len(), width);
+            let key = (rows, sel.len(), width, batch.len(), all_rows);
             if !s.graphs.contains_key(&key) {
-                let g = gpu.capture(|| self.issue(s, &plan, batch.len()))?;
-                s.graphs.insert(key, g);
+                match gpu.capture(|| self.issue(s, &plan, batch.len())) {
+                    Ok(g) => {
+                        s.graphs.insert(key, g);
+                    }
+                    Err(e) if blas => {
+                        eprintln!("kvad: a decode pass with cuBLAS could not be recorded as a graph ({e}); such passes run unrecorded");
+                        self.blas_graph.store(false, std::sync::atomic::Ordering::Relaxed);
+                        self.issue(s, &plan, batch.len())?;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            s.graphs[&key].launch()?;
+            if let Some(g) = s.graphs.get(&key) {
+                g.launch()?;
+            }
         } else {
             self.issue(s, &plan, batch.len())?;
         }

@@ -14,7 +14,7 @@ use crate::error::ApiError;
 use crate::sched::{Part, Work};
 use crate::Engine;
 use kept::Kept;
-use kvad_engine::{open_model, OpenedModel, Sampler};
+use kvad_engine::{open_model, OpenedModel, Sampled, Sampler};
 use kvad_models::weights::GgufFile;
 use kvad_models::{LogitsMode, SeqInput, SeqKv};
 use kvad_tensor::BackendKind;
@@ -363,32 +363,92 @@ impl Engine for LocalEngine {
     }
 }
 
-/// One forward pass over the parts, then a token sampled for each part that asks for one.
 /// Rows up to which a pass runs the decode kernels, whose every row computes exactly what it would alone.
 const ALONE_ROWS: usize = 8;
+
+/// What a pass gives a part: its logits row for the CPU sampler, the token the device picked (every sampling
+/// part of the pass is plain greedy), or nothing (a prompt chunk).
+enum Out {
+    Logits(Vec<f32>),
+    Id(u32),
+    Nothing,
+}
+
+/// Whether a reply's next token is the plain argmax of its logits (temperature 0, no penalty, bias or
+/// logprobs), so the device can pick it and only the id crosses back: copying and log-softmaxing a full
+/// vocabulary row per reply on the engine thread cost more than the GPU's whole pass at 16 replies.
+fn plain_greedy(p: &GenParams) -> bool {
+    let s = &p.sampling;
+    s.temperature == 0.0
+        && s.repetition_penalty == 1.0
+        && s.presence_penalty == 0.0
+        && s.frequency_penalty == 0.0
+        && s.top_logprobs.is_none()
+        && p.options.logit_bias.is_empty()
+}
+
+/// Device-side greedy picks unless `KVAD_DEVICE_GREEDY=0` (for measuring what they bring).
+fn device_greedy_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_DEVICE_GREEDY").map_or(true, |v| v != "0"))
+}
+
+/// `KVAD_STEP_TRACE=1`: each pass's forward and sampling times on stderr (where a step's time goes).
+pub(crate) fn step_trace() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_STEP_TRACE").is_ok_and(|v| v == "1"))
+}
+
+/// One pass over `batch`: every sampling part's token from the device when all are plain greedy, else logits.
+fn one_pass(
+    model: &dyn kvad_models::CausalLm,
+    batch: &mut [SeqInput<'_>],
+    sampling: bool,
+    greedy: bool,
+) -> Result<Vec<Out>, ApiError> {
+    let err = |e: kvad_models::ModelError| ApiError::internal(e.to_string());
+    if sampling && greedy {
+        let vocab = model.config().vocab_size as u32;
+        let ids = model.forward_greedy(batch).map_err(err)?;
+        if let Some(bad) = ids.iter().find(|&&i| i >= vocab) {
+            return Err(ApiError::internal(format!("the device picked token {bad} of a vocabulary of {vocab}")));
+        }
+        return Ok(ids.into_iter().map(Out::Id).collect());
+    }
+    let mode = if sampling { LogitsMode::Last } else { LogitsMode::None };
+    Ok(model.forward(batch, mode).map_err(err)?.into_iter().map(Out::Logits).collect())
+}
 
 /// One step's forward work. Replies that sample (one token each) never share a pass with a prompt chunk when the
 /// two together exceed [`ALONE_ROWS`]: the chunk is read in a pass of its own, then the sampling rows in one pass on
 /// the decode kernels, so a reply's tokens are the same whoever joins beside it (the determinism rule). Returns
-/// each part's logits (empty for a chunk).
+/// what each part gets ([`Out`]).
 fn forward_parts(
     model: &dyn kvad_models::CausalLm,
     parts: &[Part],
     seqs: &mut [Seq],
     tokens: &[Vec<u32>],
-) -> Result<Vec<Vec<f32>>, ApiError> {
-    let err = |e: kvad_models::ModelError| ApiError::internal(e.to_string());
+) -> Result<Vec<Out>, ApiError> {
     let sampling = |p: &Part| !matches!(p.work, Work::Chunk(_));
     let rows: usize = tokens.iter().map(Vec::len).sum();
     let any_chunk = parts.iter().any(|p| !sampling(p));
     let any_sampling = parts.iter().any(sampling);
+    let greedy =
+        device_greedy_enabled() && parts.iter().zip(seqs.iter()).all(|(p, s)| !sampling(p) || plain_greedy(&s.params));
+    let chunk_out = |mut v: Vec<Out>| {
+        for (o, p) in v.iter_mut().zip(parts) {
+            if !sampling(p) {
+                *o = Out::Nothing;
+            }
+        }
+        v
+    };
     if !(any_chunk && any_sampling && rows > ALONE_ROWS) {
-        let mode = if any_sampling { LogitsMode::Last } else { LogitsMode::None };
         let mut batch: Vec<SeqInput<'_>> =
             seqs.iter_mut().zip(tokens).map(|(s, t)| SeqInput { tokens: t, kv: &mut s.kv }).collect();
-        return model.forward(&mut batch, mode).map_err(err);
+        return Ok(chunk_out(one_pass(model, &mut batch, any_sampling, greedy)?));
     }
-    let mut out = vec![Vec::new(); parts.len()];
+    let mut out: Vec<Out> = parts.iter().map(|_| Out::Nothing).collect();
     for want_sampling in [false, true] {
         let mut idx = Vec::new();
         let mut batch: Vec<SeqInput<'_>> = Vec::new();
@@ -398,10 +458,9 @@ fn forward_parts(
                 batch.push(SeqInput { tokens: t, kv: &mut s.kv });
             }
         }
-        let mode = if want_sampling { LogitsMode::Last } else { LogitsMode::None };
-        let logits = model.forward(&mut batch, mode).map_err(err)?;
-        for (i, l) in idx.into_iter().zip(logits) {
-            out[i] = l;
+        let got = one_pass(model, &mut batch, want_sampling, greedy)?;
+        for (i, o) in idx.into_iter().zip(got) {
+            out[i] = if want_sampling { o } else { Out::Nothing };
         }
     }
     Ok(out)
@@ -430,11 +489,14 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
         }
         tokens.push(t);
     }
-    let logits = forward_parts(model, parts, seqs, &tokens)?;
+    let t0 = std::time::Instant::now();
+    let rows: usize = tokens.iter().map(Vec::len).sum();
+    let outs = forward_parts(model, parts, seqs, &tokens)?;
+    let t1 = std::time::Instant::now();
     let tok = &slot.m.tokenizer;
     let text_of = |id: u32| tok.decode(&[id], false).unwrap_or_default();
     let mut out = Vec::with_capacity(parts.len());
-    for ((p, s), mut row) in parts.iter().zip(seqs.iter_mut()).zip(logits) {
+    for ((p, s), got) in parts.iter().zip(seqs.iter_mut()).zip(outs) {
         match p.work {
             Work::Chunk(_) => {
                 s.read += tokens[out.len()].len();
@@ -444,12 +506,18 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
             Work::Last => s.read = s.prompt.len(),
             Work::Decode => {}
         }
-        for &(id, b) in &s.params.options.logit_bias {
-            if let Some(v) = row.get_mut(id as usize) {
-                *v += b;
+        let sampled = match got {
+            Out::Id(id) => Sampled { id, logprob: f32::NAN, top: Vec::new(), in_play: Vec::new() },
+            Out::Logits(mut row) => {
+                for &(id, b) in &s.params.options.logit_bias {
+                    if let Some(v) = row.get_mut(id as usize) {
+                        *v += b;
+                    }
+                }
+                s.sampler.sample(&row, &s.prompt, &s.reply)
             }
-        }
-        let sampled = s.sampler.sample(&row, &s.prompt, &s.reply);
+            Out::Nothing => return Err(ApiError::internal(format!("step: no token for sequence {}", p.id))),
+        };
         s.reply.push(sampled.id);
         let end = slot.stop.contains(&sampled.id);
         let text = if end {
@@ -467,6 +535,10 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
             in_play: sampled.in_play.clone(),
         });
         out.push(Some(Stepped { piece: Piece { text, logprob }, end, full: s.kv.len() + 1 >= ctx }));
+    }
+    if step_trace() {
+        let (f, d) = ((t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
+        eprintln!("kvad-step parts={} rows={rows} forward_ms={f:.3} sample_ms={d:.3}", parts.len());
     }
     Ok(out)
 }

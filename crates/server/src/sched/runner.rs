@@ -35,6 +35,8 @@ struct Runner<'a> {
     /// Prompts read, waiting for their turn to join.
     prepared: HashMap<JobId, Prepared>,
     active: HashMap<JobId, Active>,
+    /// When the last step ended, for `KVAD_STEP_TRACE=1` (the time between steps: deciding, joining, waiting).
+    last_step: Option<Instant>,
 }
 
 fn ms(t: Instant) -> f64 {
@@ -60,7 +62,7 @@ enum Todo {
 
 /// Runs until the process ends.
 pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared) {
-    let mut r = Runner { engine, store, shared, prepared: HashMap::new(), active: HashMap::new() };
+    let mut r = Runner { engine, store, shared, prepared: HashMap::new(), active: HashMap::new(), last_step: None };
     loop {
         let todo = r.next();
         match todo {
@@ -238,7 +240,8 @@ impl Runner<'_> {
     fn step(&mut self, pass: &[super::Part]) {
         let t = Instant::now();
         let result = self.engine.step(pass);
-        self.shared.metrics.step(t.elapsed().as_secs_f64());
+        let engine_s = t.elapsed().as_secs_f64();
+        self.shared.metrics.step(engine_s);
         let mut st = lock(self.shared);
         st.core.stepped(pass);
         match result {
@@ -274,6 +277,16 @@ impl Runner<'_> {
         }
         drop(st);
         self.refresh();
+        if crate::local::step_trace() {
+            let gap = self.last_step.map_or(0.0, |l| (t - l).as_secs_f64() * 1e3);
+            let after = (t.elapsed().as_secs_f64() - engine_s) * 1e3;
+            eprintln!(
+                "kvad-runner parts={} engine_ms={:.3} after_ms={after:.3} gap_ms={gap:.3}",
+                pass.len(),
+                engine_s * 1e3
+            );
+            self.last_step = Some(Instant::now());
+        }
     }
 
     /// Ends a reply: its cache set aside (or freed), its row written, `Done` sent.

@@ -15,7 +15,8 @@ mod ops;
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    flash_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, SPLIT_HEIGHTS,
+    flash_takes, mma_few_enabled, mma_few_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost, FLASH_TILE,
+    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -95,7 +96,7 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// The kernel sources, compiled together.
-const SOURCES: [&str; 7] = [
+const SOURCES: [&str; 8] = [
     include_str!("kernels/common.cuh"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
@@ -103,6 +104,7 @@ const SOURCES: [&str; 7] = [
     include_str!("kernels/attention.cu"),
     include_str!("kernels/flash.cu"),
     include_str!("kernels/quant.cu"),
+    include_str!("kernels/mma_few.cu"),
 ];
 
 /// Every kernel entry point, loaded once.
@@ -147,6 +149,11 @@ pub fn kernel_names() -> Vec<String> {
             names.push(format!("gemv_{f}_{b}_rms"));
             for r in ops::SPLIT_HEIGHTS {
                 names.push(format!("gemvs_{f}_{b}_r{r}"));
+            }
+        }
+        for nt in 1..=ops::MMA_FEW_MAX_ROWS / 8 {
+            for mt in ops::MMA_FEW_TILES {
+                names.push(format!("mmf_{f}_{nt}_m{mt}"));
             }
         }
     }

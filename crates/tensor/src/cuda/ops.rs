@@ -10,6 +10,10 @@ use std::sync::Arc;
 /// Rows up to which a product runs the GEMV kernels (weights read once for all rows); more go to cuBLAS.
 pub const GEMV_MAX_ROWS: usize = 8;
 
+/// Rows up to which bf16 activations run the tensor-core kernel of mma_few.cu (weights read once, block formats
+/// turned into bf16 in registers); more go to cuBLAS, block formats first dequantised into a buffer.
+pub const MMA_FEW_MAX_ROWS: usize = 32;
+
 /// Output rows per block the split GEMV kernels come in (`GS_HEIGHTS` in gemv_split.cu).
 pub const SPLIT_HEIGHTS: [usize; 3] = [2, 4, 8];
 
@@ -46,6 +50,30 @@ fn split_rows(format: DevFormat, inputs: usize) -> usize {
         (DevFormat::Q4, 3 | 4) => 4,
         (DevFormat::Q4, _) => 2,
     }
+}
+
+/// Tiles of 16 output rows a warp of the tensor-core kernel comes in (`MF_TILES` in mma_few.cu).
+pub const MMA_FEW_TILES: [usize; 3] = [1, 2, 4];
+
+/// Warps of a block of the tensor-core kernel (`MF_WARPS` in mma_few.cu).
+const MMA_FEW_WARPS: u32 = 8;
+
+/// Whether the tensor-core kernel takes this product: 1 to [`MMA_FEW_MAX_ROWS`] rows, and K a whole number of
+/// its steps (4 lanes × one 16-byte load each: 32 bf16, 64 q8 or 128 q4 weights).
+pub fn mma_few_takes(m: &DevMatrix, rows: usize) -> bool {
+    let step = match m.format {
+        DevFormat::Bf16 => 32,
+        DevFormat::Q8 => 64,
+        DevFormat::Q4 => 128,
+    };
+    (1..=MMA_FEW_MAX_ROWS).contains(&rows) && m.cols.is_multiple_of(step) && m.rows > 0
+}
+
+/// bf16 products of up to [`MMA_FEW_MAX_ROWS`] rows run the tensor-core kernel unless `KVAD_GPU_MMA_FEW=0`
+/// (cuBLAS after a per-product dequantisation then, as before it: for measuring what it brings).
+pub fn mma_few_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_MMA_FEW").map_or(true, |v| v != "0"))
 }
 
 /// Tokens per KV-cache page.
@@ -222,30 +250,122 @@ impl Gpu {
         }
         match x {
             Act::F32(_) | Act::F32Rms { .. } => self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?,
-            Act::Bf16(xp) => {
-                let w = match m.format {
-                    DevFormat::Bf16 => m.q.ptr(),
-                    f => {
-                        let tmp = wtmp.ok_or_else(|| GpuError::Shape("GEMM of a block format needs wtmp".into()))?;
-                        let count = m.rows * m.cols;
-                        if tmp.len() < count * 2 {
-                            return Err(GpuError::Shape(format!("wtmp of {} bytes for {count} weights", tmp.len())));
-                        }
-                        let name = if f == DevFormat::Q8 { "dequant_q8" } else { "dequant_q4" };
-                        let (q, s, o, c) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), tmp.ptr(), count as u64);
-                        let mut b = self.stream.launch_builder(self.func(name));
-                        b.arg(&q).arg(&s).arg(&o).arg(&c);
-                        b.launch(cfg((grid_for(count, 256).min(132 * 16), 1, 1), 256, 0))?;
-                        tmp.ptr()
-                    }
-                };
-                let blas = self.blas.lock().unwrap_or_else(|e| e.into_inner());
-                blas.gemm_bf16(w, xp, y, rows, m.rows, m.cols, accumulate)?;
-                if bias != 0 {
-                    self.add_bias(y, bias, rows, m.rows)?;
-                }
-            }
+            Act::Bf16(xp) => match self.few_rows_tiles(m, rows) {
+                Some(mt) => self.mma_few_tiles(m, xp, rows, y, bias, accumulate, mt)?,
+                None => self.matmul_blas(m, xp, rows, y, bias, accumulate, wtmp)?,
+            },
         }
+        Ok(())
+    }
+
+    /// `y[rows][N] (+)= x · Wᵀ (+ bias)` by cuBLAS on bf16 activations, block formats first dequantised into
+    /// `wtmp` (at least `N·K` bf16): prefill's path, and the kernel benchmark's reference.
+    ///
+    /// # Safety
+    /// `x` must hold `rows × K` bf16, `y` `rows × N` f32, `bias` (0: none) `N` f32.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn matmul_blas(
+        &self,
+        m: &DevMatrix,
+        xp: u64,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+        wtmp: Option<&DevBuf>,
+    ) -> Result<(), GpuError> {
+        let w = match m.format {
+            DevFormat::Bf16 => m.q.ptr(),
+            f => {
+                let tmp = wtmp.ok_or_else(|| GpuError::Shape("GEMM of a block format needs wtmp".into()))?;
+                let count = m.rows * m.cols;
+                if tmp.len() < count * 2 {
+                    return Err(GpuError::Shape(format!("wtmp of {} bytes for {count} weights", tmp.len())));
+                }
+                let name = if f == DevFormat::Q8 { "dequant_q8" } else { "dequant_q4" };
+                let (q, s, o, c) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), tmp.ptr(), count as u64);
+                let mut b = self.stream.launch_builder(self.func(name));
+                b.arg(&q).arg(&s).arg(&o).arg(&c);
+                b.launch(cfg((grid_for(count, 256).min(132 * 16), 1, 1), 256, 0))?;
+                tmp.ptr()
+            }
+        };
+        let blas = self.blas.lock().unwrap_or_else(|e| e.into_inner());
+        blas.gemm_bf16(w, xp, y, rows, m.rows, m.cols, accumulate)?;
+        if bias != 0 {
+            self.add_bias(y, bias, rows, m.rows)?;
+        }
+        Ok(())
+    }
+
+    /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`MMA_FEW_MAX_ROWS`] bf16 rows on the tensor cores
+    /// (mma_few.cu): each weight read once for all rows, f32 sums. An error for shapes it does not take
+    /// ([`mma_few_takes`]); `matmul` sends those to cuBLAS.
+    ///
+    /// # Safety
+    /// `x` must hold `rows × K` bf16, `y` `rows × N` f32, `bias` (0: none) `N` f32.
+    pub unsafe fn mma_few(
+        &self,
+        m: &DevMatrix,
+        x: u64,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
+        let mt = self.few_rows_tiles(m, rows).unwrap_or(1);
+        self.mma_few_tiles(m, x, rows, y, bias, accumulate, mt)
+    }
+
+    /// How a product of `rows` bf16 rows runs: `Some(mt)`, the tensor-core kernel with `mt` tiles of 16 output
+    /// rows a warp; None, cuBLAS. From the kernel benchmark on the H200 (examples/gpu_mma_few.rs,
+    /// docs/gpu-results/mma-few-2.json): cuBLAS reads bf16 weights at 2.3–4.1 TB/s where the kernel reaches
+    /// 1.8–2.9, so bf16 stays on cuBLAS; for q8/q4 cuBLAS must first dequantise the matrix (0.2–0.4 TB/s of
+    /// stored bytes in all) where the kernel reads 1–2.6 TB/s. More tiles a warp share each activation load
+    /// among more weight rows, fewer keep more blocks in flight on short matrices.
+    pub fn few_rows_tiles(&self, m: &DevMatrix, rows: usize) -> Option<usize> {
+        if !mma_few_enabled() || !mma_few_takes(m, rows) || m.format == DevFormat::Bf16 {
+            return None;
+        }
+        let n = m.rows;
+        Some(match (m.format, rows) {
+            (_, _) if n < 4096 => 1,
+            (DevFormat::Q8, 1..=16) => 2,
+            (_, _) if n < 6144 => 2,
+            _ => 4,
+        })
+    }
+
+    /// [`Gpu::mma_few`] with `mt` (1, 2 or 4) tiles of 16 output rows a warp, for the tests and the kernel
+    /// benchmark.
+    ///
+    /// # Safety
+    /// As [`Gpu::mma_few`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn mma_few_tiles(
+        &self,
+        m: &DevMatrix,
+        x: u64,
+        rows: usize,
+        y: u64,
+        bias: u64,
+        accumulate: bool,
+        mt: usize,
+    ) -> Result<(), GpuError> {
+        if !mma_few_takes(m, rows) || !MMA_FEW_TILES.contains(&mt) {
+            return Err(GpuError::Shape(format!("mma_few of {rows} rows × {} ({:?}), {mt} tiles", m.cols, m.format)));
+        }
+        let fname = match m.format {
+            DevFormat::Bf16 => "bf16",
+            DevFormat::Q8 => "q8",
+            DevFormat::Q4 => "q4",
+        };
+        let name = format!("mmf_{fname}_{}_m{mt}", rows.div_ceil(8));
+        let (n, k, r, acc) = (i(m.rows), i(m.cols), i(rows), i32::from(accumulate));
+        let (q, s) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr));
+        let mut b = self.stream.launch_builder(self.func(&name));
+        b.arg(&q).arg(&s).arg(&x).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&r).arg(&acc);
+        b.launch(cfg((m.rows.div_ceil(16 * mt) as u32, 1, 1), MMA_FEW_WARPS * 32, 0))?;
         Ok(())
     }
 

@@ -64,6 +64,9 @@ pub struct GenerateOptions {
     /// Added to the logits of these token ids before sampling (OpenAI's `logit_bias`); the reported logprobs are
     /// those of the biased logits, as OpenAI's are.
     pub logit_bias: Vec<(u32, f32)>,
+    /// Keep writing past an end-of-sequence token until the length limit (vLLM's `ignore_eos`): what a load
+    /// generator needs so every stream is as long as it asked, whatever the model would say.
+    pub ignore_eos: bool,
 }
 
 /// Generates a reply. `on_token` sees every sampled token (stop tokens included) and returns false to stop early.

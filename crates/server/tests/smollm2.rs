@@ -20,6 +20,25 @@ fn smollm2_chat_completion_and_the_openai_sdk() {
     assert_eq!(v["choices"][0]["message"]["content"], "The capital of France is Paris.");
     assert_eq!(v["usage"]["prompt_tokens"], 37, "the same prompt as `kvad run`");
     assert_eq!(v["usage"]["completion_tokens"], 8, "7 tokens and the end token");
+    // `ignore_eos` (vLLM's field, what load generators send): the same reply goes on past its end token.
+    let (code, long) = real.post(
+        "/v1/chat/completions",
+        &json!({"model": "smollm2-instruct", "temperature": 0, "max_tokens": 20, "ignore_eos": true,
+                "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+        .to_string(),
+    );
+    assert_eq!(code, 200, "{long}");
+    assert_eq!(long["usage"]["completion_tokens"], 20, "{long}");
+    assert_eq!(long["choices"][0]["finish_reason"], "length", "{long}");
+    let text = long["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("The capital of France is Paris.") && text.len() > 31, "{text:?}");
+    let (code, bad) = real.post(
+        "/v1/chat/completions",
+        &json!({"model": "smollm2-instruct", "ignore_eos": "yes", "messages": [{"role": "user", "content": "hi"}]})
+            .to_string(),
+    );
+    assert_eq!(code, 400, "{bad}");
+    assert!(bad.to_string().contains("ignore_eos"), "{bad}");
     let (_, models) = real.get("/v1/models");
     assert!(models.contains("\"loaded\":true"), "{models}");
 

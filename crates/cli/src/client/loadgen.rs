@@ -39,9 +39,9 @@ fn prompt(words: usize, tag: &str) -> String {
 }
 
 fn one(url: &str, model: &str, text: &str, max_tokens: usize) -> Result<Stream> {
-    // A plain completion: a chat model may end its answer early, a text continued goes on to max_tokens.
+    // A plain completion that goes on to max_tokens (`ignore_eos`), so every trial writes the same number of tokens.
     let body = json!({"model": model, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0,
-        "max_tokens": max_tokens, "prompt": text});
+        "max_tokens": max_tokens, "prompt": text, "ignore_eos": true});
     let t0 = Instant::now();
     let resp =
         super::with_auth(url, ureq::post(&format!("{url}/v1/completions"))).send_json(body).map_err(http_error)?;

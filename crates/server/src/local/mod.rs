@@ -519,7 +519,7 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
             Out::Nothing => return Err(ApiError::internal(format!("step: no token for sequence {}", p.id))),
         };
         s.reply.push(sampled.id);
-        let end = slot.stop.contains(&sampled.id);
+        let end = slot.stop.contains(&sampled.id) && !s.params.options.ignore_eos;
         let text = if end {
             String::new()
         } else {

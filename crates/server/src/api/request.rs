@@ -175,10 +175,8 @@ pub fn sampling(f: &mut Fields<'_>, max_keys: &[&'static str]) -> Result<GenPara
     if let Some(n) = f.opt_int("n", 1, 1)? {
         debug_assert_eq!(n, 1);
     }
-    let mut options = kvad_engine::GenerateOptions {
-        ignore_eos: f.opt_bool("ignore_eos")?.unwrap_or(false),
-        ..Default::default()
-    };
+    let mut options =
+        kvad_engine::GenerateOptions { ignore_eos: f.opt_bool("ignore_eos")?.unwrap_or(false), ..Default::default() };
     if let Some(v) = f.get("logit_bias") {
         let Value::Object(m) = v else {
             return Err(ApiError::bad_field("logit_bias", "logit_bias must be an object of token id to bias"));

@@ -68,6 +68,73 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// Scores of one query against the keys in view, four keys a pass (one load of `q` serves four keys, and their
+/// four sums are reduced together).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_avx(
+    q: &[f32],
+    keys: &[f32],
+    stride: usize,
+    offset: usize,
+    positions: std::ops::Range<usize>,
+    scale: f32,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let hd = q.len();
+    let kp = keys.as_ptr().add(offset);
+    let qp = q.as_ptr();
+    let (j0, n) = (positions.start, positions.len());
+    let mut i = 0;
+    while i + 4 <= n {
+        let k: [*const f32; 4] = std::array::from_fn(|t| kp.add((j0 + i + t) * stride));
+        let mut a = [_mm256_setzero_ps(); 4];
+        for d in (0..hd).step_by(8) {
+            let qv = _mm256_loadu_ps(qp.add(d));
+            for t in 0..4 {
+                a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t].add(d)), a[t]);
+            }
+        }
+        // Four horizontal sums at once: pairwise adds, then the two 128-bit halves.
+        let h01 = _mm256_hadd_ps(a[0], a[1]);
+        let h23 = _mm256_hadd_ps(a[2], a[3]);
+        let h = _mm256_hadd_ps(h01, h23);
+        let s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(out.as_mut_ptr().add(i), _mm_mul_ps(s, _mm_set1_ps(scale)));
+        i += 4;
+    }
+    while i < n {
+        out[i] = super::gemm::dot_f32(qp, kp.add((j0 + i) * stride), hd) * scale;
+        i += 1;
+    }
+}
+
+/// `out = Σ_i p[i] · v[j0 + i]` for one query, the output held in registers across all keys (hd ≤ 128).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn values_avx(p: &[f32], values: &[f32], stride: usize, offset: usize, j0: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let hd = out.len();
+    let vp = values.as_ptr().add(offset + j0 * stride);
+    let mut d0 = 0;
+    while d0 < hd {
+        let w = (hd - d0).min(64) / 8;
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (i, &pi) in p.iter().enumerate() {
+            let pv = _mm256_set1_ps(pi);
+            let v = vp.add(i * stride + d0);
+            for (t, a) in acc.iter_mut().enumerate().take(w) {
+                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v.add(8 * t)), *a);
+            }
+        }
+        for (t, a) in acc.iter().enumerate().take(w) {
+            _mm256_storeu_ps(out.as_mut_ptr().add(d0 + 8 * t), *a);
+        }
+        d0 += 64;
+    }
+}
+
 /// `gate[..n8] = silu(gate) * up` eight at a time; returns n8.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -236,6 +303,29 @@ pub fn attend_group(
     let group = q.len() / hd;
     let n = positions.len();
     let mut scores = vec![0f32; group * n];
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() && hd.is_multiple_of(8) && hd <= 128 {
+        assert!(keys.len() >= (positions.end - 1) * stride + offset + hd, "attend_group: keys end before the view");
+        assert!(values.len() >= (positions.end - 1) * stride + offset + hd, "attend_group: values end before the view");
+        for g in 0..group {
+            let qg = &q[g * hd..(g + 1) * hd];
+            // SAFETY: AVX2/FMA present; every key row in view holds hd floats (asserted above).
+            unsafe { scores_avx(qg, keys, stride, offset, positions.clone(), scale, &mut scores[g * n..(g + 1) * n]) };
+            softmax_inplace(&mut scores[g * n..(g + 1) * n]);
+            // SAFETY: as above, for the value rows; `out` holds group × hd.
+            unsafe {
+                values_avx(
+                    &scores[g * n..(g + 1) * n],
+                    values,
+                    stride,
+                    offset,
+                    positions.start,
+                    &mut out[g * hd..(g + 1) * hd],
+                )
+            };
+        }
+        return;
+    }
     for (i, j) in positions.clone().enumerate() {
         let k = &keys[j * stride + offset..j * stride + offset + hd];
         for g in 0..group {
@@ -276,6 +366,39 @@ mod tests {
             for i in 0..n {
                 let want = (((g0[i] - max) as f64).exp() / sum) as f32;
                 assert!((p[i] - want).abs() <= 1e-6 * (1e-6 + want), "softmax n{n}[{i}]: {} vs {want}", p[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn group_attention_simd_matches_the_scalar_formula() {
+        use super::super::testdata::data;
+        for &(hd, group, n, lo) in &[(64, 3, 1, 0), (64, 3, 7, 2), (32, 2, 130, 5), (128, 1, 9, 0), (72, 4, 33, 1)] {
+            let (kvh, stride) = (2, 2 * hd + 8);
+            let keys = data((lo + n) * stride, hd as u64);
+            let values = data((lo + n) * stride, 7 + n as u64);
+            let q: Vec<f32> = data(group * hd, 3).iter().map(|v| v * 6.0).collect();
+            let offset = (kvh - 1) * hd;
+            let scale = 1.0 / (hd as f32).sqrt();
+            let mut got = vec![0f32; group * hd];
+            attend_group(&q, &keys, &values, stride, offset, lo..lo + n, hd, scale, &mut got);
+            for g in 0..group {
+                let s: Vec<f64> = (lo..lo + n)
+                    .map(|j| {
+                        (0..hd).map(|d| q[g * hd + d] as f64 * keys[j * stride + offset + d] as f64).sum::<f64>()
+                            * scale as f64
+                    })
+                    .collect();
+                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for d in 0..hd {
+                    let want: f64 = (lo..lo + n)
+                        .zip(&s)
+                        .map(|(j, x)| (x - m).exp() / z * values[j * stride + offset + d] as f64)
+                        .sum();
+                    let g_ = got[g * hd + d] as f64;
+                    assert!((g_ - want).abs() <= 1e-5 * (1.0 + want.abs()), "hd{hd} g{g} n{n} d{d}: {g_} vs {want}");
+                }
             }
         }
     }

@@ -246,6 +246,23 @@ fn norms_and_activations_equal_the_cpu_ops() {
     for (a, b) in got.iter().zip(&want) {
         assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "rms_norm {a} vs {b}");
     }
+    // Into bf16 (passes over 8 rows): the float4 kernel where the width allows it, the first one otherwise.
+    for h in [200usize, 202, 576, 4096, 8192] {
+        let x = data(rows * h, 33 + h as u64);
+        let w = data(h, 34 + h as u64);
+        let xb = DevBuf::from_slice(&g, &x).unwrap();
+        let wb = DevBuf::from_slice(&g, &w).unwrap();
+        let ob = DevBuf::zeros(&g, rows * h * 2).unwrap();
+        // SAFETY: shapes as allocated above.
+        unsafe { g.rms_norm(xb.ptr(), wb.ptr(), ob.ptr(), rows, h, 1e-5, true) }.unwrap();
+        let got: Vec<u16> = ob.read(&g, rows * h).unwrap();
+        let mut want = vec![0f32; rows * h];
+        kvad_tensor::cpu::ops::rms_norm(&x, &w, 1e-5, &mut want);
+        for (a, b) in got.iter().zip(&want) {
+            let a = half::bf16::from_bits(*a).to_f32();
+            assert!((a - b).abs() <= 4e-3 * b.abs() + 1e-6, "rms_norm into bf16, width {h}: {a} vs {b}");
+        }
+    }
     let f = h / 2;
     // SAFETY: x holds rows × 2f.
     unsafe { g.silu_mul(xb.ptr(), out.ptr(), rows, f, false) }.unwrap();
@@ -387,5 +404,102 @@ fn every_kernel_compiles_with_nvrtc() {
     let ptx = kvad_tensor::cuda::compile_kernels((9, 0)).unwrap_or_else(|e| panic!("{e}"));
     for name in kvad_tensor::cuda::kernel_names() {
         assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX");
+    }
+}
+
+/// Decode rows (one per sequence, contexts of 1 to 300 keys over scattered pages) through every instance of the
+/// key-stream kernel — 8, 16 and 32 warps a block, as far as each head width and group size has one — against
+/// attention computed here in f64 from the same f16 keys and values, within 1e-4; with and without a window.
+#[test]
+fn key_stream_attention_in_every_warp_count_equals_the_reference() {
+    use half::f16;
+    use kvad_tensor::cuda::{Attn, Meta, KV_PAGE};
+    let Some(g) = gpu() else { return };
+    let ctx = [1usize, 17, 130, 300, 64];
+    let rows = ctx.len();
+    let max_pages = 300usize.div_ceil(KV_PAGE);
+    let n_pages = rows * max_pages;
+    for (hd, group) in [(32usize, 1usize), (32, 8), (64, 2), (64, 8), (128, 4), (128, 8), (128, 3), (256, 2), (256, 4)]
+    {
+        let (nkv, d) = (2usize, hd / 32);
+        let nh = nkv * group;
+        let gm = group.next_power_of_two();
+        let page_elems = nkv * KV_PAGE * hd;
+        let k: Vec<f16> = data(n_pages * page_elems, 80 + hd as u64).into_iter().map(f16::from_f32).collect();
+        let v: Vec<f16> = data(n_pages * page_elems, 90 + hd as u64).into_iter().map(f16::from_f32).collect();
+        let q = data(rows * nh * hd, 100 + (hd * group) as u64);
+        // Sequence s on pages s, s + rows, s + 2·rows, … backwards.
+        let tables: Vec<Vec<i32>> =
+            (0..rows).map(|s| (0..max_pages).rev().map(|i| (s + i * rows) as i32).collect()).collect();
+        let pos: Vec<i32> = ctx.iter().map(|&c| c as i32 - 1).collect();
+        let seq: Vec<i32> = (0..rows as i32).collect();
+        let at = |s: usize, key: usize, kvh: usize, dd: usize| {
+            ((tables[s][key / KV_PAGE] as usize * nkv + kvh) * KV_PAGE + key % KV_PAGE) * hd + dd
+        };
+        let scale = 1.0 / (hd as f32).sqrt();
+        let bits = |x: &[f16]| x.iter().map(|h| h.to_bits()).collect::<Vec<u16>>();
+        let (kb, vb) = (DevBuf::from_slice(&g, &bits(&k)).unwrap(), DevBuf::from_slice(&g, &bits(&v)).unwrap());
+        let qb = DevBuf::from_slice(&g, &q).unwrap();
+        let mut meta: Vec<i32> = pos.clone();
+        meta.extend(&seq);
+        meta.extend(tables.concat());
+        let mb = DevBuf::from_slice(&g, &meta).unwrap();
+        let out = DevBuf::zeros(&g, rows * nh * hd * 4).unwrap();
+        let m = Meta { row_pos: mb.ptr(), row_seq: mb.at(rows * 4), tables: mb.at(rows * 8), max_pages };
+        for window in [0usize, 50] {
+            let mut want = vec![0f64; rows * nh * hd];
+            for r in 0..rows {
+                let p = pos[r] as usize;
+                let lo = if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
+                for h in 0..nh {
+                    let kvh = h / group;
+                    let qr = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+                    let sc: Vec<f64> = (lo..=p)
+                        .map(|j| (0..hd).map(|dd| (qr[dd] * scale) as f64 * k[at(r, j, kvh, dd)].to_f64()).sum())
+                        .collect();
+                    let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for dd in 0..hd {
+                        let o: f64 = (lo..=p).zip(&e).map(|(j, w)| w * v[at(r, j, kvh, dd)].to_f64()).sum();
+                        want[(r * nh + h) * hd + dd] = o / z;
+                    }
+                }
+            }
+            // The instances attention.cu has: 32 warps where GM·D <= 16, 16 where GM·D <= 32, 8 always.
+            let warps: Vec<usize> = [8usize, 16, 32]
+                .into_iter()
+                .filter(|&w| w == 8 || (w == 16 && gm * d <= 32) || (w == 32 && gm * d <= 16))
+                .collect();
+            for w in warps {
+                let a = Attn {
+                    q: qb.ptr(),
+                    k_pages: kb.ptr(),
+                    v_pages: vb.ptr(),
+                    out: out.ptr(),
+                    out_bf16: false,
+                    meta: m,
+                    rows,
+                    nh,
+                    nkv,
+                    hd,
+                    window,
+                    scale,
+                    tiles: 0,
+                    n_tiles: 0,
+                };
+                // SAFETY: every buffer holds the shapes above; the tables cover every position.
+                unsafe { g.attention_in_warps(&a, Some(w)) }.unwrap();
+                let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
+                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (*a as f64 - b).abs() <= 1e-4,
+                        "{w} warps, hd {hd}, group {group}, window {window}, row {} head {}: {a} vs {b}",
+                        i / (nh * hd),
+                        i / hd % nh
+                    );
+                }
+            }
+        }
     }
 }

@@ -15,8 +15,8 @@ mod ops;
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    flash_takes, mma_few_enabled, mma_few_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost, FLASH_TILE,
-    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    attention_warps, flash_takes, mma_few_enabled, mma_few_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost,
+    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -110,6 +110,7 @@ const SOURCES: [&str; 8] = [
 /// Every kernel entry point, loaded once.
 const KERNELS: &[&str] = &[
     "rms_norm",
+    "rms_norm_bf16_v4",
     "layer_norm",
     "silu_mul",
     "gelu_tanh",
@@ -140,9 +141,26 @@ pub fn compile_kernels(capability: (i32, i32)) -> Result<String, GpuError> {
     Ok(compile::ptx(&SOURCES.concat(), capability, None)?.to_src())
 }
 
+/// The key-stream attention instances with more warps (attention.cu): (D, query heads per KV head, warps).
+const ATT_WARPS_INSTANCES: [(usize, &[usize], usize); 8] = [
+    (1, &[1, 2, 4, 8], 32),
+    (2, &[1, 2, 4, 8], 32),
+    (4, &[1, 2, 4], 32),
+    (8, &[1, 2], 32),
+    (1, &[1, 2, 4, 8], 16),
+    (2, &[1, 2, 4, 8], 16),
+    (4, &[1, 2, 4, 8], 16),
+    (8, &[1, 2, 4], 16),
+];
+
 /// The kernel entry points the binary loads: the fixed ones and the GEMV family (format × rows × fused norm).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = KERNELS.iter().map(|s| s.to_string()).collect();
+    for (d, gms, w) in ATT_WARPS_INSTANCES {
+        for gm in gms {
+            names.push(format!("attention_keys_{d}_w{w}_g{gm}"));
+        }
+    }
     for f in ["bf16", "q8", "q4"] {
         for b in 1..=ops::GEMV_MAX_ROWS {
             names.push(format!("gemv_{f}_{b}"));

@@ -458,6 +458,12 @@ impl Gpu {
         out_bf16: bool,
     ) -> Result<(), GpuError> {
         let (hh, ob) = (i(h), i32::from(out_bf16));
+        if out_bf16 && h.is_multiple_of(4) && h <= 8192 && norm_v4_enabled() {
+            let mut b = self.stream.launch_builder(self.func("rms_norm_bf16_v4"));
+            b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps);
+            b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
+            return Ok(());
+        }
         let mut b = self.stream.launch_builder(self.func("rms_norm"));
         b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps).arg(&ob);
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
@@ -586,6 +592,15 @@ impl Gpu {
     /// # Safety
     /// Every address must hold what [`Attn`] says.
     pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
+        self.attention_in_warps(a, None)
+    }
+
+    /// [`Gpu::attention`] with the key-stream kernel's warps per block given (8, 16 or 32, where
+    /// [`attention_warps`] would allow that many) rather than picked: for testing every instance.
+    ///
+    /// # Safety
+    /// Every address must hold what [`Attn`] says.
+    pub unsafe fn attention_in_warps(&self, a: &Attn, warps: Option<usize>) -> Result<(), GpuError> {
         let g = a.nh / a.nkv.max(1);
         if a.tiles != 0 && a.n_tiles > 0 && flash_takes(a.hd) && a.nkv > 0 && a.nh.is_multiple_of(a.nkv) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
@@ -598,8 +613,12 @@ impl Gpu {
         let d = a.hd / 32;
         if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
-            let f = self.func(&format!("attention_keys_{d}"));
-            let smem = (8 * g * a.hd * 4) as u32;
+            let w = warps.unwrap_or_else(|| if a.rows <= GEMV_MAX_ROWS { attention_warps(d, g) } else { 8 });
+            let f = match w {
+                8 => self.func(&format!("attention_keys_{d}")),
+                _ => self.func(&format!("attention_keys_{d}_w{w}_g{}", g.next_power_of_two())),
+            };
+            let smem = (w * g * a.hd * 4) as u32;
             if smem > 48 * 1024 {
                 use cudarc::driver::sys::CUfunction_attribute as A;
                 f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
@@ -607,7 +626,7 @@ impl Gpu {
             let mut b = self.stream.launch_builder(f);
             b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
             b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
-            b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 256, smem))?;
+            b.launch(cfg((a.rows as u32, a.nkv as u32, 1), (w * 32) as u32, smem))?;
             return Ok(());
         }
         // Other shapes: the tiled kernel.
@@ -641,4 +660,33 @@ impl Gpu {
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
     }
+}
+
+/// Warps per block of the key-stream decode attention for head width `32·d` and `g` query heads per KV head, in
+/// passes of up to [`GEMV_MAX_ROWS`] rows: 32 where the accumulators fit in 64 registers a thread, 16 where they
+/// fit in 128, else 8 (the first kernel). A pass of few rows launches few blocks (rows × KV heads), each warp
+/// walking its keys in turn, so more warps take fewer keys each (one stream at gpu-bf16: 175.3 → 193.9 tok/s).
+/// Passes of more rows keep 8 warps: there the blocks already fill the GPU and 32 warps a block (one block an
+/// SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower (docs/performance-gpu.md). It
+/// depends on the shape and on the rows being at most 8, so a row's result is the same alone and in a batch of
+/// up to 8. `KVAD_GPU_ATT_WARPS=8|16` caps it (8: the kernel before, for measuring).
+pub fn attention_warps(d: usize, g: usize) -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| std::env::var("KVAD_GPU_ATT_WARPS").ok().and_then(|v| v.parse().ok()).unwrap_or(32));
+    let gm = g.next_power_of_two();
+    let fit = if gm * d <= 16 {
+        32
+    } else if gm * d <= 32 {
+        16
+    } else {
+        8
+    };
+    fit.min(cap.max(8))
+}
+
+/// RMSNorms into bf16 (the activations of passes over 8 rows) run `rms_norm_bf16_v4` unless
+/// `KVAD_GPU_NORM_V4=0` (the kernel before, for measuring). Passes of up to 8 rows norm into f32 and never take it.
+pub fn norm_v4_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_V4").map_or(true, |v| v != "0"))
 }

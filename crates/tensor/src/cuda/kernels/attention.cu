@@ -210,3 +210,119 @@ ATT_KEYS(1)
 ATT_KEYS(2)
 ATT_KEYS(4)
 ATT_KEYS(8)
+
+// The key-stream kernel with W warps per block (W = 16 or 32) and the accumulators sized for GM >= G query heads
+// per KV head, for decode passes of up to 8 rows: their (rows × KV heads) blocks leave most of the GPU idle and
+// each warp walks its keys one after another, so more warps per block take fewer keys each, and each warp loads
+// its next key's page entry, K and V before the arithmetic of the current one. (Passes of more rows keep 8 warps:
+// their blocks already fill the GPU, and 32 warps a block fit one block an SM.) Per key the arithmetic is the W = 8
+// kernel's; the merge of the warps' partial softmaxes runs over W warps.
+template <int D, int W, int GM>
+__device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __restrict__ k_pages,
+                                  const f16_t* __restrict__ v_pages, void* out, const int* __restrict__ row_pos,
+                                  const int* __restrict__ row_seq, const int* __restrict__ tables, int max_pages,
+                                  int nh, int nkv, int window, float scale, int out_bf16) {
+    const int hd = 32 * D;
+    __shared__ float sm_m[W][GM], sm_l[W][GM];
+    extern __shared__ float sm_acc_w[];  // [W][G * hd]
+    int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int G = nh / nkv;
+    int pos = row_pos[r];
+    const int* table = tables + (size_t)row_seq[r] * max_pages;
+    int lo = window > 0 ? max(0, pos + 1 - window) : 0;
+    float qr[GM][D], acc[GM][D], m[GM], l[GM];
+    const float* qb = q + (size_t)r * nh * hd + (size_t)kvh * G * hd + lane * D;
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            qr[g][i] = g < G ? qb[g * hd + i] * scale : 0.0f;
+            acc[g][i] = 0.0f;
+        }
+    }
+    float kv[D], vv[D];
+    int key = lo + warp;
+    if (key <= pos) {
+        size_t a = (((size_t)table[key / PAGE] * nkv + kvh) * PAGE + key % PAGE) * hd + lane * D;
+        load_f16<D>(k_pages + a, kv);
+        load_f16<D>(v_pages + a, vv);
+    }
+    while (key <= pos) {
+        int nk = key + W;
+        float kn[D], vn[D];
+        if (nk <= pos) {
+            size_t a = (((size_t)table[nk / PAGE] * nkv + kvh) * PAGE + nk % PAGE) * hd + lane * D;
+            load_f16<D>(k_pages + a, kn);
+            load_f16<D>(v_pages + a, vn);
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (g < G) {
+                float s = 0.0f;
+#pragma unroll
+                for (int i = 0; i < D; i++) s = fmaf(qr[g][i], kv[i], s);
+                s = warp_sum(s);
+                float mn = fmaxf(m[g], s);
+                float c = expf(m[g] - mn), p = expf(s - mn);
+                l[g] = l[g] * c + p;
+#pragma unroll
+                for (int i = 0; i < D; i++) acc[g][i] = fmaf(acc[g][i], c, p * vv[i]);
+                m[g] = mn;
+            }
+        }
+        if (nk <= pos) {
+#pragma unroll
+            for (int i = 0; i < D; i++) {
+                kv[i] = kn[i];
+                vv[i] = vn[i];
+            }
+        }
+        key = nk;
+    }
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (g < G) {
+            if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+#pragma unroll
+            for (int i = 0; i < D; i++) sm_acc_w[warp * G * hd + g * hd + lane * D + i] = acc[g][i];
+        }
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
+        int g = o / hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < W; w++) mx = fmaxf(mx, sm_m[w][g]);
+        float num = 0.0f, den = 0.0f;
+        for (int w = 0; w < W; w++) {
+            if (sm_m[w][g] == -INFINITY) continue;  // a warp that saw no key
+            float c = expf(sm_m[w][g] - mx);
+            num = fmaf(sm_acc_w[w * G * hd + o], c, num);
+            den = fmaf(sm_l[w][g], c, den);
+        }
+        float v = num / den;
+        size_t idx = (size_t)r * nh * hd + (size_t)kvh * G * hd + o;
+        if (out_bf16) ((bf16_t*)out)[idx] = f2bf(v);
+        else ((float*)out)[idx] = v;
+    }
+}
+
+#define ATT_KEYS_W(D, W, GM)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(W * 32) attention_keys_##D##_w##W##_g##GM(                    \
+        const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
+        const int* row_seq, const int* tables, int max_pages, int nh, int nkv, int window, float scale,        \
+        int out_bf16) {                                                                                        \
+        attention_keys_wt<D, W, GM>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv,    \
+                                    window, scale, out_bf16);                                                  \
+    }
+// Instances: 32 warps where 2·GM·D accumulator and query registers fit under 64 a thread (GM·D <= 16), 16 warps
+// where they fit under 128 (GM·D <= 32); `Gpu::attention_warps` picks among them.
+ATT_KEYS_W(1, 32, 1) ATT_KEYS_W(1, 32, 2) ATT_KEYS_W(1, 32, 4) ATT_KEYS_W(1, 32, 8)
+ATT_KEYS_W(2, 32, 1) ATT_KEYS_W(2, 32, 2) ATT_KEYS_W(2, 32, 4) ATT_KEYS_W(2, 32, 8)
+ATT_KEYS_W(4, 32, 1) ATT_KEYS_W(4, 32, 2) ATT_KEYS_W(4, 32, 4)
+ATT_KEYS_W(8, 32, 1) ATT_KEYS_W(8, 32, 2)
+ATT_KEYS_W(1, 16, 1) ATT_KEYS_W(1, 16, 2) ATT_KEYS_W(1, 16, 4) ATT_KEYS_W(1, 16, 8)
+ATT_KEYS_W(2, 16, 1) ATT_KEYS_W(2, 16, 2) ATT_KEYS_W(2, 16, 4) ATT_KEYS_W(2, 16, 8)
+ATT_KEYS_W(4, 16, 1) ATT_KEYS_W(4, 16, 2) ATT_KEYS_W(4, 16, 4) ATT_KEYS_W(4, 16, 8)
+ATT_KEYS_W(8, 16, 1) ATT_KEYS_W(8, 16, 2) ATT_KEYS_W(8, 16, 4)

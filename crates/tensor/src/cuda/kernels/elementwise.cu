@@ -152,3 +152,38 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv, float* q_out,
         for (int i = lane; i < hd; i += 32) v_pages[kv_base + i] = f2h(vs[i]);
     }
 }
+
+// RMSNorm into bf16 (the activations of a cuBLAS or tensor-core product) for widths H = 4·n <= 8192: 256 threads
+// a row, each holding up to 8 float4s of it in registers, so the row is read from memory once and the block's
+// sum takes 8 warps, not 32 (the kernel above spends most of a 32-row decode norm in its reduction).
+extern "C" __global__ void __launch_bounds__(256)
+    rms_norm_bf16_v4(const float* __restrict__ x, const float* __restrict__ w, bf16_t* __restrict__ out, int H,
+                     float eps) {
+    __shared__ float red[32];
+    const float4* xr = (const float4*)(x + (size_t)blockIdx.x * H);
+    const float4* w4 = (const float4*)w;
+    int n4 = H >> 2;
+    float4 v[8];
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int i = threadIdx.x + j * 256;
+        if (i < n4) {
+            v[j] = xr[i];
+            ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        }
+    }
+    ss = block_sum(ss, red);
+    float inv = rsqrtf(ss / (float)H + eps);
+    bf16_t* o = out + (size_t)blockIdx.x * H;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int i = threadIdx.x + j * 256;
+        if (i < n4) {
+            float4 g = w4[i];
+            unsigned lo = (unsigned)f2bf(v[j].x * inv * g.x) | ((unsigned)f2bf(v[j].y * inv * g.y) << 16);
+            unsigned hi = (unsigned)f2bf(v[j].z * inv * g.z) | ((unsigned)f2bf(v[j].w * inv * g.w) << 16);
+            ((uint2*)o)[i] = make_uint2(lo, hi);
+        }
+    }
+}

@@ -10,7 +10,7 @@ echo "# $(date -u +%FT%TZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) 
 for r in $(seq 1 "$RUNS"); do
   echo "## run $r"
   LD_LIBRARY_PATH="$L" "$L/llama-bench" -t 2 -p 512 -n 128 -r 2 -m "$G/smol-Q8_0.gguf" -m "$G/smol-Q4_0.gguf" -o csv 2>/dev/null \
-    | tr -d '"' | awk -F, 'NR>1 {printf "llama.cpp %-40s pp%s tg%s %8.1f ± %.1f tok/s\n", $6, $(NF-6), $(NF-5), $(NF-1), $NF}'
+    | tr -d '"' | awk -F, 'NR>1 {printf "llama.cpp %-40s pp%s tg%s %8.1f ± %.1f tok/s\n", $6, $(NF-7), $(NF-6), $(NF-1), $NF}'
   "$K" bench --local --backend cpu-q8,cpu-q4 --rounds 2 --warmup 1 --prompt-tokens 1 --gen-tokens 128 2>&1 | grep -E '^smollm2'
   "$K" bench --local --backend cpu-q8,cpu-q4 --rounds 2 --warmup 1 --prompt-tokens 512 --gen-tokens 16 2>&1 | grep -E '^smollm2'
   echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -60,6 +60,21 @@ fn presence_and_frequency_penalties_count_reply_tokens() {
 }
 
 #[test]
+fn logprobs_are_made_only_when_asked_for() {
+    let logits = [0.1f32, 2.0, -1.0];
+    let out = Sampler::new(SamplingParams { temperature: 0.0, ..Default::default() }).sample(&logits, &[], &[]);
+    assert_eq!(out.id, 1);
+    assert!(out.logprob.is_nan() && out.top.is_empty(), "{out:?}");
+    let out = Sampler::new(SamplingParams { temperature: 0.0, top_logprobs: Some(0), ..Default::default() }).sample(
+        &logits,
+        &[],
+        &[],
+    );
+    let lse = logits.iter().map(|v| (*v as f64).exp()).sum::<f64>().ln();
+    assert!((out.logprob as f64 - (2.0 - lse)).abs() < 1e-6, "{out:?}");
+}
+
+#[test]
 fn logprobs_are_the_plain_softmax_of_the_logits() {
     let mut s = Sampler::new(SamplingParams { temperature: 0.0, top_logprobs: Some(2), ..Default::default() });
     let out = s.sample(&[0.0, (3.0f32).ln(), 0.0], &[], &[]);

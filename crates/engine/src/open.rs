@@ -59,12 +59,20 @@ pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, Engi
     // The tokenizer (parsing the GGUF's vocabulary and building its BPE) is built on its own thread while the
     // weights load: on a second load, mapped from the quantised cache, it was half the wait.
     let (loaded, text) = std::thread::scope(|s| {
-        let text = s.spawn(|| text_parts(&files, path));
-        let loaded = load_model_with(&files, &opts);
+        let t0 = std::time::Instant::now();
+        let text = s.spawn(|| (text_parts(&files, path), t0.elapsed()));
+        let loaded = (load_model_with(&files, &opts), t0.elapsed());
         (loaded, text.join())
     });
+    let (text, text_time) = text.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let (loaded, weights_time) = loaded;
+    // Which of the two threads a load waits for (`KVAD_LOAD_TRACE=1`): the measure behind the cache's
+    // second-load goal.
+    if std::env::var_os("KVAD_LOAD_TRACE").is_some() {
+        eprintln!("kvad: load trace: weights {weights_time:.1?}, tokenizer and template {text_time:.1?}");
+    }
     let loaded = loaded?;
-    let (tokenizer, template) = text.unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+    let (tokenizer, template) = text?;
     let vocab = loaded.model.config().vocab_size;
     if tokenizer.vocab_size() > vocab {
         return Err(EngineError::BadRequest(format!(

@@ -5,6 +5,7 @@
 //! Llama 3 or Qwen 2 split get that regex followed by a regex-free ByteLevel step; everything else
 //! (`smollm`, `gpt2`, `default`, ...) gets ByteLevel's own GPT-2 regex.
 
+#[cfg(test)]
 use std::collections::HashSet;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
@@ -61,15 +62,22 @@ fn byte_chars() -> [char; 256] {
     out
 }
 
-/// The set of characters of the byte alphabet.
+/// The set of characters of the byte alphabet (the reference for [`in_alphabet`] in tests).
+#[cfg(test)]
 pub(crate) fn alphabet() -> HashSet<char> {
     byte_chars().into_iter().collect()
 }
 
+/// Whether `c` is one of the byte alphabet's characters (the printable Latin-1 ones, or the 68 shifted past 255):
+/// a range test, since a set lookup per character of ~50k tokens was a visible part of a load.
+pub(crate) fn in_alphabet(c: char) -> bool {
+    matches!(c as u32, 0x21..=0x7e | 0xa1..=0xac | 0xae..=0xff | 0x100..=0x143)
+}
+
 /// Spells `token` in the byte alphabet unless it already is: some converters store tokens as raw
 /// text, and the BPE model only ever sees byte-alphabet strings.
-fn respell(token: &str, chars: &[char; 256], alphabet: &HashSet<char>) -> String {
-    if token.chars().all(|c| alphabet.contains(&c)) {
+fn respell(token: &str, chars: &[char; 256]) -> String {
+    if token.chars().all(in_alphabet) {
         token.to_string()
     } else {
         token.bytes().map(|b| chars[b as usize]).collect()
@@ -79,20 +87,19 @@ fn respell(token: &str, chars: &[char; 256], alphabet: &HashSet<char>) -> String
 /// Builds the byte-level tokenizer (model, pre-tokenizer, decoder; no added tokens yet).
 pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
     let chars = byte_chars();
-    let alphabet = alphabet();
-    let mut vocab = Vocab::with_capacity(v.tokens.len());
-    let mut order: Vec<String> = Vec::with_capacity(v.tokens.len());
-    for (i, t) in v.tokens.iter().enumerate() {
-        let key = respell(t, &chars, &alphabet);
-        order.push(key.clone());
-        vocab.insert(key, i as u32);
-    }
+    let keys: Vec<String> = v.tokens.iter().map(|t| respell(t, &chars)).collect();
+    let mut vocab = Vocab::with_capacity(keys.len());
     let merges = match &v.merges {
-        Some(m) => file_merges(m)?,
+        Some(m) => {
+            // The keys move into the map: a second copy of ~50k strings was a tenth of a load from the cache.
+            vocab.extend(keys.into_iter().enumerate().map(|(i, k)| (k, i as u32)));
+            file_merges(m)?
+        }
         // No merges in the file: recover them from the vocabulary, ranked by token id.
         None => {
-            let ranks: Vec<f64> = (0..order.len()).map(|i| i as f64).collect();
-            derive_merges(&order, &ranks, &*vocab, false)
+            vocab.extend(keys.iter().enumerate().map(|(i, k)| (k.clone(), i as u32)));
+            let ranks: Vec<f64> = (0..keys.len()).map(|i| i as f64).collect();
+            derive_merges(&keys, &ranks, &*vocab, false)
         }
     };
     let bpe = BPE::builder()
@@ -132,9 +139,16 @@ mod tests {
     #[test]
     fn raw_tokens_are_respelled() {
         let c = byte_chars();
+        assert_eq!(respell(" hi", &c), "Ġhi");
+        assert_eq!(respell("Ġhi", &c), "Ġhi");
+    }
+
+    #[test]
+    fn range_test_is_the_alphabet() {
         let a = alphabet();
-        assert_eq!(respell(" hi", &c, &a), "Ġhi");
-        assert_eq!(respell("Ġhi", &c, &a), "Ġhi");
+        for c in (0..0x400).filter_map(char::from_u32) {
+            assert_eq!(in_alphabet(c), a.contains(&c), "{c:?}");
+        }
     }
 
     #[test]

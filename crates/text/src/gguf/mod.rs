@@ -157,8 +157,7 @@ fn file_merges(merges: &[String]) -> Result<Vec<(String, String)>, TextError> {
 /// In a byte-level vocabulary a control token spelled outside the byte alphabet is a llama.cpp
 /// mislabel and is skipped, as transformers does.
 fn add_marked_tokens(tokenizer: &mut HfTokenizer, v: &GgufVocab, byte_level: bool) -> Result<(), TextError> {
-    let alphabet = byte_level.then(byte_level::alphabet);
-    let in_alphabet = |t: &str| alphabet.as_ref().is_none_or(|a| t.chars().all(|c| a.contains(&c)));
+    let in_alphabet = |t: &str| !byte_level || t.chars().all(byte_level::in_alphabet);
     let types = v.token_types.as_deref().unwrap_or(&[]);
     let mut added: HashSet<&str> = HashSet::new();
 
@@ -176,12 +175,12 @@ fn add_marked_tokens(tokenizer: &mut HfTokenizer, v: &GgufVocab, byte_level: boo
         .add_special_tokens(control)
         .map_err(|e| TextError::tokenizers("control tokens of tokenizer.ggml.token_type", e))?;
 
-    let vocab = tokenizer.get_vocab(true);
+    // Looked up one by one, not through `get_vocab`, which copies the whole vocabulary.
     let user: Vec<AddedToken> = v
         .tokens
         .iter()
         .zip(types)
-        .filter(|(t, ty)| **ty == TOKEN_TYPE_USER_DEFINED && vocab.contains_key(t.as_str()))
+        .filter(|(t, ty)| **ty == TOKEN_TYPE_USER_DEFINED && tokenizer.token_to_id(t).is_some())
         .map(|(t, _)| {
             added.insert(t);
             AddedToken::from(t.clone(), false).normalized(false)

@@ -58,8 +58,8 @@ pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, Engi
     let opts = LoadOptions { backend, cache_dir: Some(kvad_hub::kvad_cache_dir()), f32_reference: false };
     // The tokenizer (parsing the GGUF's vocabulary and building its BPE) is built on its own thread while the
     // weights load: on a second load, mapped from the quantised cache, it was half the wait.
+    let t0 = std::time::Instant::now();
     let (loaded, text) = std::thread::scope(|s| {
-        let t0 = std::time::Instant::now();
         let text = s.spawn(|| (text_parts(&files, path), t0.elapsed()));
         let loaded = (load_model_with(&files, &opts), t0.elapsed());
         (loaded, text.join())

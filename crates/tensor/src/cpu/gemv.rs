@@ -20,61 +20,77 @@ pub struct ActQ {
     pub xq: Vec<i16>,
     /// Per-block scales (padded with zeros to a multiple of 8, plus 8).
     pub dx: Vec<f32>,
-    /// Per-block sums of the f32 `x` (for Q4_1's minimums), padded like `dx`.
+    /// Per-block sums of the f32 `x` (for Q4_1's minimums), padded like `dx`; summed in the order of
+    /// [`block_sum`], which the SIMD path keeps.
     pub xsum: Vec<f32>,
-    /// `xq` in the order the Q8 kernel widens bytes: per block, the 16 even-indexed then the 16 odd-indexed values.
-    pub x8: Vec<i16>,
-    /// `xq` in the order the Q4 kernel unpacks nibbles, per pair of blocks (b, b+1): four vectors of 16, each the
-    /// 8 values of block b then the 8 of block b+1 at indices {2i}, {2i+16}, {2i+1}, {2i+17}.
+    /// `xq` in the order the kernels widen weights, per pair of blocks (b, b+1): four vectors of 16, each the 8
+    /// values of block b then the 8 of block b+1 at indices {2i}, {2i+16}, {2i+1}, {2i+17}. Q4 unpacks nibbles in
+    /// that order; Q8 loads the two blocks' first and second halves side by side and splits even and odd bytes.
     pub x4: Vec<i16>,
     /// Per pair of blocks, `-8·Σxq` of each block in lanes 0 and 4 (Q4_0's offset, folded into the integer sum).
     pub corr: Vec<i32>,
 }
 
 impl ActQ {
-    /// Quantises `x` (a whole number of blocks) to i16 per block, with the SIMD layout that weights of type `t`
-    /// read (the other stays empty: building both cost ~2% of a decode step).
+    /// Quantises `x` (a whole number of blocks) to i16 per block, with the pair layout the integer kernels read.
     pub fn new(x: &[f32], t: QType) -> Self {
         let nb = x.len() / BLOCK;
         let padded = nb.div_ceil(8) * 8 + 8;
         let mut xq = vec![0i16; x.len()];
         let mut dx = vec![0f32; padded];
         let mut xsum = vec![0f32; padded];
-        for (b, blk) in x.chunks_exact(BLOCK).enumerate() {
-            let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 32767.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            for (q, v) in xq[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(blk) {
-                *q = (v * id).round() as i16;
-            }
-            dx[b] = d;
-            xsum[b] = blk.iter().sum();
-        }
-        let mut x8 = vec![0i16; if t == QType::Q8_0 { x.len() } else { 0 }];
-        for (b, blk) in xq.chunks_exact(BLOCK).enumerate().take(if t == QType::Q8_0 { nb } else { 0 }) {
-            for i in 0..16 {
-                x8[b * BLOCK + i] = blk[2 * i];
-                x8[b * BLOCK + 16 + i] = blk[2 * i + 1];
-            }
-        }
-        let pairs = if matches!(t, QType::Q4_0 | QType::Q4_1) { nb / 2 } else { 0 };
+        quantize_act(x, &mut xq, &mut dx[..nb], &mut xsum[..nb]);
+        let pairs = if t == QType::F32 { 0 } else { nb / 2 };
         let mut x4 = vec![0i16; pairs * 64];
-        let mut corr = vec![0i32; pairs * 8];
+        let mut corr = vec![0i32; if t == QType::Q4_0 { pairs * 8 } else { 0 }];
         for p in 0..pairs {
-            for (h, blk) in [&xq[2 * p * BLOCK..(2 * p + 1) * BLOCK], &xq[(2 * p + 1) * BLOCK..(2 * p + 2) * BLOCK]]
-                .into_iter()
-                .enumerate()
-            {
+            for h in 0..2 {
+                let blk = &xq[(2 * p + h) * BLOCK..(2 * p + h + 1) * BLOCK];
                 for i in 0..8 {
                     x4[p * 64 + h * 8 + i] = blk[2 * i];
                     x4[p * 64 + 16 + h * 8 + i] = blk[2 * i + 16];
                     x4[p * 64 + 32 + h * 8 + i] = blk[2 * i + 1];
                     x4[p * 64 + 48 + h * 8 + i] = blk[2 * i + 17];
                 }
-                corr[p * 8 + h * 4] = -8 * blk.iter().map(|&v| v as i32).sum::<i32>();
+                if t == QType::Q4_0 {
+                    corr[p * 8 + h * 4] = -8 * blk.iter().map(|&v| v as i32).sum::<i32>();
+                }
             }
         }
-        ActQ { xq, dx, xsum, x8, x4, corr }
+        ActQ { xq, dx, xsum, x4, corr }
+    }
+}
+
+/// The sum of one block of 32 in the order the SIMD path adds: eight lanes `(x[l] + x[l+8]) + (x[l+16] + x[l+24])`,
+/// then the lanes as `hsum` folds them, so both paths give the same bits.
+fn block_sum(b: &[f32]) -> f32 {
+    let l: [f32; 8] = std::array::from_fn(|i| (b[i] + b[i + 8]) + (b[i + 16] + b[i + 24]));
+    let a = [l[4] + l[0], l[5] + l[1], l[6] + l[2], l[7] + l[3]];
+    (a[0] + a[2]) + (a[1] + a[3])
+}
+
+/// Per block of 32: scale = max |x| / 32767, `xq = round(x / scale)` (halves away from zero), and the block's sum.
+fn quantize_act(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        // SAFETY: AVX2 is present; the slices hold `dx.len()` whole blocks (checked by the caller's shapes).
+        unsafe { avx::quantize_act(x, xq, dx, xsum) };
+        return;
+    }
+    quantize_act_scalar(x, xq, dx, xsum);
+}
+
+/// The scalar twin of the SIMD quantisation (the reference in tests).
+fn quantize_act_scalar(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
+    for (b, blk) in x.chunks_exact(BLOCK).enumerate() {
+        let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let d = amax / 32767.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (q, v) in xq[b * BLOCK..(b + 1) * BLOCK].iter_mut().zip(blk) {
+            *q = (v * id).round() as i16;
+        }
+        dx[b] = d;
+        xsum[b] = block_sum(blk);
     }
 }
 
@@ -160,7 +176,7 @@ pub(super) fn dot_scalar(w: &QMatrix, r: usize, x: &[f32], act: Option<&ActQ>) -
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx {
+pub(super) mod avx {
     use super::super::gemm::{dot_f32, hsum};
     use super::*;
     use std::arch::x86_64::*;
@@ -173,69 +189,116 @@ mod avx {
         }
     }
 
-    /// The 32 weights of block `b` as two vectors of 16 i16.
+    /// The 32 weights of Q4 block `b` as two vectors of 16 i16, in order (a row's odd last block).
     #[inline(always)]
-    unsafe fn weights(t: QType, q: *const u8, b: usize) -> (__m256i, __m256i) {
-        match t {
-            QType::Q8_0 => {
-                let p = q.add(b * 32);
-                (
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i)),
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16) as *const __m128i)),
-                )
-            }
-            _ => {
-                let raw = _mm_loadu_si128(q.add(b * 16) as *const __m128i);
-                let mask = _mm_set1_epi8(0x0f);
-                let lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, mask));
-                let hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), mask));
-                if t == QType::Q4_0 {
-                    let eight = _mm256_set1_epi16(8);
-                    (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
-                } else {
-                    (lo, hi)
-                }
-            }
+    pub(in super::super) unsafe fn q4_block(t: QType, q: *const u8, b: usize) -> (__m256i, __m256i) {
+        let raw = _mm_loadu_si128(q.add(b * 16) as *const __m128i);
+        let mask = _mm_set1_epi8(0x0f);
+        let lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, mask));
+        let hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), mask));
+        if t == QType::Q4_0 {
+            let eight = _mm256_set1_epi16(8);
+            (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
+        } else {
+            (lo, hi)
         }
     }
 
-    /// Eight i32 sums of one row over blocks `b, b+1` (lanes 0–3 block b, 4–7 block b+1), Q4 formats.
+    /// The 32 weights of Q8 block `b` as two vectors of 16 i16, in order (a row's odd last block).
     #[inline(always)]
-    unsafe fn pair_q4(q: *const u8, p: usize, x4: *const i16, corr: __m256i) -> __m256i {
-        let v = _mm256_loadu_si256(q.add(p * 32) as *const __m256i);
-        let m = _mm256_set1_epi16(0x0f);
-        let n0 = _mm256_and_si256(v, m);
-        let n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-        let n2 = _mm256_and_si256(_mm256_srli_epi16(v, 8), m);
-        let n3 = _mm256_srli_epi16(v, 12);
-        let xp = x4.add(p * 64);
-        let a = _mm256_madd_epi16(n0, _mm256_loadu_si256(xp as *const __m256i));
-        let b = _mm256_madd_epi16(n1, _mm256_loadu_si256(xp.add(16) as *const __m256i));
-        let c = _mm256_madd_epi16(n2, _mm256_loadu_si256(xp.add(32) as *const __m256i));
-        let d = _mm256_madd_epi16(n3, _mm256_loadu_si256(xp.add(48) as *const __m256i));
-        _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(_mm256_add_epi32(c, d), corr))
-    }
-
-    /// Eight i32 sums of one row over block `b`, Q8: even-indexed bytes and odd-indexed bytes widened in place.
-    #[inline(always)]
-    unsafe fn block_q8(q: *const u8, b: usize, x8: *const i16) -> __m256i {
-        let v = _mm256_loadu_si256(q.add(b * 32) as *const __m256i);
-        let even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
-        let odd = _mm256_srai_epi16(v, 8);
-        let xp = x8.add(b * BLOCK);
-        _mm256_add_epi32(
-            _mm256_madd_epi16(even, _mm256_loadu_si256(xp as *const __m256i)),
-            _mm256_madd_epi16(odd, _mm256_loadu_si256(xp.add(16) as *const __m256i)),
+    pub(in super::super) unsafe fn q8_block(q: *const u8, b: usize) -> (__m256i, __m256i) {
+        let p = q.add(b * 32);
+        (
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i)),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16) as *const __m128i)),
         )
     }
 
-    /// The last block of a row with an odd block count, Q4 formats (weights widened one by one).
+    /// Eight i32 sums of one block against `xq` in order (a row's odd last block).
     #[inline(always)]
-    unsafe fn tail_q4(t: QType, q: *const u8, b: usize, xq: *const i16) -> __m256i {
-        let (lo, hi) = weights(t, q, b);
+    pub(in super::super) unsafe fn block_dot(w: (__m256i, __m256i), xq: *const i16, b: usize) -> __m256i {
         let xlo = _mm256_loadu_si256(xq.add(b * BLOCK) as *const __m256i);
         let xhi = _mm256_loadu_si256(xq.add(b * BLOCK + 16) as *const __m256i);
-        _mm256_add_epi32(_mm256_madd_epi16(lo, xlo), _mm256_madd_epi16(hi, xhi))
+        _mm256_add_epi32(_mm256_madd_epi16(w.0, xlo), _mm256_madd_epi16(w.1, xhi))
+    }
+
+    /// Block pair `p`'s Q4 nibbles as the four i16 vectors of [`ActQ::x4`]'s order (Q4_0's offset of 8 is not
+    /// subtracted here: it is folded into the sum through [`ActQ::corr`]).
+    #[inline(always)]
+    pub(in super::super) unsafe fn widen_pair_q4(q: *const u8, p: usize) -> [__m256i; 4] {
+        let v = _mm256_loadu_si256(q.add(p * 32) as *const __m256i);
+        let m = _mm256_set1_epi16(0x0f);
+        [
+            _mm256_and_si256(v, m),
+            _mm256_and_si256(_mm256_srli_epi16(v, 4), m),
+            _mm256_and_si256(_mm256_srli_epi16(v, 8), m),
+            _mm256_srli_epi16(v, 12),
+        ]
+    }
+
+    /// Block pair `p`'s Q8 weights as the four i16 vectors of [`ActQ::x4`]'s order: the two blocks' first halves
+    /// side by side and their second halves, each split into even and odd bytes (sign-extended in place).
+    #[inline(always)]
+    pub(in super::super) unsafe fn widen_pair_q8(q: *const u8, p: usize) -> [__m256i; 4] {
+        let b = q.add(p * 64);
+        let lo = _mm256_loadu2_m128i(b.add(32) as *const __m128i, b as *const __m128i);
+        let hi = _mm256_loadu2_m128i(b.add(48) as *const __m128i, b.add(16) as *const __m128i);
+        [
+            _mm256_srai_epi16(_mm256_slli_epi16(lo, 8), 8),
+            _mm256_srai_epi16(_mm256_slli_epi16(hi, 8), 8),
+            _mm256_srai_epi16(lo, 8),
+            _mm256_srai_epi16(hi, 8),
+        ]
+    }
+
+    /// Eight i32 sums of one row over blocks `b, b+1` (lanes 0–3 block b, 4–7 block b+1) from widened weights.
+    #[inline(always)]
+    pub(in super::super) unsafe fn pair_dot(w: &[__m256i; 4], xp: *const i16) -> __m256i {
+        let a = _mm256_madd_epi16(w[0], _mm256_loadu_si256(xp as *const __m256i));
+        let b = _mm256_madd_epi16(w[1], _mm256_loadu_si256(xp.add(16) as *const __m256i));
+        let c = _mm256_madd_epi16(w[2], _mm256_loadu_si256(xp.add(32) as *const __m256i));
+        let d = _mm256_madd_epi16(w[3], _mm256_loadu_si256(xp.add(48) as *const __m256i));
+        _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d))
+    }
+
+    /// The SIMD quantisation of [`quantize_act_scalar`], bit for bit.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quantize_act(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
+        let nb = dx.len();
+        assert!(x.len() >= nb * BLOCK && xq.len() >= nb * BLOCK && xsum.len() >= nb);
+        let sign = _mm256_set1_ps(-0.0);
+        let half = _mm256_set1_ps(0.5);
+        let one = _mm256_set1_ps(1.0);
+        for b in 0..nb {
+            let p = x.as_ptr().add(b * BLOCK);
+            let v =
+                [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+            let m = _mm256_max_ps(
+                _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
+            );
+            let m = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+            let d = amax / 32767.0;
+            let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+            let mut qi = [_mm256_setzero_si256(); 4];
+            for (q, &vi) in qi.iter_mut().zip(&v) {
+                // Round halves away from zero, as `f32::round`: truncate, then step out where |fraction| >= 0.5.
+                let y = _mm256_mul_ps(vi, id);
+                let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+                let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(y, t));
+                let step =
+                    _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(frac, half), _mm256_or_ps(one, _mm256_and_ps(sign, y)));
+                *q = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+            }
+            let lo = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(qi[0], qi[1]));
+            let hi = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(qi[2], qi[3]));
+            _mm256_storeu_si256(xq.as_mut_ptr().add(b * BLOCK) as *mut __m256i, lo);
+            _mm256_storeu_si256(xq.as_mut_ptr().add(b * BLOCK + 16) as *mut __m256i, hi);
+            dx[b] = d;
+            xsum[b] = hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+        }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -250,8 +313,7 @@ mod avx {
             _mm256_setr_epi32(j, j, j, j, k, k, k, k)
         });
         let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let zero = _mm256_setzero_si256();
-        let (xq, x8, x4) = (a.xq.as_ptr(), a.x8.as_ptr(), a.x4.as_ptr());
+        let (xq, x4) = (a.xq.as_ptr(), a.x4.as_ptr());
         // Row addresses from the base (not `w.row`, whose slice of a mapped file costs a call per use).
         let data = w.bytes();
         let (base, rb) = (data.as_ptr(), data.len() / w.rows().max(1));
@@ -284,37 +346,35 @@ mod avx {
                         o += 64;
                     }
                 }
-                if t == QType::Q8_0 {
-                    for (j, lane) in one.iter().enumerate().take(nbg) {
-                        let b = g + j;
-                        let v0 = block_q8(q0, b, x8);
-                        let v1 = block_q8(q1, b, x8);
-                        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, *lane), acc0);
-                        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, *lane), acc1);
+                let mut j = 0;
+                while j + 1 < nbg {
+                    let p = (g + j) / 2;
+                    let (w0, w1) = if t == QType::Q8_0 {
+                        (widen_pair_q8(q0, p), widen_pair_q8(q1, p))
+                    } else {
+                        (widen_pair_q4(q0, p), widen_pair_q4(q1, p))
+                    };
+                    let xp = x4.add(p * 64);
+                    let (mut v0, mut v1) = (pair_dot(&w0, xp), pair_dot(&w1, xp));
+                    if t == QType::Q4_0 {
+                        let corr = _mm256_loadu_si256(a.corr.as_ptr().add(p * 8) as *const __m256i);
+                        v0 = _mm256_add_epi32(v0, corr);
+                        v1 = _mm256_add_epi32(v1, corr);
                     }
-                } else {
-                    let mut j = 0;
-                    while j + 1 < nbg {
-                        let p = (g + j) / 2;
-                        let corr = if t == QType::Q4_0 {
-                            _mm256_loadu_si256(a.corr.as_ptr().add(p * 8) as *const __m256i)
-                        } else {
-                            zero
-                        };
-                        let v0 = pair_q4(q0, p, x4, corr);
-                        let v1 = pair_q4(q1, p, x4, corr);
-                        let lanes = two[j / 2];
-                        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, lanes), acc0);
-                        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, lanes), acc1);
-                        j += 2;
-                    }
-                    if j < nbg {
-                        let b = g + j;
-                        let v0 = tail_q4(t, q0, b, xq);
-                        let v1 = tail_q4(t, q1, b, xq);
-                        acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, one[j]), acc0);
-                        acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, one[j]), acc1);
-                    }
+                    let lanes = two[j / 2];
+                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, lanes), acc0);
+                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, lanes), acc1);
+                    j += 2;
+                }
+                if j < nbg {
+                    let b = g + j;
+                    let (v0, v1) = if t == QType::Q8_0 {
+                        (block_dot(q8_block(q0, b), xq, b), block_dot(q8_block(q1, b), xq, b))
+                    } else {
+                        (block_dot(q4_block(t, q0, b), xq, b), block_dot(q4_block(t, q1, b), xq, b))
+                    };
+                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, one[j]), acc0);
+                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, one[j]), acc1);
                 }
                 if t == QType::Q4_1 {
                     let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
@@ -358,6 +418,28 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn simd_activation_quantisation_is_the_scalar_one_bit_for_bit() {
+        let mut x = data(32 * 37, 7);
+        // A block scaled by exactly 1 whose values sit on halves (rounding ties, both signs), and a zero block.
+        for (i, v) in x[..32].iter_mut().enumerate() {
+            *v = i as f32 - 16.5;
+        }
+        x[31] = 32767.0;
+        x[32..64].fill(0.0);
+        let nb = x.len() / BLOCK;
+        type Quantiser = dyn Fn(&[f32], &mut [i16], &mut [f32], &mut [f32]);
+        let run = |f: &Quantiser| {
+            let (mut q, mut d, mut s) = (vec![0i16; x.len()], vec![0f32; nb], vec![0f32; nb]);
+            f(&x, &mut q, &mut d, &mut s);
+            (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), s.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+        };
+        let simd = run(&quantize_act);
+        let scalar = run(&quantize_act_scalar);
+        assert_eq!(simd, scalar);
+        assert_eq!(&scalar.0[..4], &[-17, -16, -15, -14], "halves round away from zero");
     }
 
     #[test]

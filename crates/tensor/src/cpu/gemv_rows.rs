@@ -101,6 +101,7 @@ pub fn rows_dot_scalar(
 #[cfg(target_arch = "x86_64")]
 mod avx {
     use super::super::gemm::{dot_f32, hsum};
+    use super::super::gemv::avx::{block_dot, pair_dot, q4_block, q8_block, widen_pair_q4, widen_pair_q8};
     use super::super::quant::BLOCK;
     use super::*;
     use std::arch::x86_64::*;
@@ -115,22 +116,6 @@ mod avx {
             for (x, o) in xs.iter().zip(outs.iter_mut()) {
                 o[j] = dot_f32(x.as_ptr(), wr, w.cols());
             }
-        }
-    }
-
-    /// Block `b` of a Q4 row, widened to i16 for the tail of a row with an odd block count (the one-row kernel's
-    /// `weights`).
-    #[inline(always)]
-    unsafe fn q4_block(t: QType, q: *const u8, b: usize) -> (__m256i, __m256i) {
-        let raw = _mm_loadu_si128(q.add(b * 16) as *const __m128i);
-        let mask = _mm_set1_epi8(0x0f);
-        let lo = _mm256_cvtepu8_epi16(_mm_and_si128(raw, mask));
-        let hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), mask));
-        if t == QType::Q4_0 {
-            let eight = _mm256_set1_epi16(8);
-            (_mm256_sub_epi16(lo, eight), _mm256_sub_epi16(hi, eight))
-        } else {
-            (lo, hi)
         }
     }
 
@@ -159,7 +144,7 @@ mod avx {
         }
         let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let a: [&ActQ; N] = std::array::from_fn(|i| &acts[i]);
-        let (xq, x8, x4) = (a.map(|a| a.xq.as_ptr()), a.map(|a| a.x8.as_ptr()), a.map(|a| a.x4.as_ptr()));
+        let (xq, x4) = (a.map(|a| a.xq.as_ptr()), a.map(|a| a.x4.as_ptr()));
         let (dx, xsum, corr) = (a.map(|a| a.dx.as_ptr()), a.map(|a| a.xsum.as_ptr()), a.map(|a| a.corr.as_ptr()));
         // Row addresses from the base (not `w.row`, whose slice of a mapped file costs a call per use).
         let data = w.bytes();
@@ -189,63 +174,28 @@ mod avx {
                         o += 64;
                     }
                 }
-                if t == QType::Q8_0 {
-                    for (jb, lane) in one.iter().enumerate().take(nbg) {
-                        let b = g + jb;
-                        let v = _mm256_loadu_si256(q0.add(b * 32) as *const __m256i);
-                        let even = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
-                        let odd = _mm256_srai_epi16(v, 8);
-                        for i in 0..N {
-                            let xp = x8[i].add(b * BLOCK);
-                            let isum = _mm256_add_epi32(
-                                _mm256_madd_epi16(even, _mm256_loadu_si256(xp as *const __m256i)),
-                                _mm256_madd_epi16(odd, _mm256_loadu_si256(xp.add(16) as *const __m256i)),
-                            );
-                            let sc = _mm256_permutevar8x32_ps(s[i], *lane);
-                            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
+                let mut jb = 0;
+                while jb + 1 < nbg {
+                    let p = (g + jb) / 2;
+                    let wv = if t == QType::Q8_0 { widen_pair_q8(q0, p) } else { widen_pair_q4(q0, p) };
+                    let lanes = two[jb / 2];
+                    for i in 0..N {
+                        let mut isum = pair_dot(&wv, x4[i].add(p * 64));
+                        if t == QType::Q4_0 {
+                            isum = _mm256_add_epi32(isum, _mm256_loadu_si256(corr[i].add(p * 8) as *const __m256i));
                         }
+                        let sc = _mm256_permutevar8x32_ps(s[i], lanes);
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
                     }
-                } else {
-                    let mut jb = 0;
-                    while jb + 1 < nbg {
-                        let p = (g + jb) / 2;
-                        let v = _mm256_loadu_si256(q0.add(p * 32) as *const __m256i);
-                        let m = _mm256_set1_epi16(0x0f);
-                        let n0 = _mm256_and_si256(v, m);
-                        let n1 = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-                        let n2 = _mm256_and_si256(_mm256_srli_epi16(v, 8), m);
-                        let n3 = _mm256_srli_epi16(v, 12);
-                        let lanes = two[jb / 2];
-                        for i in 0..N {
-                            let xp = x4[i].add(p * 64);
-                            let c = if t == QType::Q4_0 {
-                                _mm256_loadu_si256(corr[i].add(p * 8) as *const __m256i)
-                            } else {
-                                _mm256_setzero_si256()
-                            };
-                            let d0 = _mm256_madd_epi16(n0, _mm256_loadu_si256(xp as *const __m256i));
-                            let d1 = _mm256_madd_epi16(n1, _mm256_loadu_si256(xp.add(16) as *const __m256i));
-                            let d2 = _mm256_madd_epi16(n2, _mm256_loadu_si256(xp.add(32) as *const __m256i));
-                            let d3 = _mm256_madd_epi16(n3, _mm256_loadu_si256(xp.add(48) as *const __m256i));
-                            let isum = _mm256_add_epi32(
-                                _mm256_add_epi32(d0, d1),
-                                _mm256_add_epi32(_mm256_add_epi32(d2, d3), c),
-                            );
-                            let sc = _mm256_permutevar8x32_ps(s[i], lanes);
-                            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
-                        }
-                        jb += 2;
-                    }
-                    if jb < nbg {
-                        let b = g + jb;
-                        let (lo, hi) = q4_block(t, q0, b);
-                        for i in 0..N {
-                            let xlo = _mm256_loadu_si256(xq[i].add(b * BLOCK) as *const __m256i);
-                            let xhi = _mm256_loadu_si256(xq[i].add(b * BLOCK + 16) as *const __m256i);
-                            let isum = _mm256_add_epi32(_mm256_madd_epi16(lo, xlo), _mm256_madd_epi16(hi, xhi));
-                            let sc = _mm256_permutevar8x32_ps(s[i], one[jb]);
-                            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
-                        }
+                    jb += 2;
+                }
+                if jb < nbg {
+                    let b = g + jb;
+                    let wb = if t == QType::Q8_0 { q8_block(q0, b) } else { q4_block(t, q0, b) };
+                    for i in 0..N {
+                        let isum = block_dot(wb, xq[i], b);
+                        let sc = _mm256_permutevar8x32_ps(s[i], one[jb]);
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
                     }
                 }
                 if t == QType::Q4_1 {

@@ -70,7 +70,7 @@ fn block_sum(b: &[f32]) -> f32 {
 }
 
 /// Per block of 32: scale = max |x| / 32767, `xq = round(x / scale)` (halves away from zero), and the block's sum.
-fn quantize_act(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
+pub(super) fn quantize_act(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if super::gemm::has_avx2() {
         // SAFETY: AVX2 is present; the slices hold `dx.len()` whole blocks (checked by the caller's shapes).

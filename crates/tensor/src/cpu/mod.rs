@@ -6,6 +6,7 @@
 
 pub mod attn;
 pub mod gemm;
+pub mod gemm_q;
 pub mod gemv;
 pub mod gemv_rows;
 pub mod matrix;

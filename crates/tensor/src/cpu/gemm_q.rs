@@ -1,0 +1,471 @@
+//! Prefill's product for quantised weights: i16 activations against i16-widened weights in integer pair products
+//! (`vpdpwssd` where the processor has AVX-VNNI, `vpmaddwd` and an add elsewhere), scaled once per block of 32.
+//!
+//! The f32 panel GEMM (`gemm.rs`) runs at the FMA units' peak, 16 multiply-adds a cycle a core; an integer pair
+//! product does 16 an instruction, two instructions a cycle. Activations are quantised as decode quantises them
+//! (per block of 32, scale max/32767: a relative error of 1.5e-5, a hundredth of the weights' own step) and the
+//! weights are widened exactly, so this adds no error that decode does not already have.
+//!
+//! Layout: panels of 16 output columns. Per block of 32 inputs a panel's weights are packed as 16 input pairs × 16
+//! columns of i16 pairs (a column a 32-bit lane, 1 KiB), with the columns' scales (and Q4_1's minimums) beside them.
+//! A register tile of up to 6 rows × 16 columns holds 12 integer accumulators for one block, then adds them,
+//! converted and scaled by `d_w · d_x`, into the output (Q4_1 adds `m_w · Σx` there too).
+
+use super::gemv::{dot_scalar, quantize_act, ActQ};
+use super::matrix::{QMatrix, SyncPtr};
+use super::pool;
+use super::quant::{QType, BLOCK};
+
+/// Output columns per panel (two AVX2 registers of i32 lanes).
+const NR: usize = 16;
+/// Rows per register tile: 12 accumulators, two weight vectors and a broadcast fill the 16 registers.
+const MR: usize = 6;
+/// Blocks per slice of a panel: 8 × 1 KiB of packed weights stay in L1 while all rows pass over them.
+const KB: usize = 8;
+
+/// `out[n, w.rows] = x[n, w.cols] · wᵀ` for a quantised `w` (Q8_0, Q4_0, Q4_1) and more rows than decode's kernels
+/// take.
+///
+/// # Panics
+/// When `w` is not one of those formats or a slice is shorter than the shapes say (callers own the shapes).
+pub fn gemm_q(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let (m, k) = (w.rows(), w.cols());
+    let t = w.qtype();
+    assert!(matches!(t, QType::Q8_0 | QType::Q4_0 | QType::Q4_1), "gemm_q takes Q8_0, Q4_0 or Q4_1, not {t:?}");
+    assert!(x.len() >= n * k && out.len() >= n * m, "gemm_q: x is n × k and out n × m");
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        avx_gemm(w, x, n, out);
+        return;
+    }
+    gemm_q_scalar(w, x, n, out);
+}
+
+/// The scalar twin: every output the one-row scalar dot product over the same quantised activations (the reference
+/// in tests, and the path without AVX2).
+pub fn gemm_q_scalar(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let (m, k) = (w.rows(), w.cols());
+    for i in 0..n {
+        let xr = &x[i * k..(i + 1) * k];
+        let act = ActQ::new(xr, w.qtype());
+        for j in 0..m {
+            out[i * m + j] = dot_scalar(w, j, xr, Some(&act));
+        }
+    }
+}
+
+/// The rows of `x` quantised per block and laid out for the tile: per group of [`MR`] rows (the last zero-padded),
+/// per block, per input pair, the group's rows side by side (`xp[g][b][kp][r]`, an i32 holding the i16 pair), so a
+/// tile reaches every row from one pointer; scales and sums as `[g][b][r]`.
+struct Acts {
+    xp: Vec<i32>,
+    dx: Vec<f32>,
+    xsum: Vec<f32>,
+}
+
+/// Quantises every row of `x`, groups of rows spread over the pool.
+fn quantize_rows(x: &[f32], n: usize, k: usize) -> Acts {
+    let nb = k / BLOCK;
+    let groups = n.div_ceil(MR);
+    let mut a = Acts {
+        xp: vec![0i32; groups * nb * 16 * MR],
+        dx: vec![0f32; groups * nb * MR],
+        xsum: vec![0f32; groups * nb * MR],
+    };
+    let (q, d, s) = (SyncPtr(a.xp.as_mut_ptr()), SyncPtr(a.dx.as_mut_ptr()), SyncPtr(a.xsum.as_mut_ptr()));
+    pool::parallel_for(groups, |g| {
+        // SAFETY: each task writes only its own group's part of the three buffers.
+        let (xp, dx, xs) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(q.get().add(g * nb * 16 * MR), nb * 16 * MR),
+                std::slice::from_raw_parts_mut(d.get().add(g * nb * MR), nb * MR),
+                std::slice::from_raw_parts_mut(s.get().add(g * nb * MR), nb * MR),
+            )
+        };
+        let (mut rq, mut rd, mut rs) = (vec![0i16; k], vec![0f32; nb], vec![0f32; nb]);
+        for r in 0..MR.min(n - g * MR) {
+            let i = g * MR + r;
+            quantize_act(&x[i * k..(i + 1) * k], &mut rq, &mut rd, &mut rs);
+            for b in 0..nb {
+                dx[b * MR + r] = rd[b];
+                xs[b * MR + r] = rs[b];
+                for kp in 0..16 {
+                    let (lo, hi) = (rq[b * BLOCK + 2 * kp] as u16 as u32, rq[b * BLOCK + 2 * kp + 1] as u16 as u32);
+                    xp[(b * 16 + kp) * MR + r] = (lo | hi << 16) as i32;
+                }
+            }
+        }
+    });
+    a
+}
+
+/// Per-thread buffers: one panel's packed weights, scales and minimums, and a narrow last panel's output.
+#[derive(Default)]
+struct Scratch {
+    packed: Vec<i16>,
+    scales: Vec<f32>,
+    mins: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// The panel's f16 scales (and Q4_1 minimums) as f32, `[nb][16]`, zero past the last column.
+fn panel_scales(w: &QMatrix, j0: usize, cols: usize, scales: &mut [f32], mins: &mut [f32]) {
+    let (t, nb) = (w.qtype(), w.cols() / BLOCK);
+    scales.fill(0.0);
+    mins.fill(0.0);
+    let data = w.bytes();
+    let rb = data.len() / w.rows().max(1);
+    let mut row = vec![0f32; nb];
+    for c in 0..cols {
+        let r = &data[(j0 + c) * rb..(j0 + c + 1) * rb];
+        // The row starts with its nb f16 scales, then (Q4_1) its nb f16 minimums.
+        super::quant::f16_to_f32(&r[..2 * nb], &mut row);
+        for (b, &d) in row.iter().enumerate() {
+            scales[b * NR + c] = d;
+        }
+        if t == QType::Q4_1 {
+            super::quant::f16_to_f32(&r[2 * nb..4 * nb], &mut row);
+            for (b, &m) in row.iter().enumerate() {
+                mins[b * NR + c] = m;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let (m, k, t) = (w.rows(), w.cols(), w.qtype());
+    let nb = k / BLOCK;
+    let acts = quantize_rows(x, n, k);
+    let vnni = has_vnni();
+    let o = SyncPtr(out.as_mut_ptr());
+    pool::parallel_for(m.div_ceil(NR), |p| {
+        SCRATCH.with_borrow_mut(|sc| {
+            let j0 = p * NR;
+            let cols = NR.min(m - j0);
+            sc.packed.resize(nb * NR * BLOCK, 0);
+            sc.scales.resize(nb * NR, 0.0);
+            sc.mins.resize(nb * NR, 0.0);
+            // SAFETY: AVX2 is present (checked by the caller); rows j0..j0+cols exist and `packed` holds nb KiB.
+            unsafe { avx::pack_panel(w, j0, cols, &mut sc.packed) };
+            panel_scales(w, j0, cols, &mut sc.scales, &mut sc.mins);
+            let direct = cols == NR;
+            let (dst, ldc) = if direct {
+                (o.get().wrapping_add(j0), m)
+            } else {
+                sc.acc.resize(n * NR, 0.0);
+                (sc.acc.as_mut_ptr(), NR)
+            };
+            let mut b0 = 0;
+            while b0 < nb {
+                let nblk = KB.min(nb - b0);
+                let mut i0 = 0;
+                while i0 < n {
+                    let rows = MR.min(n - i0);
+                    let g = i0 / MR;
+                    let a = avx::TileArgs {
+                        xp: acts.xp[(g * nb + b0) * 16 * MR..].as_ptr(),
+                        dx: acts.dx[(g * nb + b0) * MR..].as_ptr(),
+                        xsum: acts.xsum[(g * nb + b0) * MR..].as_ptr(),
+                        pk: sc.packed[b0 * NR * BLOCK..].as_ptr(),
+                        ds: sc.scales[b0 * NR..].as_ptr(),
+                        ms: (t == QType::Q4_1).then(|| sc.mins[b0 * NR..].as_ptr()),
+                        nblk,
+                        c: dst.wrapping_add(i0 * ldc),
+                        ldc,
+                        first: b0 == 0,
+                    };
+                    // SAFETY: AVX2/FMA present (and AVX-VNNI when `vnni`); the pointers cover `rows` rows of
+                    // `nblk` blocks (slices above), and `c` rows i0.. of this panel's 16 columns, which only this
+                    // task writes.
+                    unsafe { avx::tile(&a, rows, vnni) };
+                    i0 += rows;
+                }
+                b0 += nblk;
+            }
+            if !direct {
+                for i in 0..n {
+                    // SAFETY: each task writes only its own panel's columns of every row.
+                    let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
+                    d.copy_from_slice(&sc.acc[i * NR..i * NR + cols]);
+                }
+            }
+        })
+    });
+}
+
+/// Whether the processor has AVX-VNNI's `vpdpwssd` (checked once; `KVAD_NO_VNNI=1` takes the `vpmaddwd` path).
+#[cfg(target_arch = "x86_64")]
+pub fn has_vnni() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| std::env::var_os("KVAD_NO_VNNI").is_none() && is_x86_feature_detected!("avxvnni"))
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// One register tile's operands (raw pointers: the tile is the innermost loop).
+    pub(super) struct TileArgs {
+        pub xp: *const i32,
+        pub dx: *const f32,
+        pub xsum: *const f32,
+        pub pk: *const i16,
+        pub ds: *const f32,
+        pub ms: Option<*const f32>,
+        pub nblk: usize,
+        pub c: *mut f32,
+        pub ldc: usize,
+        pub first: bool,
+    }
+
+    /// The 8×8 transpose of 32-bit lanes.
+    #[inline(always)]
+    unsafe fn transpose8(r: [__m256i; 8]) -> [__m256i; 8] {
+        let r: [__m256; 8] = r.map(|v| _mm256_castsi256_ps(v));
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(u0, u4),
+            _mm256_permute2f128_ps::<0x20>(u1, u5),
+            _mm256_permute2f128_ps::<0x20>(u2, u6),
+            _mm256_permute2f128_ps::<0x20>(u3, u7),
+            _mm256_permute2f128_ps::<0x31>(u0, u4),
+            _mm256_permute2f128_ps::<0x31>(u1, u5),
+            _mm256_permute2f128_ps::<0x31>(u2, u6),
+            _mm256_permute2f128_ps::<0x31>(u3, u7),
+        ]
+        .map(|v| _mm256_castps_si256(v))
+    }
+
+    /// Packs columns `j0..j0+cols` (zeros past them) block by block: `packed[b][kp][c]` is the i16 pair
+    /// (w[c][32b+2kp], w[c][32b+2kp+1]), Q4_0's offset of 8 already subtracted.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pack_panel(w: &QMatrix, j0: usize, cols: usize, packed: &mut [i16]) {
+        let (t, nb) = (w.qtype(), w.cols() / BLOCK);
+        assert!(packed.len() >= nb * NR * BLOCK && j0 + cols <= w.rows());
+        let q_off = nb * 2 * t.scale_arrays();
+        let data = w.bytes();
+        let rb = data.len() / w.rows().max(1);
+        let mask = _mm_set1_epi8(0x0f);
+        let eight = _mm256_set1_epi16(if t == QType::Q4_0 { 8 } else { 0 });
+        let dst = packed.as_mut_ptr();
+        for b in 0..nb {
+            for h in 0..2 {
+                let mut lo = [_mm256_setzero_si256(); 8];
+                let mut hi = [_mm256_setzero_si256(); 8];
+                for c in 0..8 {
+                    if h * 8 + c >= cols {
+                        break;
+                    }
+                    let q = data.as_ptr().add((j0 + h * 8 + c) * rb + q_off);
+                    if t == QType::Q8_0 {
+                        lo[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128(q.add(b * 32) as *const __m128i));
+                        hi[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128(q.add(b * 32 + 16) as *const __m128i));
+                    } else {
+                        let raw = _mm_loadu_si128(q.add(b * 16) as *const __m128i);
+                        lo[c] = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(raw, mask)), eight);
+                        hi[c] =
+                            _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), mask)), eight);
+                    }
+                }
+                let (tl, th) = (transpose8(lo), transpose8(hi));
+                for kp in 0..8 {
+                    _mm256_storeu_si256(dst.add((b * 16 + kp) * 32 + h * 16) as *mut __m256i, tl[kp]);
+                    _mm256_storeu_si256(dst.add((b * 16 + 8 + kp) * 32 + h * 16) as *mut __m256i, th[kp]);
+                }
+            }
+        }
+    }
+
+    /// Dispatches the tile on its row count and on AVX-VNNI.
+    ///
+    /// # Safety
+    /// AVX2 and FMA present (AVX-VNNI when `vnni`); `a`'s pointers valid for `rows` rows of `a.nblk` blocks.
+    pub(super) unsafe fn tile(a: &TileArgs, rows: usize, vnni: bool) {
+        match (rows, vnni) {
+            (6, true) => tile_vnni::<6>(a),
+            (5, true) => tile_vnni::<5>(a),
+            (4, true) => tile_vnni::<4>(a),
+            (3, true) => tile_vnni::<3>(a),
+            (2, true) => tile_vnni::<2>(a),
+            (_, true) => tile_vnni::<1>(a),
+            (6, false) => tile_madd::<6>(a),
+            (5, false) => tile_madd::<5>(a),
+            (4, false) => tile_madd::<4>(a),
+            (3, false) => tile_madd::<3>(a),
+            (2, false) => tile_madd::<2>(a),
+            (_, false) => tile_madd::<1>(a),
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    unsafe fn tile_vnni<const R: usize>(a: &TileArgs) {
+        tile_body::<R, true>(a)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_madd<const R: usize>(a: &TileArgs) {
+        tile_body::<R, false>(a)
+    }
+
+    /// R rows × 16 columns over `a.nblk` blocks: per block, integer pair products into 2R accumulators, then
+    /// `c += f32(acc) · (d_w · d_x)` (and `+ m_w · Σx` for Q4_1).
+    #[inline(always)]
+    unsafe fn tile_body<const R: usize, const VNNI: bool>(a: &TileArgs) {
+        for j in 0..a.nblk {
+            let mut acc = [[_mm256_setzero_si256(); 2]; R];
+            let pk = a.pk.add(j * NR * BLOCK);
+            let xj = a.xp.add(j * 16 * MR);
+            for kp in 0..16 {
+                let w0 = _mm256_loadu_si256(pk.add(kp * 32) as *const __m256i);
+                let w1 = _mm256_loadu_si256(pk.add(kp * 32 + 16) as *const __m256i);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let xb = _mm256_set1_epi32(*xj.add(kp * MR + r));
+                    if VNNI {
+                        acc[0] = _mm256_dpwssd_avx_epi32(acc[0], w0, xb);
+                        acc[1] = _mm256_dpwssd_avx_epi32(acc[1], w1, xb);
+                    } else {
+                        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(w0, xb));
+                        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(w1, xb));
+                    }
+                }
+            }
+            let d0 = _mm256_loadu_ps(a.ds.add(j * NR));
+            let d1 = _mm256_loadu_ps(a.ds.add(j * NR + 8));
+            for (r, acc) in acc.iter().enumerate() {
+                let s = _mm256_set1_ps(*a.dx.add(j * MR + r));
+                let p = a.c.add(r * a.ldc);
+                let (mut c0, mut c1) = if a.first && j == 0 {
+                    (_mm256_setzero_ps(), _mm256_setzero_ps())
+                } else {
+                    (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+                };
+                c0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[0]), _mm256_mul_ps(d0, s), c0);
+                c1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[1]), _mm256_mul_ps(d1, s), c1);
+                if let Some(ms) = a.ms {
+                    let xs = _mm256_set1_ps(*a.xsum.add(j * MR + r));
+                    c0 = _mm256_fmadd_ps(_mm256_loadu_ps(ms.add(j * NR)), xs, c0);
+                    c1 = _mm256_fmadd_ps(_mm256_loadu_ps(ms.add(j * NR + 8)), xs, c1);
+                }
+                _mm256_storeu_ps(p, c0);
+                _mm256_storeu_ps(p.add(8), c1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testdata::data;
+    use super::*;
+
+    /// Ragged shapes: rows not a multiple of the tile, columns not of the panel, blocks not of the slice.
+    const SHAPES: [(usize, usize, usize); 6] =
+        [(9, 32, 5), (13, 64, 17), (7, 288, 33), (12, 576, 16), (37, 320, 40), (20, 1536, 24)];
+
+    #[test]
+    fn simd_matches_the_scalar_twin_for_every_format_and_ragged_shapes() {
+        for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            for &(n, k, m) in &SHAPES {
+                let w = QMatrix::quantize(t, m, k, &data(m * k, (n * m) as u64)).unwrap();
+                let x = data(n * k, 5);
+                let mut got = vec![0f32; n * m];
+                gemm_q(&w, &x, n, &mut got);
+                let mut want = vec![0f32; n * m];
+                gemm_q_scalar(&w, &x, n, &mut want);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!((g - e).abs() <= 1e-5 * (1.0 + e.abs()), "{t:?} n{n} k{k} m{m} [{i}]: {g} vs {e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn vnni_and_madd_paths_agree_bit_for_bit() {
+        #[cfg(target_arch = "x86_64")]
+        if super::super::gemm::has_avx2() && has_vnni() {
+            for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+                let (n, k, m) = (11, 576, 40);
+                let w = QMatrix::quantize(t, m, k, &data(m * k, 3)).unwrap();
+                let x = data(n * k, 4);
+                let acts = quantize_rows(&x, n, k);
+                let nb = k / BLOCK;
+                let mut packed = vec![0i16; nb * NR * BLOCK];
+                let (mut scales, mut mins) = (vec![0f32; nb * NR], vec![0f32; nb * NR]);
+                let mut outs = [vec![0f32; n * NR], vec![0f32; n * NR]];
+                unsafe { avx::pack_panel(&w, 16, 16, &mut packed) };
+                panel_scales(&w, 16, 16, &mut scales, &mut mins);
+                for (vnni, out) in [true, false].into_iter().zip(outs.iter_mut()) {
+                    for i0 in (0..n).step_by(MR) {
+                        let g = i0 / MR;
+                        let a = avx::TileArgs {
+                            xp: acts.xp[g * nb * 16 * MR..].as_ptr(),
+                            dx: acts.dx[g * nb * MR..].as_ptr(),
+                            xsum: acts.xsum[g * nb * MR..].as_ptr(),
+                            pk: packed.as_ptr(),
+                            ds: scales.as_ptr(),
+                            ms: (t == QType::Q4_1).then_some(mins.as_ptr()),
+                            nblk: nb,
+                            c: out[i0 * NR..].as_mut_ptr(),
+                            ldc: NR,
+                            first: true,
+                        };
+                        unsafe { avx::tile(&a, MR.min(n - i0), vnni) };
+                    }
+                }
+                assert_eq!(outs[0], outs[1], "{t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn stays_within_the_activation_rounding_bound_of_the_exact_product() {
+        for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            let (n, k, m) = (10, 576, 20);
+            let w = QMatrix::quantize(t, m, k, &data(m * k, 8)).unwrap();
+            let x = data(n * k, 9);
+            let mut got = vec![0f32; n * m];
+            gemm_q(&w, &x, n, &mut got);
+            let mut wr = vec![0f32; k];
+            for j in 0..m {
+                w.dequantize_row(j, &mut wr);
+                for i in 0..n {
+                    let xr = &x[i * k..(i + 1) * k];
+                    let exact: f64 = wr.iter().zip(xr).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let bound: f64 = wr
+                        .chunks(32)
+                        .zip(xr.chunks(32))
+                        .map(|(wb, xb)| {
+                            let amax = xb.iter().fold(0f32, |v, x| v.max(x.abs())) as f64;
+                            wb.iter().map(|v| v.abs() as f64).sum::<f64>() * amax / 32767.0 * 0.5
+                        })
+                        .sum::<f64>()
+                        + 1e-5 * (1.0 + exact.abs());
+                    let g = got[i * m + j] as f64;
+                    assert!((g - exact).abs() <= bound, "{t:?} [{i},{j}]: {g} vs {exact} (bound {bound})");
+                }
+            }
+        }
+    }
+}

@@ -42,7 +42,7 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
     }
     let c = m.model.config();
     eprintln!(
-        "kvad: {} ({}, {} layers, {:.0} M params) on {backend}, {threads} threads, loaded in {:.2}s",
+        "kvad: {} ({}, {} layers, {:.0} M params) on {backend}, {threads} threads, loaded in {:.3}s",
         args.model,
         c.arch_name,
         c.n_layers,

@@ -613,6 +613,10 @@ impl Gpu {
         let d = a.hd / 32;
         if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+            let chunks = attention_chunks();
+            if warps.is_none() && a.rows > GEMV_MAX_ROWS && chunks != ChunkKernel::Off {
+                return self.attention_in_chunks(a, chunks == ChunkKernel::TensorCores);
+            }
             let w = warps.unwrap_or_else(|| if a.rows <= GEMV_MAX_ROWS { attention_warps(d, g) } else { 8 });
             let f = match w {
                 8 => self.func(&format!("attention_keys_{d}")),
@@ -649,6 +653,41 @@ impl Gpu {
         Ok(())
     }
 
+    /// Decode attention by the chunk kernel (`kernels/attention_chunks.cu`: a chunk of keys through shared memory
+    /// at a time, the next one's copy in flight), which [`Gpu::attention`] runs for decode passes of more than
+    /// [`GEMV_MAX_ROWS`] rows; public so that tests can run it on passes of any size. Head widths 32·D (D = 1, 2,
+    /// 4, 8) and up to 8 query heads per KV head, as the key-stream kernels. `tensor_cores`: both products as
+    /// `mma.sync` (`attention_chunks_mma_*`, head widths up to 128; 256 runs the other) rather than on the CUDA
+    /// cores.
+    ///
+    /// # Safety
+    /// Every address must hold what [`Attn`] says.
+    pub unsafe fn attention_in_chunks(&self, a: &Attn, tensor_cores: bool) -> Result<(), GpuError> {
+        let g = a.nh / a.nkv.max(1);
+        if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g > 8 || !matches!(a.hd, 32 | 64 | 128 | 256) {
+            return Err(GpuError::Shape(format!(
+                "chunked attention over {} heads, {} KV heads of {}",
+                a.nh, a.nkv, a.hd
+            )));
+        }
+        let gm = g.next_power_of_two();
+        let (f, smem) = if tensor_cores && a.hd <= 128 {
+            (self.func(&format!("attention_chunks_mma_{}", a.hd)), attention_chunks_mma_smem(a.hd) as u32)
+        } else {
+            (self.func(&format!("attention_chunks_{}_g{gm}", a.hd)), attention_chunks_smem(a.hd, gm) as u32)
+        };
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+        b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
+        b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 256, smem))?;
+        Ok(())
+    }
+
     /// Index of the first maximum of each of `rows` rows of `n` f32, into i32 `out`.
     ///
     /// # Safety
@@ -666,8 +705,9 @@ impl Gpu {
 /// passes of up to [`GEMV_MAX_ROWS`] rows: 32 where the accumulators fit in 64 registers a thread, 16 where they
 /// fit in 128, else 8 (the first kernel). A pass of few rows launches few blocks (rows × KV heads), each warp
 /// walking its keys in turn, so more warps take fewer keys each (one stream at gpu-bf16: 175.3 → 193.9 tok/s).
-/// Passes of more rows keep 8 warps: there the blocks already fill the GPU and 32 warps a block (one block an
-/// SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower (docs/performance-gpu.md). It
+/// Passes of more rows run a chunk kernel ([`attention_chunks`]), or 8 warps where it is switched off:
+/// there 32 warps a block (one block an SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower
+/// than 8 (docs/performance-gpu.md). It
 /// depends on the shape and on the rows being at most 8, so a row's result is the same alone and in a batch of
 /// up to 8. `KVAD_GPU_ATT_WARPS=8|16` caps it (8: the kernel before, for measuring).
 pub fn attention_warps(d: usize, g: usize) -> usize {
@@ -682,6 +722,45 @@ pub fn attention_warps(d: usize, g: usize) -> usize {
         8
     };
     fit.min(cap.max(8))
+}
+
+/// Shared memory of `attention_chunks_{hd}_g{gm}`, as the kernel lays it out (`AcShape` there): two chunks of K
+/// (rows padded where 4 lanes share a key) and V in f16, the group's queries and the chunk's scores in f32.
+fn attention_chunks_smem(hd: usize, gm: usize) -> usize {
+    let kc = if hd <= 128 { 64 } else { 32 };
+    let ldk = if 256 / kc == 4 && (hd / 2) % 32 == 0 { hd + 32 } else { hd };
+    2 * kc * ldk * 2 + 2 * kc * hd * 2 + gm * hd * 4 + gm * kc * 4 + 2 * gm * 4
+}
+
+/// Shared memory of `attention_chunks_mma_{hd}`: two chunks of K and V rows (padded by 8 halves, so the 8 rows of
+/// a fragment load hit 8 bank groups), 8 rows of the chunk's scores, the rescale factors and sums.
+fn attention_chunks_mma_smem(hd: usize) -> usize {
+    2 * 2 * 64 * (hd + 8) * 2 + 8 * (64 + 8) * 4 + 16 * 4
+}
+
+/// Which kernel decode passes of more than [`GEMV_MAX_ROWS`] rows run for attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkKernel {
+    /// The 8-warp key-stream kernel, as before the chunk kernels (`KVAD_GPU_ATT_CHUNKS=0`, for measuring).
+    Off,
+    /// The chunk kernel on the CUDA cores (`KVAD_GPU_ATT_CHUNKS=simt`).
+    Simt,
+    /// The chunk kernel on the tensor cores where the head width allows (the default).
+    TensorCores,
+}
+
+/// The kernel of [`ChunkKernel`] that decode passes of more than [`GEMV_MAX_ROWS`] rows run
+/// ([`Gpu::attention_in_chunks`]; at 32 sequences of the 8B shape the 8-warp key-stream kernel took 24 µs a
+/// layer, each warp waiting on one key after another). `KVAD_GPU_ATT_CHUNKS=0|simt` picks the others, for
+/// measuring. Passes of up to 8 rows keep the key-stream kernels, so a row's bits depend only on the pass's size
+/// class, never on its neighbours.
+pub fn attention_chunks() -> ChunkKernel {
+    static K: std::sync::OnceLock<ChunkKernel> = std::sync::OnceLock::new();
+    *K.get_or_init(|| match std::env::var("KVAD_GPU_ATT_CHUNKS").as_deref() {
+        Ok("0") => ChunkKernel::Off,
+        Ok("simt") => ChunkKernel::Simt,
+        _ => ChunkKernel::TensorCores,
+    })
 }
 
 /// RMSNorms into bf16 (the activations of passes over 8 rows) run `rms_norm_bf16_v4` unless

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 8 on the device, the chunk kernel of decode attention for passes over 8 rows: the kernel and fixture tests,
-# then 32 sequences at gpu-bf16 on the 8B shape with the chunk kernel on the tensor cores (new, the default)
-# alternated with the 8-warp key-stream kernel in the same binary (old: KVAD_GPU_ATT_CHUNKS=0) and the chunk kernel
-# on the CUDA cores (simt: KVAD_GPU_ATT_CHUNKS=simt), and one stream. With KVAD_BASE_BIN (a folder holding
+# Issue 8 on the device, decode attention for passes over 8 rows: the kernel and fixture tests, then 32 sequences
+# at gpu-bf16 on the 8B shape with the default kernel of such passes (new: the keys split over a block's warps,
+# attention_split.cu) alternated in the same binary with the 8-warp key-stream kernel (old: KVAD_GPU_ATT_CHUNKS=0)
+# and the block-wide chunk kernels (chunks, simt: KVAD_GPU_ATT_CHUNKS=chunks|simt; which run: $BATCH_VARIANTS),
+# one stream, and ncu's time of each kernel at 32 rows ($NCU_VARIANTS). With KVAD_BASE_BIN (a folder holding
 # another build's kvad, cuda_kernels and gpu, e.g. main's) that build's full tests run first and its kvad joins
 # the alternation as "base".
 #   bash scripts/gpu/att32b.sh [test] [batch] [one] [ncu]      (no argument: all)
@@ -61,11 +62,11 @@ run() {  # variant name, binary, env, bench arguments
 OLD="KVAD_GPU_ATT_CHUNKS=0"
 if has batch; then
   A=(--batch 32 --prompt-tokens 128 --gen-tokens 128 --rounds 2)
-  for v in new old simt new old simt; do
+  for v in ${BATCH_VARIANTS:-new chunks old new chunks old}; do
     case $v in
       new) run b32-new "$N" "X=1" "${A[@]}" ;;
       old) run b32-old "$N" "$OLD" "${A[@]}" ;;
-      simt) run b32-simt "$N" "KVAD_GPU_ATT_CHUNKS=simt" "${A[@]}" ;;
+      simt | chunks) run b32-$v "$N" "KVAD_GPU_ATT_CHUNKS=$v" "${A[@]}" ;;
     esac
   done
   [ -n "$BASE" ] && run b32-base "$BASE" "X=1" "${A[@]}"
@@ -79,10 +80,10 @@ if has one; then
 fi
 if has ncu; then
   # ncu's time of every attention kernel of the last 32-row decode pass (context 131), graphs off so each kernel
-  # is launched alone: the chunk kernel on the tensor cores (new) and on the CUDA cores (simt), the 8-warp one (old).
+  # is launched alone.
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  for v in new simt old; do
-    e="X=1"; [ $v = old ] && e="$OLD"; [ $v = simt ] && e="KVAD_GPU_ATT_CHUNKS=simt"
+  for v in ${NCU_VARIANTS:-new chunks simt old}; do
+    e="KVAD_GPU_ATT_CHUNKS=$v"; [ $v = old ] && e="$OLD"; [ $v = new ] && e="X=1"
     env $e KVAD_GPU_GRAPHS=0 timeout 150 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
       --kernel-name regex:attention_ --log-file "$R/ncu-$v.csv" "$N/kvad" bench "$B/hf" --backend gpu-bf16 \
       --batch 32 --prompt-tokens 128 --gen-tokens 4 --rounds 1 --warmup 0 > /dev/null 2>&1

@@ -504,14 +504,14 @@ fn key_stream_attention_in_every_warp_count_equals_the_reference() {
     }
 }
 
-/// Decode rows (contexts of 1 to 300 keys, across the kernels' 64- and 32-key chunk boundaries, over scattered
-/// pages) through both chunk kernels of passes over 8 rows (CUDA cores, tensor cores), against attention computed here in f64 from the same
+/// Decode rows (contexts of 1 to 300 keys, across the kernels' 16-, 32- and 64-key step boundaries, over scattered
+/// pages) through every chunk kernel of passes over 8 rows (CUDA cores; tensor cores by block or by warp), against attention computed here in f64 from the same
 /// f16 keys and values, within 1e-4, with and without a window, for every head width and group it has (the 8B
 /// shape is 128 × 4); and each row run alone through the same kernel gives the same bits as in the pass.
 #[test]
 fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
     use half::f16;
-    use kvad_tensor::cuda::{Attn, Meta, KV_PAGE};
+    use kvad_tensor::cuda::{Attn, ChunkKernel, Meta, KV_PAGE};
     let Some(g) = gpu() else { return };
     let ctx = [1usize, 17, 130, 300, 64, 65, 33, 129, 256, 2];
     let rows = ctx.len();
@@ -581,15 +581,15 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
                     }
                 }
             }
-            for tc in [false, true] {
+            for kernel in [ChunkKernel::Simt, ChunkKernel::Chunks, ChunkKernel::Split] {
                 // SAFETY: every buffer holds the shapes above; the tables cover every position.
-                unsafe { g.attention_in_chunks(&attn(qb.ptr(), out.ptr(), m, rows, window), tc) }.unwrap();
+                unsafe { g.attention_in_chunks(&attn(qb.ptr(), out.ptr(), m, rows, window), kernel) }.unwrap();
                 let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
                 for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                     let (row, head) = (i / (nh * hd), i / hd % nh);
                     assert!(
                         (*a as f64 - b).abs() <= 1e-4,
-                        "chunks (tensor cores {tc}), hd {hd}, group {group}, window {window}, row {row} head {head}: \
+                        "{kernel:?}, hd {hd}, group {group}, window {window}, row {row} head {head}: \
                          {a} vs {b}"
                     );
                 }
@@ -604,12 +604,12 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
                     };
                     let a = attn(qb.at(r * nh * hd * 4), one.ptr(), mr, 1, window);
                     // SAFETY: as above, one row.
-                    unsafe { g.attention_in_chunks(&a, tc) }.unwrap();
+                    unsafe { g.attention_in_chunks(&a, kernel) }.unwrap();
                     let alone: Vec<f32> = one.read(&g, nh * hd).unwrap();
                     let together = &got[r * nh * hd..(r + 1) * nh * hd];
                     assert!(
                         alone.iter().zip(together).all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "chunks (tensor cores {tc}), hd {hd}, group {group}, window {window}, row {r}: alone differs"
+                        "{kernel:?}, hd {hd}, group {group}, window {window}, row {r}: alone differs"
                     );
                 }
             }

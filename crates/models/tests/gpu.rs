@@ -253,3 +253,49 @@ fn a_cache_of_another_model_is_refused_by_name() {
     let err = a.forward(&mut [SeqInput { tokens: &[3], kv: &mut cpu_kv }], LogitsMode::Last).unwrap_err();
     assert!(err.to_string().contains("not made by this GPU model"), "{err}");
 }
+
+/// Decode passes of more than 8 rows (cuBLAS or the tensor-core product, the chunk attention; qwen3's head width
+/// of 32 takes it, contexts of 10 to 112 keys across its 64-key chunks): a sequence's logits are the same bits
+/// whichever sequences share its pass of the same size, and within the prompt passes' tolerance of the sequence
+/// decoded alone (GEMV and key-stream attention).
+#[test]
+fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
+    if no_gpu() {
+        return;
+    }
+    for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8] {
+        let m = load("qwen3", backend);
+        let prompts: Vec<Vec<u32>> =
+            (0..18).map(|i| (0..10 + 6 * i).map(|k| ((3 + 7 * i + 5 * k) % 250) as u32).collect()).collect();
+        let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_cache()).collect();
+        let next: Vec<[u32; 1]> = prompts
+            .iter()
+            .zip(kvs.iter_mut())
+            .map(|(p, kv)| {
+                let l = m.forward(&mut [SeqInput { tokens: p, kv }], LogitsMode::Last).unwrap().remove(0);
+                [argmax(&l) as u32]
+            })
+            .collect();
+        let copy = |kv: &kvad_models::SeqKv| kv.copy_prefix(kv.len()).expect("room for a copy");
+        let mut again: Vec<_> = kvs[..6].iter().map(copy).collect();
+        let mut alone: Vec<_> = kvs[..6].iter().map(copy).collect();
+        // Pass A: sequences 0..12; pass B: the copies of 0..6 beside sequences 12..18 (also 12 rows).
+        let mut a: Vec<SeqInput<'_>> =
+            next[..12].iter().zip(kvs[..12].iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
+        let la = m.forward(&mut a, LogitsMode::Last).unwrap();
+        let tail = &mut kvs[12..];
+        let mut b: Vec<SeqInput<'_>> = next[..6]
+            .iter()
+            .zip(again.iter_mut())
+            .chain(next[12..].iter().zip(tail.iter_mut()))
+            .map(|(t, kv)| SeqInput { tokens: t, kv })
+            .collect();
+        let lb = m.forward(&mut b, LogitsMode::Last).unwrap();
+        for i in 0..6 {
+            assert!(la[i] == lb[i], "{backend} sequence {i}: logits differ with other neighbours in a 12-row pass");
+            let l = m.forward(&mut [SeqInput { tokens: &next[i], kv: &mut alone[i] }], LogitsMode::Last).unwrap();
+            let d = max_diff(&la[i], &l[0]) / spread(&l[0]);
+            assert!(d <= TOL_SAME_WEIGHTS, "{backend} sequence {i}: 12-row pass {d} of the spread from alone");
+        }
+    }
+}

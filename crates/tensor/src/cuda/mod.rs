@@ -6,17 +6,19 @@
 //! one binary runs everywhere. Kernel sources are the `.cu` files beside this one; their PTX is cached on disk
 //! keyed by a hash of the source, the options and the GPU's architecture.
 
+mod attention;
 mod blas;
 mod buffer;
 mod compile;
 mod matrix;
 mod ops;
 
+pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkKernel, FLASH_TILE};
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    attention_warps, flash_takes, mma_few_enabled, mma_few_takes, Act, Attn, GemvKernel, Meta, NormOut, QkvPost,
-    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, QkvPost, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -96,13 +98,15 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// The kernel sources, compiled together.
-const SOURCES: [&str; 8] = [
+const SOURCES: [&str; 10] = [
     include_str!("kernels/common.cuh"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
     include_str!("kernels/gemv_split.cu"),
     include_str!("kernels/attention.cu"),
     include_str!("kernels/flash.cu"),
+    include_str!("kernels/attention_chunks.cu"),
+    include_str!("kernels/attention_split.cu"),
     include_str!("kernels/quant.cu"),
     include_str!("kernels/mma_few.cu"),
 ];
@@ -159,6 +163,15 @@ pub fn kernel_names() -> Vec<String> {
     for (d, gms, w) in ATT_WARPS_INSTANCES {
         for gm in gms {
             names.push(format!("attention_keys_{d}_w{w}_g{gm}"));
+        }
+    }
+    for hd in [32, 64, 128, 256] {
+        for gm in [1, 2, 4, 8] {
+            names.push(format!("attention_chunks_{hd}_g{gm}"));
+        }
+        if hd <= 128 {
+            names.push(format!("attention_chunks_mma_{hd}"));
+            names.push(format!("attention_split_{hd}"));
         }
     }
     for f in ["bf16", "q8", "q4"] {

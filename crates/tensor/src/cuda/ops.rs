@@ -155,49 +155,7 @@ pub struct Meta {
     pub max_pages: usize,
 }
 
-/// Addresses and sizes for [`Gpu::attention`].
-#[derive(Debug, Clone, Copy)]
-pub struct Attn {
-    /// `[rows][nh·hd]` f32 queries after RoPE.
-    pub q: u64,
-    /// This layer's K and V pages.
-    pub k_pages: u64,
-    /// See `k_pages`.
-    pub v_pages: u64,
-    /// `[rows][nh·hd]` out.
-    pub out: u64,
-    /// Out as bf16 (for cuBLAS) rather than f32.
-    pub out_bf16: bool,
-    /// Rows' positions and page tables.
-    pub meta: Meta,
-    /// Rows.
-    pub rows: usize,
-    /// Heads.
-    pub nh: usize,
-    /// KV heads.
-    pub nkv: usize,
-    /// Head width.
-    pub hd: usize,
-    /// Sliding window (0: none).
-    pub window: usize,
-    /// Score scale, 1/sqrt(hd).
-    pub scale: f32,
-    /// `[n][2]` i32 (first row, rows) tiles of up to 64 consecutive rows of one sequence, for the tensor-core
-    /// kernel (0: run the key-stream kernels, as decode rows do).
-    pub tiles: u64,
-    /// Tiles at `tiles`.
-    pub n_tiles: usize,
-}
-
-/// Rows a tile of the tensor-core attention kernel takes (the host cuts each sequence's rows into such tiles).
-pub const FLASH_TILE: usize = 64;
-
-/// Whether the tensor-core attention kernel takes this head width.
-pub fn flash_takes(hd: usize) -> bool {
-    matches!(hd, 16 | 32 | 64 | 128)
-}
-
-fn cfg(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
+pub(super) fn cfg(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem }
 }
 
@@ -205,7 +163,7 @@ fn grid_for(n: usize, block: usize) -> u32 {
     n.div_ceil(block).clamp(1, 65_535 * 4) as u32
 }
 
-fn i(v: usize) -> i32 {
+pub(super) fn i(v: usize) -> i32 {
     v as i32
 }
 
@@ -587,68 +545,6 @@ impl Gpu {
         Ok(())
     }
 
-    /// Causal attention of the rows over their sequences' pages.
-    ///
-    /// # Safety
-    /// Every address must hold what [`Attn`] says.
-    pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
-        self.attention_in_warps(a, None)
-    }
-
-    /// [`Gpu::attention`] with the key-stream kernel's warps per block given (8, 16 or 32, where
-    /// [`attention_warps`] would allow that many) rather than picked: for testing every instance.
-    ///
-    /// # Safety
-    /// Every address must hold what [`Attn`] says.
-    pub unsafe fn attention_in_warps(&self, a: &Attn, warps: Option<usize>) -> Result<(), GpuError> {
-        let g = a.nh / a.nkv.max(1);
-        if a.tiles != 0 && a.n_tiles > 0 && flash_takes(a.hd) && a.nkv > 0 && a.nh.is_multiple_of(a.nkv) {
-            let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
-            let mut b = self.stream.launch_builder(self.func(&format!("flash_attention_{}", a.hd)));
-            b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
-            b.arg(&a.meta.tables).arg(&mp).arg(&a.tiles).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
-            b.launch(cfg((a.n_tiles as u32, a.nh as u32, 1), 128, 0))?;
-            return Ok(());
-        }
-        let d = a.hd / 32;
-        if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
-            let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
-            let w = warps.unwrap_or_else(|| if a.rows <= GEMV_MAX_ROWS { attention_warps(d, g) } else { 8 });
-            let f = match w {
-                8 => self.func(&format!("attention_keys_{d}")),
-                _ => self.func(&format!("attention_keys_{d}_w{w}_g{}", g.next_power_of_two())),
-            };
-            let smem = (w * g * a.hd * 4) as u32;
-            if smem > 48 * 1024 {
-                use cudarc::driver::sys::CUfunction_attribute as A;
-                f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-            }
-            let mut b = self.stream.launch_builder(f);
-            b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
-            b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
-            b.launch(cfg((a.rows as u32, a.nkv as u32, 1), (w * 32) as u32, smem))?;
-            return Ok(());
-        }
-        // Other shapes: the tiled kernel.
-        if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g * a.hd > 16 * 128 {
-            return Err(GpuError::Shape(format!("attention over {} heads, {} KV heads of {}", a.nh, a.nkv, a.hd)));
-        }
-        let floats = g * a.hd + 32 * (a.hd + 1) + 32 * a.hd + g * 32 + 3 * g;
-        let smem = (floats * 4) as u32;
-        let f = self.func("attention");
-        if smem > 48 * 1024 {
-            use cudarc::driver::sys::CUfunction_attribute as A;
-            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-        }
-        let (mp, nh, nkv, hd, win, ob) =
-            (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.hd), i(a.window), i32::from(a.out_bf16));
-        let mut b = self.stream.launch_builder(f);
-        b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
-        b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&hd).arg(&win).arg(&a.scale).arg(&ob);
-        b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 128, smem))?;
-        Ok(())
-    }
-
     /// Index of the first maximum of each of `rows` rows of `n` f32, into i32 `out`.
     ///
     /// # Safety
@@ -660,28 +556,6 @@ impl Gpu {
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
     }
-}
-
-/// Warps per block of the key-stream decode attention for head width `32·d` and `g` query heads per KV head, in
-/// passes of up to [`GEMV_MAX_ROWS`] rows: 32 where the accumulators fit in 64 registers a thread, 16 where they
-/// fit in 128, else 8 (the first kernel). A pass of few rows launches few blocks (rows × KV heads), each warp
-/// walking its keys in turn, so more warps take fewer keys each (one stream at gpu-bf16: 175.3 → 193.9 tok/s).
-/// Passes of more rows keep 8 warps: there the blocks already fill the GPU and 32 warps a block (one block an
-/// SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower (docs/performance-gpu.md). It
-/// depends on the shape and on the rows being at most 8, so a row's result is the same alone and in a batch of
-/// up to 8. `KVAD_GPU_ATT_WARPS=8|16` caps it (8: the kernel before, for measuring).
-pub fn attention_warps(d: usize, g: usize) -> usize {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| std::env::var("KVAD_GPU_ATT_WARPS").ok().and_then(|v| v.parse().ok()).unwrap_or(32));
-    let gm = g.next_power_of_two();
-    let fit = if gm * d <= 16 {
-        32
-    } else if gm * d <= 32 {
-        16
-    } else {
-        8
-    };
-    fit.min(cap.max(8))
 }
 
 /// RMSNorms into bf16 (the activations of passes over 8 rows) run `rms_norm_bf16_v4` unless

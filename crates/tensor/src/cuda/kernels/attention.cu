@@ -214,8 +214,9 @@ ATT_KEYS(8)
 // The key-stream kernel with W warps per block (W = 16 or 32) and the accumulators sized for GM >= G query heads
 // per KV head, for decode passes of up to 8 rows: their (rows × KV heads) blocks leave most of the GPU idle and
 // each warp walks its keys one after another, so more warps per block take fewer keys each, and each warp loads
-// its next key's page entry, K and V before the arithmetic of the current one. (Passes of more rows keep 8 warps:
-// their blocks already fill the GPU, and 32 warps a block fit one block an SM.) Per key the arithmetic is the W = 8
+// its next key's page entry, K and V before the arithmetic of the current one. (Passes of more rows run
+// attention_split.cu or attention_chunks.cu, else 8 warps: their blocks already fill the GPU, and 32 warps a block
+// fit one block an SM.) Per key the arithmetic is the W = 8
 // kernel's; the merge of the warps' partial softmaxes runs over W warps.
 template <int D, int W, int GM>
 __device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __restrict__ k_pages,

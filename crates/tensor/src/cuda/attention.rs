@@ -1,0 +1,230 @@
+//! Attention launches: prompt rows on the tensor cores (`flash.cu`), decode rows by key streams (`attention.cu`,
+//! passes of up to 8 rows) and by chunks of keys through shared memory (`attention_split.cu`,
+//! `attention_chunks.cu`, passes of more rows). Which kernel a pass runs depends on its shape and row count alone,
+//! so a row's bits never depend on the other rows of its pass.
+
+use super::ops::{cfg, i, Meta, GEMV_MAX_ROWS};
+use super::{Gpu, GpuError};
+use cudarc::driver::PushKernelArg;
+
+/// Addresses and sizes for [`Gpu::attention`].
+#[derive(Debug, Clone, Copy)]
+pub struct Attn {
+    /// `[rows][nh·hd]` f32 queries after RoPE.
+    pub q: u64,
+    /// This layer's K and V pages.
+    pub k_pages: u64,
+    /// See `k_pages`.
+    pub v_pages: u64,
+    /// `[rows][nh·hd]` out.
+    pub out: u64,
+    /// Out as bf16 (for cuBLAS) rather than f32.
+    pub out_bf16: bool,
+    /// Rows' positions and page tables.
+    pub meta: Meta,
+    /// Rows.
+    pub rows: usize,
+    /// Heads.
+    pub nh: usize,
+    /// KV heads.
+    pub nkv: usize,
+    /// Head width.
+    pub hd: usize,
+    /// Sliding window (0: none).
+    pub window: usize,
+    /// Score scale, 1/sqrt(hd).
+    pub scale: f32,
+    /// `[n][2]` i32 (first row, rows) tiles of up to 64 consecutive rows of one sequence, for the tensor-core
+    /// kernel (0: run the key-stream kernels, as decode rows do).
+    pub tiles: u64,
+    /// Tiles at `tiles`.
+    pub n_tiles: usize,
+}
+
+/// Rows a tile of the tensor-core attention kernel takes (the host cuts each sequence's rows into such tiles).
+pub const FLASH_TILE: usize = 64;
+
+/// Whether the tensor-core attention kernel takes this head width.
+pub fn flash_takes(hd: usize) -> bool {
+    matches!(hd, 16 | 32 | 64 | 128)
+}
+
+impl Gpu {
+    /// Causal attention of the rows over their sequences' pages.
+    ///
+    /// # Safety
+    /// Every address must hold what [`Attn`] says.
+    pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
+        self.attention_in_warps(a, None)
+    }
+
+    /// [`Gpu::attention`] with the key-stream kernel's warps per block given (8, 16 or 32, where
+    /// [`attention_warps`] would allow that many) rather than picked: for testing every instance.
+    ///
+    /// # Safety
+    /// Every address must hold what [`Attn`] says.
+    pub unsafe fn attention_in_warps(&self, a: &Attn, warps: Option<usize>) -> Result<(), GpuError> {
+        let g = a.nh / a.nkv.max(1);
+        if a.tiles != 0 && a.n_tiles > 0 && flash_takes(a.hd) && a.nkv > 0 && a.nh.is_multiple_of(a.nkv) {
+            let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+            let mut b = self.stream.launch_builder(self.func(&format!("flash_attention_{}", a.hd)));
+            b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+            b.arg(&a.meta.tables).arg(&mp).arg(&a.tiles).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
+            b.launch(cfg((a.n_tiles as u32, a.nh as u32, 1), 128, 0))?;
+            return Ok(());
+        }
+        let d = a.hd / 32;
+        if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
+            let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+            let chunks = attention_chunks();
+            if warps.is_none() && a.rows > GEMV_MAX_ROWS && chunks != ChunkKernel::Off {
+                return self.attention_in_chunks(a, chunks);
+            }
+            let w = warps.unwrap_or_else(|| if a.rows <= GEMV_MAX_ROWS { attention_warps(d, g) } else { 8 });
+            let f = match w {
+                8 => self.func(&format!("attention_keys_{d}")),
+                _ => self.func(&format!("attention_keys_{d}_w{w}_g{}", g.next_power_of_two())),
+            };
+            let smem = (w * g * a.hd * 4) as u32;
+            if smem > 48 * 1024 {
+                use cudarc::driver::sys::CUfunction_attribute as A;
+                f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+            }
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+            b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
+            b.launch(cfg((a.rows as u32, a.nkv as u32, 1), (w * 32) as u32, smem))?;
+            return Ok(());
+        }
+        // Other shapes: the tiled kernel.
+        if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g * a.hd > 16 * 128 {
+            return Err(GpuError::Shape(format!("attention over {} heads, {} KV heads of {}", a.nh, a.nkv, a.hd)));
+        }
+        let floats = g * a.hd + 32 * (a.hd + 1) + 32 * a.hd + g * 32 + 3 * g;
+        let smem = (floats * 4) as u32;
+        let f = self.func("attention");
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        let (mp, nh, nkv, hd, win, ob) =
+            (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.hd), i(a.window), i32::from(a.out_bf16));
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+        b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&hd).arg(&win).arg(&a.scale).arg(&ob);
+        b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 128, smem))?;
+        Ok(())
+    }
+
+    /// Decode attention by a chunk kernel ([`ChunkKernel`]: keys through shared memory, the next ones' copy in
+    /// flight), which [`Gpu::attention`] runs for decode passes of more than [`GEMV_MAX_ROWS`] rows; public so that
+    /// tests can run each on passes of any size. Head widths 32·D (D = 1, 2, 4, 8) and up to 8 query heads per KV
+    /// head, as the key-stream kernels; the tensor-core ones take head widths up to 128, 256 runs the CUDA-core one
+    /// (`Off` runs it too).
+    ///
+    /// # Safety
+    /// Every address must hold what [`Attn`] says.
+    pub unsafe fn attention_in_chunks(&self, a: &Attn, kernel: ChunkKernel) -> Result<(), GpuError> {
+        let g = a.nh / a.nkv.max(1);
+        if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g > 8 || !matches!(a.hd, 32 | 64 | 128 | 256) {
+            return Err(GpuError::Shape(format!(
+                "chunked attention over {} heads, {} KV heads of {}",
+                a.nh, a.nkv, a.hd
+            )));
+        }
+        let gm = g.next_power_of_two();
+        let (f, smem, threads) = match kernel {
+            ChunkKernel::Split if a.hd <= 128 => {
+                (self.func(&format!("attention_split_{}", a.hd)), attention_split_smem(a.hd), 128)
+            }
+            ChunkKernel::Chunks if a.hd <= 128 => {
+                (self.func(&format!("attention_chunks_mma_{}", a.hd)), attention_chunks_mma_smem(a.hd), 256)
+            }
+            _ => (self.func(&format!("attention_chunks_{}_g{gm}", a.hd)), attention_chunks_smem(a.hd, gm), 256),
+        };
+        let smem = smem as u32;
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
+        let mut b = self.stream.launch_builder(f);
+        b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
+        b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
+        b.launch(cfg((a.rows as u32, a.nkv as u32, 1), threads, smem))?;
+        Ok(())
+    }
+}
+
+/// Warps per block of the key-stream decode attention for head width `32·d` and `g` query heads per KV head, in
+/// passes of up to [`GEMV_MAX_ROWS`] rows: 32 where the accumulators fit in 64 registers a thread, 16 where they
+/// fit in 128, else 8 (the first kernel). A pass of few rows launches few blocks (rows × KV heads), each warp
+/// walking its keys in turn, so more warps take fewer keys each (one stream at gpu-bf16: 175.3 → 193.9 tok/s).
+/// Passes of more rows run a chunk kernel ([`attention_chunks`]), or 8 warps where it is switched off:
+/// there 32 warps a block (one block an SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower
+/// than 8 (docs/performance-gpu.md). It
+/// depends on the shape and on the rows being at most 8, so a row's result is the same alone and in a batch of
+/// up to 8. `KVAD_GPU_ATT_WARPS=8|16` caps it (8: the kernel before, for measuring).
+pub fn attention_warps(d: usize, g: usize) -> usize {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| std::env::var("KVAD_GPU_ATT_WARPS").ok().and_then(|v| v.parse().ok()).unwrap_or(32));
+    let gm = g.next_power_of_two();
+    let fit = if gm * d <= 16 {
+        32
+    } else if gm * d <= 32 {
+        16
+    } else {
+        8
+    };
+    fit.min(cap.max(8))
+}
+
+/// Shared memory of `attention_chunks_{hd}_g{gm}`, as the kernel lays it out (`AcShape` there): two chunks of K
+/// (rows padded where 4 lanes share a key) and V in f16, the group's queries and the chunk's scores in f32.
+fn attention_chunks_smem(hd: usize, gm: usize) -> usize {
+    let kc = if hd <= 128 { 64 } else { 32 };
+    let ldk = if 256 / kc == 4 && (hd / 2).is_multiple_of(32) { hd + 32 } else { hd };
+    2 * kc * ldk * 2 + 2 * kc * hd * 2 + gm * hd * 4 + gm * kc * 4 + 2 * gm * 4
+}
+
+/// Shared memory of `attention_chunks_mma_{hd}`: two chunks of K and V rows (padded by 8 halves, so the 8 rows of
+/// a fragment load hit 8 bank groups), 8 rows of the chunk's scores, the rescale factors and sums.
+fn attention_chunks_mma_smem(hd: usize) -> usize {
+    2 * 2 * 64 * (hd + 8) * 2 + 8 * (64 + 8) * 4 + 16 * 4
+}
+
+/// Shared memory of `attention_split_{hd}`: each of its 4 warps' two stages of 16 keys' K and V rows (padded by 8
+/// halves); the merge at the end reuses it.
+fn attention_split_smem(hd: usize) -> usize {
+    4 * 2 * 2 * 16 * (hd + 8) * 2
+}
+
+/// Which kernel decode passes of more than [`GEMV_MAX_ROWS`] rows run for attention (32 rows of the 8B shape,
+/// context 131, ncu: 23.9 µs a layer for `Off`, 15.4 `Simt`, 12.0 `Chunks`; docs/performance-gpu.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkKernel {
+    /// The 8-warp key-stream kernel, as before the chunk kernels (`KVAD_GPU_ATT_CHUNKS=0`, for measuring).
+    Off,
+    /// Chunks of 64 keys by the whole block, on the CUDA cores (`KVAD_GPU_ATT_CHUNKS=simt`).
+    Simt,
+    /// Chunks of 64 keys by the whole block, on the tensor cores (`KVAD_GPU_ATT_CHUNKS=chunks`).
+    Chunks,
+    /// The keys split over a block's 4 warps, 16 at a time each, on the tensor cores, merged at the end (the
+    /// default): no block-wide step per chunk.
+    Split,
+}
+
+/// The kernel of [`ChunkKernel`] that decode passes of more than [`GEMV_MAX_ROWS`] rows run
+/// ([`Gpu::attention_in_chunks`]; at 32 sequences of the 8B shape the 8-warp key-stream kernel took 24 µs a
+/// layer, each warp waiting on one key after another). `KVAD_GPU_ATT_CHUNKS=0|simt|chunks` picks the others,
+/// for measuring. Passes of up to 8 rows keep the key-stream kernels, so a row's bits depend only on the pass's size
+/// class, never on its neighbours.
+pub fn attention_chunks() -> ChunkKernel {
+    static K: std::sync::OnceLock<ChunkKernel> = std::sync::OnceLock::new();
+    *K.get_or_init(|| match std::env::var("KVAD_GPU_ATT_CHUNKS").as_deref() {
+        Ok("0") => ChunkKernel::Off,
+        Ok("simt") => ChunkKernel::Simt,
+        Ok("chunks") => ChunkKernel::Chunks,
+        _ => ChunkKernel::Split,
+    })
+}

@@ -42,22 +42,39 @@ impl ActQ {
         quantize_act(x, &mut xq, &mut dx[..nb], &mut xsum[..nb]);
         let pairs = if t == QType::F32 { 0 } else { nb / 2 };
         let mut x4 = vec![0i16; pairs * 64];
+        pair_layout(&xq, &mut x4);
         let mut corr = vec![0i32; if t == QType::Q4_0 { pairs * 8 } else { 0 }];
-        for p in 0..pairs {
-            for h in 0..2 {
-                let blk = &xq[(2 * p + h) * BLOCK..(2 * p + h + 1) * BLOCK];
-                for i in 0..8 {
-                    x4[p * 64 + h * 8 + i] = blk[2 * i];
-                    x4[p * 64 + 16 + h * 8 + i] = blk[2 * i + 16];
-                    x4[p * 64 + 32 + h * 8 + i] = blk[2 * i + 1];
-                    x4[p * 64 + 48 + h * 8 + i] = blk[2 * i + 17];
-                }
-                if t == QType::Q4_0 {
-                    corr[p * 8 + h * 4] = -8 * blk.iter().map(|&v| v as i32).sum::<i32>();
-                }
-            }
+        for (b, blk) in xq.chunks_exact(BLOCK).enumerate().take(if t == QType::Q4_0 { pairs * 2 } else { 0 }) {
+            corr[b / 2 * 8 + b % 2 * 4] = -8 * blk.iter().map(|&v| v as i32).sum::<i32>();
         }
         ActQ { xq, dx, xsum, x4, corr }
+    }
+}
+
+/// `xq` (whole pairs of blocks) into [`ActQ::x4`]'s order; with AVX2 a deinterleave per half block (this runs for
+/// every row of every product: scalar, it was a visible part of a several-row decode step).
+fn pair_layout(xq: &[i16], x4: &mut [i16]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::gemm::has_avx2() {
+        // SAFETY: AVX2 present; `x4.len() / 64` pairs of blocks are read from `xq` and written to `x4`.
+        unsafe { avx::pair_layout(xq, x4) };
+        return;
+    }
+    pair_layout_scalar(xq, x4);
+}
+
+/// The scalar twin of [`pair_layout`].
+fn pair_layout_scalar(xq: &[i16], x4: &mut [i16]) {
+    for p in 0..x4.len() / 64 {
+        for h in 0..2 {
+            let blk = &xq[(2 * p + h) * BLOCK..(2 * p + h + 1) * BLOCK];
+            for i in 0..8 {
+                x4[p * 64 + h * 8 + i] = blk[2 * i];
+                x4[p * 64 + 16 + h * 8 + i] = blk[2 * i + 16];
+                x4[p * 64 + 32 + h * 8 + i] = blk[2 * i + 1];
+                x4[p * 64 + 48 + h * 8 + i] = blk[2 * i + 17];
+            }
+        }
     }
 }
 
@@ -261,6 +278,35 @@ pub(super) mod avx {
         _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d))
     }
 
+    /// [`super::pair_layout`]: each half block's 16 values split into its 8 even-indexed and 8 odd-indexed ones
+    /// (a byte shuffle within each 128-bit lane, then a qword permute), then the two blocks' halves paired.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn pair_layout(xq: &[i16], x4: &mut [i16]) {
+        let pairs = x4.len() / 64;
+        assert!(xq.len() >= pairs * 64);
+        let split = _mm256_setr_epi8(
+            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+        );
+        // [evens of the 16 | odds of the 16] (a function, not a closure, so it keeps this one's target features)
+        #[inline(always)]
+        unsafe fn eo(p: *const i16, split: __m256i) -> __m256i {
+            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_shuffle_epi8(
+                _mm256_loadu_si256(p as *const __m256i),
+                split,
+            ))
+        }
+        for p in 0..pairs {
+            let src = xq.as_ptr().add(p * 64);
+            let (a_lo, a_hi) = (eo(src, split), eo(src.add(16), split));
+            let (b_lo, b_hi) = (eo(src.add(32), split), eo(src.add(48), split));
+            let dst = x4.as_mut_ptr().add(p * 64) as *mut __m256i;
+            _mm256_storeu_si256(dst, _mm256_permute2x128_si256::<0x20>(a_lo, b_lo));
+            _mm256_storeu_si256(dst.add(1), _mm256_permute2x128_si256::<0x20>(a_hi, b_hi));
+            _mm256_storeu_si256(dst.add(2), _mm256_permute2x128_si256::<0x31>(a_lo, b_lo));
+            _mm256_storeu_si256(dst.add(3), _mm256_permute2x128_si256::<0x31>(a_hi, b_hi));
+        }
+    }
+
     /// The SIMD quantisation of [`quantize_act_scalar`], bit for bit.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn quantize_act(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
@@ -440,6 +486,15 @@ mod tests {
         let scalar = run(&quantize_act_scalar);
         assert_eq!(simd, scalar);
         assert_eq!(&scalar.0[..4], &[-17, -16, -15, -14], "halves round away from zero");
+    }
+
+    #[test]
+    fn simd_pair_layout_is_the_scalar_one() {
+        let xq: Vec<i16> = (0..32 * 36).map(|i| (i * 7919 % 65521) as i16).collect();
+        let (mut a, mut b) = (vec![0i16; 18 * 64], vec![0i16; 18 * 64]);
+        pair_layout(&xq, &mut a);
+        pair_layout_scalar(&xq, &mut b);
+        assert_eq!(a, b);
     }
 
     #[test]

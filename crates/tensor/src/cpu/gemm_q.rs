@@ -303,36 +303,52 @@ mod avx {
     /// # Safety
     /// AVX2 and FMA present (AVX-VNNI when `vnni`); `a`'s pointers valid for `rows` rows of `a.nblk` blocks.
     pub(super) unsafe fn tile(a: &TileArgs, rows: usize, vnni: bool) {
-        match (rows, vnni) {
-            (6, true) => tile_vnni::<6>(a),
-            (5, true) => tile_vnni::<5>(a),
-            (4, true) => tile_vnni::<4>(a),
-            (3, true) => tile_vnni::<3>(a),
-            (2, true) => tile_vnni::<2>(a),
-            (_, true) => tile_vnni::<1>(a),
-            (6, false) => tile_madd::<6>(a),
-            (5, false) => tile_madd::<5>(a),
-            (4, false) => tile_madd::<4>(a),
-            (3, false) => tile_madd::<3>(a),
-            (2, false) => tile_madd::<2>(a),
-            (_, false) => tile_madd::<1>(a),
+        match (a.ms.is_some(), vnni) {
+            (false, true) => rows_of::<true, false>(a, rows),
+            (true, true) => rows_of::<true, true>(a, rows),
+            (false, false) => rows_of::<false, false>(a, rows),
+            (true, false) => rows_of::<false, true>(a, rows),
+        }
+    }
+
+    /// The row count made a constant (the accumulators live in registers only when their number is known).
+    #[inline(always)]
+    unsafe fn rows_of<const VNNI: bool, const MINS: bool>(a: &TileArgs, rows: usize) {
+        match rows {
+            6 => tile_at::<6, VNNI, MINS>(a),
+            5 => tile_at::<5, VNNI, MINS>(a),
+            4 => tile_at::<4, VNNI, MINS>(a),
+            3 => tile_at::<3, VNNI, MINS>(a),
+            2 => tile_at::<2, VNNI, MINS>(a),
+            _ => tile_at::<1, VNNI, MINS>(a),
+        }
+    }
+
+    /// The tile compiled with the instructions it uses.
+    #[inline(always)]
+    unsafe fn tile_at<const R: usize, const VNNI: bool, const MINS: bool>(a: &TileArgs) {
+        if VNNI {
+            tile_vnni::<R, MINS>(a)
+        } else {
+            tile_madd::<R, MINS>(a)
         }
     }
 
     #[target_feature(enable = "avx2,fma,avxvnni")]
-    unsafe fn tile_vnni<const R: usize>(a: &TileArgs) {
-        tile_body::<R, true>(a)
+    unsafe fn tile_vnni<const R: usize, const MINS: bool>(a: &TileArgs) {
+        tile_body::<R, true, MINS>(a)
     }
 
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile_madd<const R: usize>(a: &TileArgs) {
-        tile_body::<R, false>(a)
+    unsafe fn tile_madd<const R: usize, const MINS: bool>(a: &TileArgs) {
+        tile_body::<R, false, MINS>(a)
     }
 
     /// R rows × 16 columns over `a.nblk` blocks: per block, integer pair products into 2R accumulators, then
     /// `c += f32(acc) · (d_w · d_x)` (and `+ m_w · Σx` for Q4_1).
     #[inline(always)]
-    unsafe fn tile_body<const R: usize, const VNNI: bool>(a: &TileArgs) {
+    unsafe fn tile_body<const R: usize, const VNNI: bool, const MINS: bool>(a: &TileArgs) {
+        let ms = a.ms.unwrap_or(std::ptr::null());
         for j in 0..a.nblk {
             let mut acc = [[_mm256_setzero_si256(); 2]; R];
             let pk = a.pk.add(j * NR * BLOCK);
@@ -363,7 +379,7 @@ mod avx {
                 };
                 c0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[0]), _mm256_mul_ps(d0, s), c0);
                 c1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[1]), _mm256_mul_ps(d1, s), c1);
-                if let Some(ms) = a.ms {
+                if MINS {
                     let xs = _mm256_set1_ps(*a.xsum.add(j * MR + r));
                     c0 = _mm256_fmadd_ps(_mm256_loadu_ps(ms.add(j * NR)), xs, c0);
                     c1 = _mm256_fmadd_ps(_mm256_loadu_ps(ms.add(j * NR + 8)), xs, c1);

@@ -212,14 +212,13 @@ pub(crate) unsafe fn dot_f32(x: *const f32, w: *const f32, k: usize) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx {
+pub(super) mod avx {
     use super::NR;
     use std::arch::x86_64::*;
 
-    /// An 8×8 block from `src` (row stride `ls`) into `dst` transposed (row stride `ld`).
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn transpose8(src: *const f32, ls: usize, dst: *mut f32, ld: usize) {
-        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * ls)));
+    /// The 8×8 transpose of eight registers (the panel packers of both GEMMs).
+    #[inline(always)]
+    pub(in super::super) unsafe fn transpose8_regs(r: [__m256; 8]) -> [__m256; 8] {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);
         let t1 = _mm256_unpackhi_ps(r[0], r[1]);
         let t2 = _mm256_unpacklo_ps(r[2], r[3]);
@@ -236,7 +235,7 @@ mod avx {
         let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
         let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
         let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-        let out = [
+        [
             _mm256_permute2f128_ps::<0x20>(u0, u4),
             _mm256_permute2f128_ps::<0x20>(u1, u5),
             _mm256_permute2f128_ps::<0x20>(u2, u6),
@@ -245,7 +244,13 @@ mod avx {
             _mm256_permute2f128_ps::<0x31>(u1, u5),
             _mm256_permute2f128_ps::<0x31>(u2, u6),
             _mm256_permute2f128_ps::<0x31>(u3, u7),
-        ];
+        ]
+    }
+
+    /// An 8×8 block from `src` (row stride `ls`) into `dst` transposed (row stride `ld`).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose8(src: *const f32, ls: usize, dst: *mut f32, ld: usize) {
+        let out = transpose8_regs(std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * ls))));
         for (i, v) in out.iter().enumerate() {
             _mm256_storeu_ps(dst.add(i * ld), *v);
         }

@@ -2,7 +2,9 @@
 //! rows: the integer pair-product GEMM (`gemm_q`) against the f32 panel GEMM (`gemm`), alternated, median ms of a
 //! whole chunk's products and the tok/s that alone would allow.
 //! `cargo run --release -p kvad-tensor --example gemm_q -- [threads] [rows, e.g. 64,512] [formats, e.g. Q8_0,Q4_1]`.
-use kvad_tensor::cpu::{gemm, gemm_q, pool, QMatrix, QType};
+#[path = "common/smollm2.rs"]
+mod smollm2;
+use kvad_tensor::cpu::{gemm, gemm_q, pool, QType};
 use std::time::Instant;
 
 fn main() {
@@ -11,19 +13,11 @@ fn main() {
     let rows: Vec<usize> =
         arg(2).unwrap_or_else(|| "64,512".into()).split(',').filter_map(|s| s.parse().ok()).collect();
     let formats = arg(3).unwrap_or_else(|| "Q8_0,Q4_0,Q4_1".into());
-    let shapes: Vec<(usize, usize)> =
-        (0..30).flat_map(|_| [(960, 576), (576, 576), (3072, 576), (576, 1536)]).collect();
     for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
         if !formats.split(',').any(|f| f == t.name()) {
             continue;
         }
-        let mats: Vec<QMatrix> = shapes
-            .iter()
-            .map(|&(r, c)| {
-                let w: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-                QMatrix::quantize(t, r, c, &w).unwrap()
-            })
-            .collect();
+        let mats = smollm2::matrices(t, false);
         for &n in &rows {
             let x: Vec<f32> = (0..n * 1536).map(|i| ((i * 31) % 17) as f32 / 17.0 - 0.4).collect();
             let mut out = vec![0f32; n * 3072];

@@ -1,23 +1,15 @@
 //! Decode-shaped bandwidth: the matrices of SmolLM2-135M (30 layers of qkv, o, gate_up, down, and the head),
 //! each multiplied by one row in turn, as a token does. `cargo run --release -p kvad-tensor --example gemv_model`.
-use kvad_tensor::cpu::{pool, QMatrix, QType};
+#[path = "common/smollm2.rs"]
+mod smollm2;
+use kvad_tensor::cpu::{pool, QType};
 use std::time::Instant;
 
 fn main() {
     let threads = std::env::args().nth(1).and_then(|s| s.parse().ok());
     let n = pool::init(threads);
-    let shapes: Vec<(usize, usize)> = (0..30)
-        .flat_map(|_| [(960, 576), (576, 576), (3072, 576), (576, 1536)])
-        .chain(std::iter::once((49152, 576)))
-        .collect();
     for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
-        let mats: Vec<QMatrix> = shapes
-            .iter()
-            .map(|&(r, c)| {
-                let w: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-                QMatrix::quantize(t, r, c, &w).unwrap()
-            })
-            .collect();
+        let mats = smollm2::matrices(t, true);
         let bytes: usize = mats.iter().map(|m| m.bytes().len()).sum();
         let x: Vec<f32> = (0..1536).map(|i| (i % 17) as f32 / 17.0).collect();
         let mut out = vec![0f32; 49152];

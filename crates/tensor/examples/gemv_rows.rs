@@ -2,7 +2,9 @@
 //! `matmul` of n rows per matrix (the few-row GEMV for 2–8, the panel GEMM above) against n one-row GEMVs, as the
 //! scheduler would run them without a shared pass. Prints median milliseconds a step and the ratio.
 //! `cargo run --release -p kvad-tensor --example gemv_rows -- [threads] [formats, e.g. Q8_0,Q4_1]`.
-use kvad_tensor::cpu::{pool, QMatrix, QType};
+#[path = "common/smollm2.rs"]
+mod smollm2;
+use kvad_tensor::cpu::{pool, QType};
 use std::time::Instant;
 
 fn median_ms(mut f: impl FnMut()) -> f64 {
@@ -22,21 +24,11 @@ fn main() {
     let threads = std::env::args().nth(1).and_then(|s| s.parse().ok());
     let formats = std::env::args().nth(2).unwrap_or_else(|| "Q8_0,Q4_0,Q4_1,F32".into());
     let n_threads = pool::init(threads);
-    let shapes: Vec<(usize, usize)> = (0..30)
-        .flat_map(|_| [(960, 576), (576, 576), (3072, 576), (576, 1536)])
-        .chain(std::iter::once((49152, 576)))
-        .collect();
     for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1, QType::F32] {
         if !formats.split(',').any(|f| f == t.name()) {
             continue;
         }
-        let mats: Vec<QMatrix> = shapes
-            .iter()
-            .map(|&(r, c)| {
-                let w: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-                QMatrix::quantize(t, r, c, &w).unwrap()
-            })
-            .collect();
+        let mats = smollm2::matrices(t, true);
         let x: Vec<f32> = (0..12 * 1536).map(|i| (i % 17) as f32 / 17.0 - 0.4).collect();
         let mut out = vec![0f32; 12 * 49152];
         let one = median_ms(|| {

@@ -12,7 +12,7 @@ use super::quant::dequantize_row;
 use super::quant::QType;
 
 /// Output columns per panel (two AVX2 registers).
-const NR: usize = 16;
+pub(super) const NR: usize = 16;
 /// Rows of `x` per register tile.
 const MR: usize = 6;
 /// Inputs per panel slice: 256 × 16 f32 = 16 KiB.
@@ -53,14 +53,7 @@ pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
             }
             sc.rows[cols * k..].iter_mut().for_each(|v| *v = 0.0);
             transpose_panel(&sc.rows, k, &mut sc.packed);
-            // A full panel's tiles write straight into `out` (row stride m); the last, narrower one into a buffer.
-            let direct = cols == NR;
-            let (dst, ldc) = if direct {
-                (o.get().wrapping_add(j0), m)
-            } else {
-                sc.acc.resize(n * NR, 0.0);
-                (sc.acc.as_mut_ptr(), NR)
-            };
+            let (dst, ldc) = panel_dst(o, j0, cols, m, n, &mut sc.acc);
             let mut k0 = 0;
             while k0 < k {
                 let kc = KC.min(k - k0);
@@ -74,15 +67,39 @@ pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
                 }
                 k0 += kc;
             }
-            if !direct {
-                for i in 0..n {
-                    // SAFETY: each task writes only its own panel's columns of every row.
-                    let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
-                    d.copy_from_slice(&sc.acc[i * NR..i * NR + cols]);
-                }
-            }
+            finish_panel(o, j0, cols, m, n, &sc.acc);
         })
     });
+}
+
+/// Where a panel's tiles write (pointer, row stride): a full panel straight into `out` (stride `m`), the last,
+/// narrower one into `acc` (stride 16), which [`finish_panel`] then copies; both GEMMs share this.
+pub(super) fn panel_dst(
+    o: SyncPtr<f32>,
+    j0: usize,
+    cols: usize,
+    m: usize,
+    n: usize,
+    acc: &mut Vec<f32>,
+) -> (*mut f32, usize) {
+    if cols == NR {
+        (o.get().wrapping_add(j0), m)
+    } else {
+        acc.resize(n * NR, 0.0);
+        (acc.as_mut_ptr(), NR)
+    }
+}
+
+/// Copies a narrow last panel's `cols` columns from `acc` into `out` (nothing for a full panel, written in place).
+pub(super) fn finish_panel(o: SyncPtr<f32>, j0: usize, cols: usize, m: usize, n: usize, acc: &[f32]) {
+    if cols == NR {
+        return;
+    }
+    for i in 0..n {
+        // SAFETY: each task writes only its own panel's columns of every row.
+        let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
+        d.copy_from_slice(&acc[i * NR..i * NR + cols]);
+    }
 }
 
 /// Per-thread buffers of the GEMM (allocated once per worker, grown as needed).

@@ -11,13 +11,13 @@
 //! A register tile of up to 6 rows × 16 columns holds 12 integer accumulators for one block, then adds them,
 //! converted and scaled by `d_w · d_x`, into the output (Q4_1 adds `m_w · Σx` there too).
 
+// Panels of 16 output columns (two AVX2 registers of i32 lanes), as the f32 GEMM's, whose output helpers it shares.
+use super::gemm::{finish_panel, panel_dst, NR};
 use super::gemv::{dot_scalar, quantize_act, ActQ};
 use super::matrix::{QMatrix, SyncPtr};
 use super::pool;
 use super::quant::{QType, BLOCK};
 
-/// Output columns per panel (two AVX2 registers of i32 lanes).
-const NR: usize = 16;
 /// Rows per register tile: 12 accumulators, two weight vectors and a broadcast fill the 16 registers.
 const MR: usize = 6;
 /// Blocks per slice of a panel: 8 × 1 KiB of packed weights stay in L1 while all rows pass over them.
@@ -153,13 +153,7 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
             // SAFETY: AVX2 is present (checked by the caller); rows j0..j0+cols exist and `packed` holds nb KiB.
             unsafe { avx::pack_panel(w, j0, cols, &mut sc.packed) };
             panel_scales(w, j0, cols, &mut sc.scales, &mut sc.mins);
-            let direct = cols == NR;
-            let (dst, ldc) = if direct {
-                (o.get().wrapping_add(j0), m)
-            } else {
-                sc.acc.resize(n * NR, 0.0);
-                (sc.acc.as_mut_ptr(), NR)
-            };
+            let (dst, ldc) = panel_dst(o, j0, cols, m, n, &mut sc.acc);
             let mut b0 = 0;
             while b0 < nb {
                 let nblk = KB.min(nb - b0);
@@ -187,13 +181,7 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
                 }
                 b0 += nblk;
             }
-            if !direct {
-                for i in 0..n {
-                    // SAFETY: each task writes only its own panel's columns of every row.
-                    let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + j0), cols) };
-                    d.copy_from_slice(&sc.acc[i * NR..i * NR + cols]);
-                }
-            }
+            finish_panel(o, j0, cols, m, n, &sc.acc);
         })
     });
 }

@@ -1,7 +1,8 @@
 //! `kvad bench --concurrency N`: a load generator against a running server. Each round runs one stream alone and
 //! then N streams at once (interleaved, so both see the same machine), each a streamed text completion with a
-//! prompt of its own (so no kept conversation serves it); it reports the aggregate decode rate per round (median and
-//! range), the ratio to one stream, and percentiles of time to first token and of the gaps between tokens. With
+//! prompt of its own (so no kept conversation serves it); it reports the aggregate rate per round (median and
+//! range: all tokens over the trial's wall time, prompt reading included), the decode rate (the stretch where all N
+//! write, against one stream's tokens after its first), each ratio to one stream, and percentiles of time to first token and of the gaps between tokens. With
 //! `--join-prompt T`, a round also sends a T-token prompt while one stream is under way and reports that stream's
 //! longest silence.
 
@@ -114,6 +115,29 @@ fn join_trial(url: &str, model: &str, a: &BenchArgs, words: usize, tag: &str) ->
     Ok((worst, long.ttft.unwrap_or(f64::NAN)))
 }
 
+/// Total decode tok/s of streams that ran together, over the stretch where every one of them was writing: from the
+/// last stream's first token to the first stream's last. Tokens are counted as deltas (scaled by each stream's
+/// tokens per delta, 1 for these prompts); prompt reading before that stretch and stragglers after it are left
+/// out, as a one-stream decode rate leaves out its prompt. `None` when the stretch is empty.
+fn decode_rate(streams: &[Stream]) -> Option<f64> {
+    let firsts: Option<Vec<Instant>> = streams.iter().map(|s| s.times.first().copied()).collect();
+    let lasts: Option<Vec<Instant>> = streams.iter().map(|s| s.times.last().copied()).collect();
+    let start = firsts?.into_iter().max()?;
+    let end = lasts?.into_iter().min()?;
+    let secs = end.checked_duration_since(start)?.as_secs_f64();
+    if secs <= 0.0 {
+        return None;
+    }
+    let tokens: f64 = streams
+        .iter()
+        .map(|s| {
+            let per = s.tokens as f64 / s.times.len().max(1) as f64;
+            s.times.iter().filter(|&&t| t > start && t <= end).count() as f64 * per
+        })
+        .sum();
+    Some(tokens / secs)
+}
+
 fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -149,6 +173,7 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
     );
     let (mut single, mut many, mut ttft, mut itl, mut silence, mut newcomer) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut single_dec, mut many_dec) = (vec![], vec![]);
     for round in 0..a.warmup + a.rounds {
         let timed = round >= a.warmup;
         let (s1, w1) = trial(url, &model, 1, a, &format!("r{round}a"))?;
@@ -157,6 +182,11 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
         if timed {
             single.push(rate(&s1, w1));
             many.push(rate(&sn, wn));
+            let (d1, dn) = (decode_rate(&s1), decode_rate(&sn));
+            if let (Some(d1), Some(dn)) = (d1, dn) {
+                single_dec.push(d1);
+                many_dec.push(dn);
+            }
             ttft.extend(sn.iter().filter_map(|s| s.ttft));
             itl.extend(sn.iter().flat_map(|s| s.gaps.iter().copied()));
         }
@@ -170,11 +200,14 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
         eprintln!("kvad bench: round {round} done{}", if timed { "" } else { " (warm-up)" });
     }
     let ratio: Vec<f64> = many.iter().zip(&single).map(|(m, s)| m / s).collect();
+    let dec_ratio: Vec<f64> = many_dec.iter().zip(&single_dec).map(|(m, s)| m / s).collect();
     let out = json!({
         "concurrency": n,
         "one_stream_tok_s": summary(&single),
         "concurrent_tok_s": summary(&many),
         "ratio": summary(&ratio),
+        "decode": {"one_stream_tok_s": summary(&single_dec), "concurrent_tok_s": summary(&many_dec),
+                   "ratio": summary(&dec_ratio)},
         "ttft_s": {"p50": pct(&mut ttft.clone(), 50.0), "p90": pct(&mut ttft.clone(), 90.0), "max": pct(&mut ttft, 100.0)},
         "itl_s": {"p50": pct(&mut itl.clone(), 50.0), "p90": pct(&mut itl.clone(), 90.0),
                   "p99": pct(&mut itl.clone(), 99.0), "max": pct(&mut itl, 100.0)},
@@ -188,12 +221,21 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
     println!("one stream:        {}", fmt(&out["one_stream_tok_s"], "tok/s", 1.0));
     println!("{n} streams at once: {}", fmt(&out["concurrent_tok_s"], "tok/s", 1.0));
     println!("ratio:             {}", fmt(&out["ratio"], "x", 1.0));
+    let d = &out["decode"];
+    println!("decode only (tokens after the first; {n} at once: while all {n} write):");
+    println!("  one stream:      {}", fmt(&d["one_stream_tok_s"], "tok/s", 1.0));
+    println!("  {n} at once:       {}", fmt(&d["concurrent_tok_s"], "tok/s", 1.0));
+    println!("  ratio:           {}", fmt(&d["ratio"], "x", 1.0));
+    let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let t = &out["ttft_s"];
-    println!("TTFT ({n} at once): p50 {:.3} s · p90 {:.3} s · max {:.3} s", t["p50"], t["p90"], t["max"]);
+    println!("TTFT ({n} at once): p50 {:.3} s · p90 {:.3} s · max {:.3} s", f(&t["p50"]), f(&t["p90"]), f(&t["max"]));
     let i = &out["itl_s"];
     println!(
         "between tokens:    p50 {:.3} s · p90 {:.3} s · p99 {:.3} s · max {:.3} s",
-        i["p50"], i["p90"], i["p99"], i["max"]
+        f(&i["p50"]),
+        f(&i["p90"]),
+        f(&i["p99"]),
+        f(&i["max"])
     );
     if let Some(j) = out["join"].as_object() {
         println!(
@@ -204,4 +246,32 @@ pub fn run(url: &str, a: &BenchArgs, json_out: bool) -> Result<()> {
         println!("that prompt's first token: {}", fmt(&j["newcomer_ttft_s"], "s", 1.0));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(t0: Instant, ms: &[u64]) -> Stream {
+        let times: Vec<Instant> = ms.iter().map(|&m| t0 + Duration::from_millis(m)).collect();
+        Stream { tokens: times.len() as u64, times, ..Stream::default() }
+    }
+
+    #[test]
+    fn decode_rate_counts_only_the_stretch_where_every_stream_writes() {
+        let t0 = Instant::now();
+        // One stream: 11 tokens 10 ms apart → 10 tokens after its first in 100 ms.
+        let one = [stream(t0, &(0..11).map(|i| i * 10).collect::<Vec<_>>())];
+        assert!((decode_rate(&one).unwrap() - 100.0).abs() < 1e-6);
+        // Two streams: the second starts at 500 ms (its prompt read while the first wrote), both write every 20 ms
+        // until the first ends at 1000 ms; the second goes on alone. The stretch is 500..1000 ms: 25 tokens each
+        // after 500 ms, 50 in 0.5 s.
+        let a = stream(t0, &(0..=50).map(|i| i * 20).collect::<Vec<_>>());
+        let b = stream(t0, &(25..=75).map(|i| i * 20).collect::<Vec<_>>());
+        assert!((decode_rate(&[a.clone(), b]).unwrap() - 100.0).abs() < 1e-6);
+        // A stream that ended before another began: no shared stretch.
+        let c = stream(t0, &[2000, 2010]);
+        assert_eq!(decode_rate(&[a, c]), None);
+        assert_eq!(decode_rate(&[Stream::default()]), None);
+    }
 }

@@ -89,8 +89,8 @@ fn text_parts(files: &ModelFiles, path: &Path) -> Result<(Tokenizer, Option<Chat
         ModelFiles::Gguf(p) => {
             let mut g = GgufFile::open(p).map_err(kvad_models::ModelError::from)?;
             let vocab = take_gguf_vocab(&mut g);
-            let tok = Tokenizer::from_gguf_vocab(&vocab)?;
             let tpl = vocab.chat_template.as_deref().map(ChatTemplate::new).transpose()?;
+            let tok = Tokenizer::from_gguf_vocab(vocab)?;
             Ok((tok, tpl))
         }
         ModelFiles::HfDir(_) => Ok((Tokenizer::from_dir(path)?, ChatTemplate::from_dir(path)?)),

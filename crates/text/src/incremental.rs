@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn multibyte_character_waits_for_its_last_byte() {
-        let t = Tokenizer::from_gguf_vocab(&tiny_byte_level()).unwrap();
+        let t = Tokenizer::from_gguf_vocab(tiny_byte_level()).unwrap();
         let ids = t.encode("a日b", false).unwrap();
         let (deltas, rest) = stream(&t, &ids, false);
         assert_eq!(deltas, vec!["a", "日", "b"]);
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn spm_keeps_spaces_between_words() {
-        let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+        let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
         let ids = t.encode("hi hi é", true).unwrap();
         let (deltas, rest) = stream(&t, &ids, true);
         assert_eq!(deltas.concat() + &rest, "hi hi é");
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn finish_flushes_an_incomplete_character() {
-        let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+        let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
         let mut d = IncrementalDecoder::new(&t, false);
         assert_eq!(d.push(3 + 0xE6).unwrap(), None);
         assert_eq!(d.finish().unwrap(), "\u{FFFD}");
@@ -188,7 +188,7 @@ mod tests {
             ids in proptest::collection::vec(0u32..262, 0..40),
             skip in any::<bool>(),
         ) {
-            let t = Tokenizer::from_gguf_vocab(&tiny_byte_level()).unwrap();
+            let t = Tokenizer::from_gguf_vocab(tiny_byte_level()).unwrap();
             check(&t, &ids, skip)?;
         }
 
@@ -197,16 +197,16 @@ mod tests {
             ids in proptest::collection::vec(0u32..265, 0..40),
             skip in any::<bool>(),
         ) {
-            let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+            let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
             check(&t, &ids, skip)?;
         }
 
         #[test]
         fn real_text_streams_exactly(s in "\\PC{0,30}") {
-            let t = Tokenizer::from_gguf_vocab(&tiny_byte_level()).unwrap();
+            let t = Tokenizer::from_gguf_vocab(tiny_byte_level()).unwrap();
             let ids = t.encode(&s, false).unwrap();
             check(&t, &ids, false)?;
-            let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+            let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
             let ids = t.encode(&s, true).unwrap();
             check(&t, &ids, true)?;
         }

@@ -111,7 +111,8 @@ impl Tokenizer {
     }
 
     /// Builds the tokenizer that a GGUF file's metadata describes (see [`GgufVocab`]).
-    pub fn from_gguf_vocab(v: &GgufVocab) -> Result<Self, TextError> {
+    pub fn from_gguf_vocab(v: GgufVocab) -> Result<Self, TextError> {
+        let chat_template = v.chat_template.clone();
         let c = convert(v)?;
         Ok(Tokenizer {
             special_ids: special_ids(&c.tokenizer),
@@ -120,7 +121,7 @@ impl Tokenizer {
             eos_ids: c.eos.iter().map(|(_, id)| *id).collect(),
             eos_token: c.eos.map(|(t, _)| t),
             bos: c.bos,
-            chat_template: v.chat_template.clone(),
+            chat_template,
             clean_up_spaces: false,
         })
     }

@@ -81,7 +81,7 @@ fn smollm2_tokenizer_dir_loads() {
 #[test]
 fn smollm2_gguf_vocab_matches_goldens() {
     let vocab = vocab_from_gguf(&smollm2_gguf()).expect("read GGUF metadata");
-    let tok = Tokenizer::from_gguf_vocab(&vocab).expect("convert");
+    let tok = Tokenizer::from_gguf_vocab(vocab).expect("convert");
     assert_eq!(tok.vocab_size(), 49152);
     assert_eq!(tok.bos_id(), Some(1));
     assert_eq!(tok.eos_ids(), &[2]);
@@ -93,7 +93,7 @@ fn smollm2_gguf_vocab_matches_goldens() {
 fn spm_gguf_vocab_matches_goldens() {
     let path = fixture("fixtures/tokenizers/spm/tokenizer.gguf");
     let vocab = vocab_from_gguf(&path).expect("read GGUF metadata");
-    let tok = Tokenizer::from_gguf_vocab(&vocab).expect("convert");
+    let tok = Tokenizer::from_gguf_vocab(vocab).expect("convert");
     let g = load_json("fixtures/goldens/tokenizer/spm.json");
     assert_eq!(tok.vocab_size() as u64, g["vocab_size"].as_u64().unwrap_or(0));
     assert_eq!(tok.bos_id(), Some(1));

@@ -42,7 +42,7 @@ fn open(path: &Path) -> Result<Tokenizer, String> {
         return Tokenizer::from_dir(path).map_err(|e| e.to_string());
     }
     let g = GgufFile::open(path).map_err(|e| e.to_string())?;
-    Tokenizer::from_gguf_vocab(&kvad_engine::open::gguf_vocab(&g)).map_err(|e| e.to_string())
+    Tokenizer::from_gguf_vocab(kvad_engine::open::gguf_vocab(&g)).map_err(|e| e.to_string())
 }
 
 impl Tokenize for LocalTokenizers {

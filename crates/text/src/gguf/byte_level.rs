@@ -16,7 +16,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{SplitDelimiterBehavior, Tokenizer as HfTokenizer};
 
-use super::{derive_merges, file_merges, GgufVocab};
+use super::{derive_merges, file_merges};
 use crate::TextError;
 
 /// Llama 3's split: contractions, letters with one leading non-letter, numbers in threes.
@@ -74,24 +74,28 @@ pub(crate) fn in_alphabet(c: char) -> bool {
     matches!(c as u32, 0x21..=0x7e | 0xa1..=0xac | 0xae..=0xff | 0x100..=0x143)
 }
 
-/// Spells `token` in the byte alphabet unless it already is: some converters store tokens as raw
-/// text, and the BPE model only ever sees byte-alphabet strings.
-fn respell(token: &str, chars: &[char; 256]) -> String {
+/// Spells `token` in the byte alphabet unless it already is (then it is returned as it came): some converters
+/// store tokens as raw text, and the BPE model only ever sees byte-alphabet strings.
+fn respell(token: String, chars: &[char; 256]) -> String {
     if token.chars().all(in_alphabet) {
-        token.to_string()
+        token
     } else {
         token.bytes().map(|b| chars[b as usize]).collect()
     }
 }
 
-/// Builds the byte-level tokenizer (model, pre-tokenizer, decoder; no added tokens yet).
-pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
+/// Builds the byte-level tokenizer (model, pre-tokenizer, decoder; no added tokens yet) from the token list
+/// and merges, which move into it.
+pub(crate) fn build(
+    tokens: Vec<String>,
+    merges: Option<Vec<String>>,
+    pre: Option<&str>,
+) -> Result<HfTokenizer, TextError> {
     let chars = byte_chars();
-    let keys: Vec<String> = v.tokens.iter().map(|t| respell(t, &chars)).collect();
+    let keys: Vec<String> = tokens.into_iter().map(|t| respell(t, &chars)).collect();
     let mut vocab = Vocab::with_capacity(keys.len());
-    let merges = match &v.merges {
+    let merges = match merges {
         Some(m) => {
-            // The keys move into the map: a second copy of ~50k strings was a tenth of a load from the cache.
             vocab.extend(keys.into_iter().enumerate().map(|(i, k)| (k, i as u32)));
             file_merges(m)?
         }
@@ -109,7 +113,7 @@ pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
         .build()
         .map_err(|e| TextError::tokenizers("byte-level BPE from tokenizer.ggml.tokens/merges", e))?;
     let mut tokenizer = HfTokenizer::new(bpe);
-    let pre: PreTokenizerWrapper = match v.pre.as_deref().and_then(split_regex) {
+    let pre: PreTokenizerWrapper = match pre.and_then(split_regex) {
         Some(regex) => {
             let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
                 .map_err(|e| TextError::tokenizers("tokenizer.ggml.pre split regex", e))?;
@@ -139,8 +143,8 @@ mod tests {
     #[test]
     fn raw_tokens_are_respelled() {
         let c = byte_chars();
-        assert_eq!(respell(" hi", &c), "Ġhi");
-        assert_eq!(respell("Ġhi", &c), "Ġhi");
+        assert_eq!(respell(" hi".into(), &c), "Ġhi");
+        assert_eq!(respell("Ġhi".into(), &c), "Ġhi");
     }
 
     #[test]

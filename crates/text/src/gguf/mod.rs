@@ -73,12 +73,18 @@ pub(crate) struct Converted {
     pub eos: Option<(String, u32)>,
 }
 
-/// Converts the vocabulary, mirroring what transformers does when it loads the same GGUF.
-pub(crate) fn convert(v: &GgufVocab) -> Result<Converted, TextError> {
-    validate(v)?;
+/// Converts the vocabulary, mirroring what transformers does when it loads the same GGUF. Takes the vocabulary
+/// by value: a byte-level list's ~50k token strings move into the BPE map and its merges are split in place,
+/// rather than copied (allocation was most of a load mapped from the quantised cache).
+pub(crate) fn convert(mut v: GgufVocab) -> Result<Converted, TextError> {
+    validate(&v)?;
+    let marked = Marked::of(&v);
     let (mut tokenizer, byte_level, default_add_bos) = match v.model.as_str() {
-        "gpt2" => (byte_level::build(v)?, true, false),
-        "llama" => (spm::build(v)?, false, true),
+        "gpt2" => {
+            let (tokens, merges) = (std::mem::take(&mut v.tokens), v.merges.take());
+            (byte_level::build(tokens, merges, v.pre.as_deref())?, true, false)
+        }
+        "llama" => (spm::build(&v)?, false, true),
         other => {
             return Err(TextError::InvalidField {
                 field: "tokenizer.ggml.model".into(),
@@ -86,15 +92,35 @@ pub(crate) fn convert(v: &GgufVocab) -> Result<Converted, TextError> {
             })
         }
     };
-    add_marked_tokens(&mut tokenizer, v, byte_level)?;
-    let named = |id: Option<u32>| id.map(|id| (v.tokens[id as usize].clone(), id));
-    let bos = named(v.bos);
-    let eos = named(v.eos);
+    add_marked_tokens(&mut tokenizer, &marked, byte_level)?;
+    let (bos, eos) = (marked.named[0].clone(), marked.named[1].clone());
     let add_bos = v.add_bos.unwrap_or(default_add_bos) && bos.is_some();
     let add_eos = v.add_eos.unwrap_or(false) && eos.is_some();
     let processor = bos_eos_processor(bos.as_ref(), eos.as_ref(), add_bos, add_eos)?;
     tokenizer.with_post_processor(Some(processor));
     Ok(Converted { tokenizer, bos, eos })
+}
+
+/// The few tokens that are added by text (control, user-defined, and the named bos/eos/unk/pad), copied out
+/// before the token list moves into the BPE model.
+struct Marked {
+    /// Control tokens, in id order.
+    control: Vec<String>,
+    /// User-defined tokens, in id order.
+    user: Vec<String>,
+    /// bos, eos, unk, pad with their ids.
+    named: [Option<(String, u32)>; 4],
+}
+
+impl Marked {
+    fn of(v: &GgufVocab) -> Self {
+        let types = v.token_types.as_deref().unwrap_or(&[]);
+        let of_type = |ty: i32| -> Vec<String> {
+            v.tokens.iter().zip(types).filter(|(_, &t)| t == ty).map(|(t, _)| t.clone()).collect()
+        };
+        let named = [v.bos, v.eos, v.unk, v.pad].map(|id| id.map(|id| (v.tokens[id as usize].clone(), id)));
+        Marked { control: of_type(TOKEN_TYPE_CONTROL), user: of_type(TOKEN_TYPE_USER_DEFINED), named }
+    }
 }
 
 /// Rejects ids and array lengths that do not fit the token list.
@@ -137,15 +163,21 @@ fn validate(v: &GgufVocab) -> Result<(), TextError> {
     Ok(())
 }
 
-/// Splits the file's merges (`"left right"`), the form tokenizers' BPE wants.
-fn file_merges(merges: &[String]) -> Result<Vec<(String, String)>, TextError> {
+/// Splits the file's merges (`"left right"`), the form tokenizers' BPE wants; the left part keeps the
+/// string's own allocation.
+fn file_merges(merges: Vec<String>) -> Result<Vec<(String, String)>, TextError> {
     merges
-        .iter()
-        .map(|m| {
-            m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| TextError::InvalidField {
+        .into_iter()
+        .map(|mut m| match m.find(' ') {
+            Some(i) => {
+                let right = m[i + 1..].to_string();
+                m.truncate(i);
+                Ok((m, right))
+            }
+            None => Err(TextError::InvalidField {
                 field: "tokenizer.ggml.merges".into(),
                 value: format!("{m:?} has no space between its two parts"),
-            })
+            }),
         })
         .collect()
 }
@@ -156,17 +188,15 @@ fn file_merges(merges: &[String]) -> Result<Vec<(String, String)>, TextError> {
 ///
 /// In a byte-level vocabulary a control token spelled outside the byte alphabet is a llama.cpp
 /// mislabel and is skipped, as transformers does.
-fn add_marked_tokens(tokenizer: &mut HfTokenizer, v: &GgufVocab, byte_level: bool) -> Result<(), TextError> {
+fn add_marked_tokens(tokenizer: &mut HfTokenizer, m: &Marked, byte_level: bool) -> Result<(), TextError> {
     let in_alphabet = |t: &str| !byte_level || t.chars().all(byte_level::in_alphabet);
-    let types = v.token_types.as_deref().unwrap_or(&[]);
     let mut added: HashSet<&str> = HashSet::new();
 
-    let control: Vec<AddedToken> = v
-        .tokens
+    let control: Vec<AddedToken> = m
+        .control
         .iter()
-        .zip(types)
-        .filter(|(t, ty)| **ty == TOKEN_TYPE_CONTROL && in_alphabet(t))
-        .map(|(t, _)| {
+        .filter(|t| in_alphabet(t))
+        .map(|t| {
             added.insert(t);
             AddedToken::from(t.clone(), true).normalized(false)
         })
@@ -176,12 +206,11 @@ fn add_marked_tokens(tokenizer: &mut HfTokenizer, v: &GgufVocab, byte_level: boo
         .map_err(|e| TextError::tokenizers("control tokens of tokenizer.ggml.token_type", e))?;
 
     // Looked up one by one, not through `get_vocab`, which copies the whole vocabulary.
-    let user: Vec<AddedToken> = v
-        .tokens
+    let user: Vec<AddedToken> = m
+        .user
         .iter()
-        .zip(types)
-        .filter(|(t, ty)| **ty == TOKEN_TYPE_USER_DEFINED && tokenizer.token_to_id(t).is_some())
-        .map(|(t, _)| {
+        .filter(|t| tokenizer.token_to_id(t).is_some())
+        .map(|t| {
             added.insert(t);
             AddedToken::from(t.clone(), false).normalized(false)
         })
@@ -191,10 +220,9 @@ fn add_marked_tokens(tokenizer: &mut HfTokenizer, v: &GgufVocab, byte_level: boo
         .map_err(|e| TextError::tokenizers("user-defined tokens of tokenizer.ggml.token_type", e))?;
 
     let mut named = Vec::new();
-    for id in [v.bos, v.eos, v.unk, v.pad].into_iter().flatten() {
-        let t = v.tokens[id as usize].as_str();
+    for (t, _) in m.named.iter().flatten() {
         if added.insert(t) {
-            named.push(AddedToken::from(t.to_string(), true));
+            named.push(AddedToken::from(t.clone(), true));
         }
     }
     tokenizer.add_tokens(named).map_err(|e| TextError::tokenizers("bos/eos/unk/pad tokens", e))?;

@@ -26,7 +26,7 @@ const SPACE: char = '▁';
 pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
     let vocab: Vocab = v.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     let merges = match (&v.merges, &v.scores) {
-        (Some(m), _) => file_merges(m)?,
+        (Some(m), _) => file_merges(m.clone())?,
         (None, Some(scores)) => {
             let scores: Vec<f64> = scores.iter().map(|&s| f64::from(s)).collect();
             derive_merges(&v.tokens, &scores, &*vocab, true)

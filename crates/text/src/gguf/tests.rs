@@ -62,7 +62,7 @@ pub(crate) fn tiny_spm() -> GgufVocab {
 #[test]
 fn unknown_model_names_the_field_and_value() {
     let v = GgufVocab { model: "rwkv".into(), tokens: vec!["a".into()], ..Default::default() };
-    let err = Tokenizer::from_gguf_vocab(&v).unwrap_err().to_string();
+    let err = Tokenizer::from_gguf_vocab(v.clone()).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.model"), "{err}");
     assert!(err.contains("rwkv"), "{err}");
 }
@@ -71,7 +71,7 @@ fn unknown_model_names_the_field_and_value() {
 fn out_of_range_special_id_is_an_error() {
     let mut v = tiny_byte_level();
     v.eos = Some(100_000);
-    let err = Tokenizer::from_gguf_vocab(&v).unwrap_err().to_string();
+    let err = Tokenizer::from_gguf_vocab(v.clone()).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.eos_token_id"), "{err}");
 }
 
@@ -79,14 +79,14 @@ fn out_of_range_special_id_is_an_error() {
 fn merge_without_space_is_an_error() {
     let mut v = tiny_byte_level();
     v.merges = Some(vec!["hi".into()]);
-    let err = Tokenizer::from_gguf_vocab(&v).unwrap_err().to_string();
+    let err = Tokenizer::from_gguf_vocab(v.clone()).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.merges"), "{err}");
 }
 
 #[test]
 fn byte_level_keeps_control_tokens_whole() {
     let v = tiny_byte_level();
-    let t = Tokenizer::from_gguf_vocab(&v).unwrap();
+    let t = Tokenizer::from_gguf_vocab(v.clone()).unwrap();
     let hi = t.token_to_id("hi").unwrap();
     let space_hi = t.token_to_id("Ġhi").unwrap();
     let ids = t.encode("<|start|>hi hi<|end|>", false).unwrap();
@@ -107,7 +107,7 @@ fn byte_level_keeps_control_tokens_whole() {
 fn byte_level_add_bos_flag_is_honoured() {
     let mut v = tiny_byte_level();
     v.add_bos = Some(true);
-    let t = Tokenizer::from_gguf_vocab(&v).unwrap();
+    let t = Tokenizer::from_gguf_vocab(v.clone()).unwrap();
     let hi = t.token_to_id("hi").unwrap();
     assert_eq!(t.encode("hi", true).unwrap(), vec![1, hi]);
     assert_eq!(t.encode("hi", false).unwrap(), vec![hi]);
@@ -115,7 +115,7 @@ fn byte_level_add_bos_flag_is_honoured() {
 
 #[test]
 fn byte_level_round_trips_any_text() {
-    let t = Tokenizer::from_gguf_vocab(&tiny_byte_level()).unwrap();
+    let t = Tokenizer::from_gguf_vocab(tiny_byte_level()).unwrap();
     for s in ["héllo 日本語 🎉\n\t", "  two  spaces ", ""] {
         let ids = t.encode(s, false).unwrap();
         assert_eq!(t.decode(&ids, false).unwrap(), s);
@@ -124,7 +124,7 @@ fn byte_level_round_trips_any_text() {
 
 #[test]
 fn spm_derives_merges_and_prepends_space() {
-    let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+    let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
     let hi = t.token_to_id("▁hi").unwrap();
     let o = t.token_to_id("o").unwrap();
     assert_eq!(t.encode("hi", true).unwrap(), vec![1, hi]);
@@ -136,7 +136,7 @@ fn spm_derives_merges_and_prepends_space() {
 
 #[test]
 fn spm_falls_back_to_bytes() {
-    let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+    let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
     let ids = t.encode("é", false).unwrap();
     let space = t.token_to_id("▁").unwrap();
     assert_eq!(ids, vec![space, 3 + 0xC3, 3 + 0xA9]);
@@ -148,7 +148,7 @@ fn spm_without_prefix_space() {
     let mut v = tiny_spm();
     v.add_space_prefix = Some(false);
     v.add_bos = Some(false);
-    let t = Tokenizer::from_gguf_vocab(&v).unwrap();
+    let t = Tokenizer::from_gguf_vocab(v.clone()).unwrap();
     let h = t.token_to_id("h").unwrap();
     let i = t.token_to_id("i").unwrap();
     assert_eq!(t.encode("hi", true).unwrap(), vec![h, i]);
@@ -159,13 +159,13 @@ fn spm_without_prefix_space() {
 fn spm_without_scores_or_merges_is_an_error() {
     let mut v = tiny_spm();
     v.scores = None;
-    let err = Tokenizer::from_gguf_vocab(&v).unwrap_err().to_string();
+    let err = Tokenizer::from_gguf_vocab(v.clone()).unwrap_err().to_string();
     assert!(err.contains("tokenizer.ggml.scores"), "{err}");
 }
 
 #[test]
 fn decode_rejects_unknown_ids() {
-    let t = Tokenizer::from_gguf_vocab(&tiny_spm()).unwrap();
+    let t = Tokenizer::from_gguf_vocab(tiny_spm()).unwrap();
     let err = t.decode(&[1_000_000], false).unwrap_err();
     assert!(matches!(err, TextError::UnknownTokenId { id: 1_000_000, .. }));
 }

@@ -1,7 +1,7 @@
 //! Shared layers every architecture is built from: linear, RoPE tables, causal attention over a [`SeqKv`].
 
 use crate::config::{ModelConfig, RopeScaling};
-use crate::kv::SeqKv;
+use crate::kv::{KvDtype, KvRows, SeqKv};
 use kvad_tensor::cpu::attn::{attend_chunk, ChunkShape};
 use kvad_tensor::cpu::{ops, QMatrix};
 
@@ -46,6 +46,16 @@ impl Linear {
             ops::add_bias(&mut y, b);
         }
         y
+    }
+}
+
+/// The CPU KV cache type of a backend: f16 for cpu-q8/q4, f32 for cpu-f32 (the reference's arithmetic) and for
+/// the GPU backends' CPU side (see [`KvDtype`]). By backend, not by the weights' format, so a quantised backend's
+/// f32 reference (`LoadOptions::f32_reference`) keeps the same cache and isolates the kernels.
+pub fn kv_dtype_for(backend: kvad_tensor::BackendKind) -> KvDtype {
+    match backend {
+        kvad_tensor::BackendKind::CpuQ8 | kvad_tensor::BackendKind::CpuQ4 => KvDtype::F16,
+        _ => KvDtype::F32,
     }
 }
 
@@ -158,8 +168,8 @@ pub fn attention(
     for (s, cache) in caches.iter_mut().enumerate() {
         let n = counts[s];
         let l = &mut cache.layers[layer];
-        l.k.extend_from_slice(&k[row0 * kv_dim..(row0 + n) * kv_dim]);
-        l.v.extend_from_slice(&v[row0 * kv_dim..(row0 + n) * kv_dim]);
+        l.k.extend(&k[row0 * kv_dim..(row0 + n) * kv_dim]);
+        l.v.extend(&v[row0 * kv_dim..(row0 + n) * kv_dim]);
         row0 += n;
     }
     let scale = 1.0 / (hd as f32).sqrt();
@@ -190,7 +200,11 @@ pub fn attention(
                 scale,
             };
             let span = r0 * q_dim..(r0 + n) * q_dim;
-            attend_chunk(&q[span.clone()], &l.k, &l.v, &chunk, &mut out[span]);
+            match (&l.k, &l.v) {
+                (KvRows::F32(k), KvRows::F32(v)) => attend_chunk(&q[span.clone()], k, v, &chunk, &mut out[span]),
+                (KvRows::F16(k), KvRows::F16(v)) => attend_chunk(&q[span.clone()], k, v, &chunk, &mut out[span]),
+                _ => unreachable!("a layer's keys and values share one type"),
+            }
         }
         r0 += n;
     }
@@ -206,7 +220,15 @@ pub fn attention(
         let l = &caches_ro[s].layers[layer];
         let qv = &q[row * q_dim + kvh * group * hd..row * q_dim + (kvh + 1) * group * hd];
         let lo = shape.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        ops::attend_group(qv, &l.k, &l.v, kv_dim, kvh * hd, lo..pos + 1, hd, scale, o);
+        match (&l.k, &l.v) {
+            (KvRows::F32(k), KvRows::F32(v)) => {
+                ops::attend_group(qv, k, v, kv_dim, kvh * hd, lo..pos + 1, hd, scale, o)
+            }
+            (KvRows::F16(k), KvRows::F16(v)) => {
+                ops::attend_group(qv, k, v, kv_dim, kvh * hd, lo..pos + 1, hd, scale, o)
+            }
+            _ => unreachable!("a layer's keys and values share one type"),
+        }
     });
     out
 }

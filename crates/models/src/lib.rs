@@ -17,7 +17,7 @@ pub mod weights;
 
 pub use config::{arch_of_model_type, ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
-pub use kv::SeqKv;
+pub use kv::{KvDtype, SeqKv};
 pub use load::{load_model, load_model_with, CacheUse, LoadOptions, LoadedModel, ModelFiles};
 
 /// Which rows of a forward pass need logits.
@@ -46,6 +46,11 @@ pub trait CausalLm: Send + Sync {
     fn config(&self) -> &ModelConfig;
     /// An empty cache for a new sequence.
     fn new_cache(&self) -> SeqKv;
+    /// What the cache stores a key or value as on the CPU, for charging a context's memory (the GPU's pages are
+    /// charged as f32 here: an upper bound).
+    fn kv_dtype(&self) -> KvDtype {
+        KvDtype::F32
+    }
     /// Runs the new tokens of every sequence and returns, per sequence, the logits the mode asks for
     /// (`rows × vocab`, flattened).
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;

@@ -5,7 +5,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv::SeqKv;
+use crate::kv::{KvDtype, SeqKv};
 use crate::layers::{attention, final_logits, AttnShape, Embedding, Head, Linear, Spans};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
@@ -28,6 +28,8 @@ pub struct Gpt2 {
     pub(crate) blocks: Vec<Block>,
     pub(crate) ln_f: (Vec<f32>, Vec<f32>),
     pub(crate) head: Option<Linear>,
+    /// What the CPU cache stores (by backend: see [`KvDtype`]).
+    pub(crate) kv: KvDtype,
 }
 
 impl Gpt2 {
@@ -55,7 +57,7 @@ impl Gpt2 {
         let ln_f = ln(t, &format!("{p}ln_f"))?;
         // GPT-2's head is the embedding; a shipped lm_head.weight of another shape is refused by the loader.
         let head = t.head(&cfg, &wte)?;
-        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f, head })
+        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f, head, kv: crate::layers::kv_dtype_for(t.backend) })
     }
 }
 
@@ -80,7 +82,11 @@ impl CausalLm for Gpt2 {
     }
 
     fn new_cache(&self) -> SeqKv {
-        SeqKv::new(self.cfg.n_layers)
+        SeqKv::with_dtype(self.cfg.n_layers, self.kv_dtype())
+    }
+
+    fn kv_dtype(&self) -> KvDtype {
+        self.kv
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {

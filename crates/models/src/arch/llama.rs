@@ -6,7 +6,7 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv::SeqKv;
+use crate::kv::{KvDtype, SeqKv};
 use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
@@ -34,6 +34,8 @@ pub struct Llama {
     /// None when the head is the embedding.
     pub(crate) head: Option<Linear>,
     pub(crate) rope: Rope,
+    /// What the CPU cache stores (by backend: see [`KvDtype`]).
+    pub(crate) kv: KvDtype,
 }
 
 impl Llama {
@@ -79,7 +81,7 @@ impl Llama {
         let norm = t.vector("model.norm.weight", &[h])?;
         let head = t.head(&cfg, &embed)?;
         let rope = Rope::new(&cfg);
-        Ok(Llama { cfg, embed, layers, norm, head, rope })
+        Ok(Llama { cfg, embed, layers, norm, head, rope, kv: crate::layers::kv_dtype_for(t.backend) })
     }
 }
 
@@ -101,7 +103,11 @@ impl CausalLm for Llama {
     }
 
     fn new_cache(&self) -> SeqKv {
-        SeqKv::new(self.cfg.n_layers)
+        SeqKv::with_dtype(self.cfg.n_layers, self.kv_dtype())
+    }
+
+    fn kv_dtype(&self) -> KvDtype {
+        self.kv
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// Uploads a loaded GPT-2.
 pub(crate) fn upload(gpu: Arc<Gpu>, m: Gpt2, backend: BackendKind) -> Result<GpuDecoder, ModelError> {
     let up = Uploader { gpu: &gpu, backend };
-    let Gpt2 { cfg, wte, wpe, blocks, ln_f, head } = m;
+    let Gpt2 { cfg, wte, wpe, blocks, ln_f, head, .. } = m;
     let ln =
         |p: &(Vec<f32>, Vec<f32>)| -> Result<Norm, ModelError> { Ok(Norm::Layer(up.vector(&p.0)?, up.vector(&p.1)?)) };
     let mut layers = Vec::with_capacity(blocks.len());

@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// Uploads a loaded llama-family model; the host copy is dropped layer by layer as it goes up.
 pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<GpuDecoder, ModelError> {
     let up = Uploader { gpu: &gpu, backend };
-    let Llama { cfg, embed, layers, norm, head, rope } = m;
+    let Llama { cfg, embed, layers, norm, head, rope, .. } = m;
     let mut out = Vec::with_capacity(layers.len());
     for l in layers {
         out.push(Layer {

@@ -150,7 +150,7 @@ impl LocalEngine {
         })?;
         let c = m.model.config();
         let context = self.settings.context.unwrap_or(c.max_position);
-        let kv = (context * c.n_layers * 2 * c.kv_dim() * 4) as u64;
+        let kv = (context * c.n_layers * 2 * c.kv_dim() * m.model.kv_dtype().bytes()) as u64;
         // What this backend holds: q8/q4 weights are charged as their blocks, f32 as floats.
         let weights = m.model.weight_bytes() as u64;
         let detail =

@@ -7,6 +7,7 @@
 //! tiled products (a key or value element broadcast against 16 queries), with the softmax kept online per lane
 //! (flash-attention style: running max, running sum, rescaled output) over blocks of keys.
 
+use super::kv_elem::KvElem;
 use super::matrix::SyncPtr;
 use super::pool;
 
@@ -37,12 +38,34 @@ pub struct ChunkShape {
 /// Attention of every row of a chunk: `q` and `out` are `rows × n_heads·hd`; key/value row `j` is at
 /// `keys[j·kv_dim..]`/`values[j·kv_dim..]` with `kv_dim = n_kv_heads·hd`, and must hold every position up to the
 /// chunk's last. Equal to `ops::attend_group` per row and KV head up to float rounding (tested).
-pub fn attend_chunk(q: &[f32], keys: &[f32], values: &[f32], s: &ChunkShape, out: &mut [f32]) {
+///
+/// An f16 cache is converted to f32 once for the chunk (every tile reads every key in view, so converting per tile
+/// cost a prompt an eighth of its speed; the f32 copy is ~2 MB a layer at 1,500 positions) and then read exactly
+/// as an f32 cache holding the same values.
+pub fn attend_chunk<T: KvElem>(q: &[f32], keys: &[T], values: &[T], s: &ChunkShape, out: &mut [f32]) {
     let (hd, group) = (s.head_dim, s.n_heads / s.n_kv_heads);
     let (q_dim, kv_dim) = (s.n_heads * hd, s.n_kv_heads * hd);
     let last = s.first_pos + s.rows;
     assert!(q.len() >= s.rows * q_dim && out.len() >= s.rows * q_dim, "attend_chunk: q/out hold rows × q_dim");
     assert!(keys.len() >= last * kv_dim && values.len() >= last * kv_dim, "attend_chunk: cache ends before chunk");
+    let (Some(keys), Some(values)) = (T::as_f32(keys), T::as_f32(values)) else {
+        // Kept per thread: fresh megabytes every layer and chunk cost page faults worth a twentieth of a prompt.
+        thread_local! {
+            static F32_COPY: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        }
+        return F32_COPY.with_borrow_mut(|(k, v)| {
+            // Both threads convert (a prompt's later chunks convert thousands of rows a layer).
+            let n = last * kv_dim;
+            for (dst, src) in [(&mut *k, keys), (&mut *v, values)] {
+                dst.resize(n, 0.0);
+                pool::for_each_piece_mut(&mut dst[..n], 64 * kv_dim, |i, d| {
+                    let at = i * 64 * kv_dim;
+                    T::convert_to_f32(&src[at..at + d.len()], d);
+                });
+            }
+            attend_chunk(q, &k[..n], &v[..n], s, out)
+        });
+    };
     let lanes = s.rows * group;
     let tiles = lanes.div_ceil(LANES);
     let o = SyncPtr(out.as_mut_ptr());
@@ -406,6 +429,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An f16 cache: the chunk equals, bit for bit, the chunk over an f32 cache holding the same (rounded) values,
+    /// and the one-row kernel over the f16 cache to rounding.
+    fn check_f16(rows: usize, first_pos: usize, heads: (usize, usize), hd: usize, window: Option<usize>) {
+        let (nh, nkv) = heads;
+        let (q_dim, kv_dim) = (nh * hd, nkv * hd);
+        let total = first_pos + rows;
+        let q: Vec<f32> = data(rows * q_dim, 5 + rows as u64).iter().map(|x| x * 8.0).collect();
+        let mut k16 = Vec::new();
+        let mut v16 = Vec::new();
+        half::f16::extend_from_f32(&mut k16, &data(total * kv_dim, 6 + hd as u64));
+        half::f16::extend_from_f32(&mut v16, &data(total * kv_dim, 7 + first_pos as u64));
+        let (k32, v32): (Vec<f32>, Vec<f32>) =
+            (k16.iter().map(|x| x.to_f32()).collect(), v16.iter().map(|x| x.to_f32()).collect());
+        let scale = 1.0 / (hd as f32).sqrt();
+        let s = ChunkShape { rows, first_pos, n_heads: nh, n_kv_heads: nkv, head_dim: hd, window, scale };
+        let mut got = vec![f32::NAN; rows * q_dim];
+        attend_chunk(&q, &k16, &v16, &s, &mut got);
+        let mut same = vec![f32::NAN; rows * q_dim];
+        attend_chunk(&q, &k32, &v32, &s, &mut same);
+        assert_eq!(
+            got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            same.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "f16 chunk vs f32 chunk on the same values: rows {rows} at {first_pos} {heads:?} hd {hd}"
+        );
+        let group = nh / nkv;
+        let mut want = vec![0f32; rows * q_dim];
+        for r in 0..rows {
+            let pos = first_pos + r;
+            let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            for h in 0..nkv {
+                let span = r * q_dim + h * group * hd..r * q_dim + (h + 1) * group * hd;
+                attend_group(&q[span.clone()], &k16, &v16, kv_dim, h * hd, lo..pos + 1, hd, scale, &mut want[span]);
+            }
+        }
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 2e-5 * (1.0 + w.abs()), "f16 rows {rows} at {first_pos} [{i}]: {g} vs {w}");
+        }
+    }
+
+    #[test]
+    fn an_f16_cache_reads_as_its_values_in_f32() {
+        for &(rows, first_pos) in &[(1, 0), (16, 3), (37, 70), (64, 129)] {
+            for &heads in &[(9, 3), (8, 1)] {
+                for &hd in &[64, 16, 40] {
+                    check_f16(rows, first_pos, heads, hd, None);
+                }
+            }
+        }
+        check_f16(40, 100, (9, 3), 64, Some(33));
     }
 
     #[test]

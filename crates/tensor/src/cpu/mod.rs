@@ -9,11 +9,13 @@ pub mod gemm;
 pub mod gemm_q;
 pub mod gemv;
 pub mod gemv_rows;
+pub mod kv_elem;
 pub mod matrix;
 pub mod ops;
 pub mod pool;
 pub mod quant;
 
+pub use kv_elem::KvElem;
 pub use matrix::{Bytes, MatrixError, QMatrix};
 pub use quant::QType;
 

@@ -3,6 +3,8 @@
 //! They follow PyTorch's f32 arithmetic closely (mean of squares then `1/sqrt`, the tanh form of GELU) so logits
 //! stay within 1e-4 of the reference.
 
+use super::kv_elem::{f32_view, KvElem};
+
 /// RMSNorm of each `dim`-wide row of `x` into `out`: `x / sqrt(mean(x²) + eps) * weight`.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let dim = weight.len();
@@ -71,10 +73,10 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 /// Scores of one query against the keys in view, four keys a pass (one load of `q` serves four keys, and their
 /// four sums are reduced together).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn scores_avx(
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_avx<T: KvElem>(
     q: &[f32],
-    keys: &[f32],
+    keys: &[T],
     stride: usize,
     offset: usize,
     positions: std::ops::Range<usize>,
@@ -88,12 +90,12 @@ unsafe fn scores_avx(
     let (j0, n) = (positions.start, positions.len());
     let mut i = 0;
     while i + 4 <= n {
-        let k: [*const f32; 4] = std::array::from_fn(|t| kp.add((j0 + i + t) * stride));
+        let k: [*const T; 4] = std::array::from_fn(|t| kp.add((j0 + i + t) * stride));
         let mut a = [_mm256_setzero_ps(); 4];
         for d in (0..hd).step_by(8) {
             let qv = _mm256_loadu_ps(qp.add(d));
             for t in 0..4 {
-                a[t] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[t].add(d)), a[t]);
+                a[t] = _mm256_fmadd_ps(qv, T::load8(k[t].add(d)), a[t]);
             }
         }
         // Four horizontal sums at once: pairwise adds, then the two 128-bit halves.
@@ -105,15 +107,26 @@ unsafe fn scores_avx(
         i += 4;
     }
     while i < n {
-        out[i] = super::gemm::dot_f32(qp, kp.add((j0 + i) * stride), hd) * scale;
+        let k = kp.add((j0 + i) * stride);
+        out[i] = match T::as_f32(keys) {
+            // The f32 cache keeps the one-row dot product it always had (its bits are the reference's).
+            Some(_) => super::gemm::dot_f32(qp, k as *const f32, hd),
+            None => {
+                let mut a = _mm256_setzero_ps();
+                for d in (0..hd).step_by(8) {
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(d)), T::load8(k.add(d)), a);
+                }
+                super::gemm::hsum(a)
+            }
+        } * scale;
         i += 1;
     }
 }
 
 /// `out = Σ_i p[i] · v[j0 + i]` for one query, the output held in registers across all keys (hd ≤ 128).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn values_avx(p: &[f32], values: &[f32], stride: usize, offset: usize, j0: usize, out: &mut [f32]) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values_avx<T: KvElem>(p: &[f32], values: &[T], stride: usize, offset: usize, j0: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
     let hd = out.len();
     let vp = values.as_ptr().add(offset + j0 * stride);
@@ -125,7 +138,7 @@ unsafe fn values_avx(p: &[f32], values: &[f32], stride: usize, offset: usize, j0
             let pv = _mm256_set1_ps(pi);
             let v = vp.add(i * stride + d0);
             for (t, a) in acc.iter_mut().enumerate().take(w) {
-                *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(v.add(8 * t)), *a);
+                *a = _mm256_fmadd_ps(pv, T::load8(v.add(8 * t)), *a);
             }
         }
         for (t, a) in acc.iter().enumerate().take(w) {
@@ -289,10 +302,10 @@ unsafe fn axpy_avx(out: &mut [f32], p: f32, v: &[f32]) {
 /// value row is read once for all of them. `q` and `out` hold `group × hd`; key/value row `j` starts at
 /// `j·stride + offset` in `keys`/`values`; `positions` are the keys in view.
 #[allow(clippy::too_many_arguments)]
-pub fn attend_group(
+pub fn attend_group<T: KvElem>(
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[T],
+    values: &[T],
     stride: usize,
     offset: usize,
     positions: std::ops::Range<usize>,
@@ -309,7 +322,7 @@ pub fn attend_group(
         assert!(values.len() >= (positions.end - 1) * stride + offset + hd, "attend_group: values end before the view");
         for g in 0..group {
             let qg = &q[g * hd..(g + 1) * hd];
-            // SAFETY: AVX2/FMA present; every key row in view holds hd floats (asserted above).
+            // SAFETY: AVX2/FMA/F16C present; every key row in view holds hd elements (asserted above).
             unsafe { scores_avx(qg, keys, stride, offset, positions.clone(), scale, &mut scores[g * n..(g + 1) * n]) };
             softmax_inplace(&mut scores[g * n..(g + 1) * n]);
             // SAFETY: as above, for the value rows; `out` holds group × hd.
@@ -326,8 +339,9 @@ pub fn attend_group(
         }
         return;
     }
+    let mut buf = Vec::new();
     for (i, j) in positions.clone().enumerate() {
-        let k = &keys[j * stride + offset..j * stride + offset + hd];
+        let k = f32_view(&keys[j * stride + offset..j * stride + offset + hd], &mut buf);
         for g in 0..group {
             scores[g * n + i] = dot(&q[g * hd..(g + 1) * hd], k) * scale;
         }
@@ -337,7 +351,7 @@ pub fn attend_group(
     }
     out.iter_mut().for_each(|v| *v = 0.0);
     for (i, j) in positions.enumerate() {
-        let v = &values[j * stride + offset..j * stride + offset + hd];
+        let v = f32_view(&values[j * stride + offset..j * stride + offset + hd], &mut buf);
         for g in 0..group {
             axpy(&mut out[g * hd..(g + 1) * hd], scores[g * n + i], v);
         }
@@ -375,13 +389,39 @@ mod tests {
         use super::super::testdata::data;
         for &(hd, group, n, lo) in &[(64, 3, 1, 0), (64, 3, 7, 2), (32, 2, 130, 5), (128, 1, 9, 0), (72, 4, 33, 1)] {
             let (kvh, stride) = (2, 2 * hd + 8);
-            let keys = data((lo + n) * stride, hd as u64);
-            let values = data((lo + n) * stride, 7 + n as u64);
+            let (k0, v0) = (data((lo + n) * stride, hd as u64), data((lo + n) * stride, 7 + n as u64));
             let q: Vec<f32> = data(group * hd, 3).iter().map(|v| v * 6.0).collect();
             let offset = (kvh - 1) * hd;
             let scale = 1.0 / (hd as f32).sqrt();
-            let mut got = vec![0f32; group * hd];
-            attend_group(&q, &keys, &values, stride, offset, lo..lo + n, hd, scale, &mut got);
+            // The f32 cache, then an f16 one (the reference then reads the rounded values the cache holds).
+            for f16 in [false, true] {
+                let mut got = vec![0f32; group * hd];
+                let (keys, values) = if f16 {
+                    let (mut k, mut v) = (Vec::new(), Vec::new());
+                    half::f16::extend_from_f32(&mut k, &k0);
+                    half::f16::extend_from_f32(&mut v, &v0);
+                    attend_group(&q, &k, &v, stride, offset, lo..lo + n, hd, scale, &mut got);
+                    (k.iter().map(|x| x.to_f32()).collect(), v.iter().map(|x| x.to_f32()).collect())
+                } else {
+                    attend_group(&q, &k0, &v0, stride, offset, lo..lo + n, hd, scale, &mut got);
+                    (k0.clone(), v0.clone())
+                };
+                check_group(&q, &keys, &values, (stride, offset), (lo, n, hd, group), scale, &got);
+            }
+        }
+    }
+
+    /// `got` against attention computed in f64 from `keys` and `values`.
+    fn check_group(
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        (stride, offset): (usize, usize),
+        (lo, n, hd, group): (usize, usize, usize, usize),
+        scale: f32,
+        got: &[f32],
+    ) {
+        {
             for g in 0..group {
                 let s: Vec<f64> = (lo..lo + n)
                     .map(|j| {

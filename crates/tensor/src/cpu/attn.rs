@@ -365,6 +365,22 @@ mod tests {
     use super::super::testdata::data;
     use super::*;
 
+    /// The chunk's attention by `attend_group`, one row and KV head at a time (the reference).
+    fn per_row<T: KvElem>(q: &[f32], k: &[T], v: &[T], s: &ChunkShape) -> Vec<f32> {
+        let (hd, nkv, group) = (s.head_dim, s.n_kv_heads, s.n_heads / s.n_kv_heads);
+        let (q_dim, kv_dim) = (s.n_heads * hd, nkv * hd);
+        let mut want = vec![0f32; s.rows * q_dim];
+        for r in 0..s.rows {
+            let pos = s.first_pos + r;
+            let lo = s.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            for h in 0..nkv {
+                let span = r * q_dim + h * group * hd..r * q_dim + (h + 1) * group * hd;
+                attend_group(&q[span.clone()], k, v, kv_dim, h * hd, lo..pos + 1, hd, s.scale, &mut want[span]);
+            }
+        }
+        want
+    }
+
     /// The chunk against `attend_group` per row and KV head, over ragged tiles, windows and head widths.
     fn check(rows: usize, first_pos: usize, heads: (usize, usize), hd: usize, window: Option<usize>) {
         let (nh, nkv) = heads;
@@ -379,16 +395,7 @@ mod tests {
         let s = ChunkShape { rows, first_pos, n_heads: nh, n_kv_heads: nkv, head_dim: hd, window, scale };
         let mut got = vec![f32::NAN; rows * q_dim];
         attend_chunk(&q, &k, &v, &s, &mut got);
-        let group = nh / nkv;
-        let mut want = vec![0f32; rows * q_dim];
-        for r in 0..rows {
-            let pos = first_pos + r;
-            let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-            for h in 0..nkv {
-                let span = r * q_dim + h * group * hd..r * q_dim + (h + 1) * group * hd;
-                attend_group(&q[span.clone()], &k, &v, kv_dim, h * hd, lo..pos + 1, hd, scale, &mut want[span]);
-            }
-        }
+        let want = per_row(&q, &k, &v, &s);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!(
                 (g - w).abs() <= 2e-5 * (1.0 + w.abs()),
@@ -455,16 +462,7 @@ mod tests {
             same.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
             "f16 chunk vs f32 chunk on the same values: rows {rows} at {first_pos} {heads:?} hd {hd}"
         );
-        let group = nh / nkv;
-        let mut want = vec![0f32; rows * q_dim];
-        for r in 0..rows {
-            let pos = first_pos + r;
-            let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-            for h in 0..nkv {
-                let span = r * q_dim + h * group * hd..r * q_dim + (h + 1) * group * hd;
-                attend_group(&q[span.clone()], &k16, &v16, kv_dim, h * hd, lo..pos + 1, hd, scale, &mut want[span]);
-            }
-        }
+        let want = per_row(&q, &k16, &v16, &s);
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 2e-5 * (1.0 + w.abs()), "f16 rows {rows} at {first_pos} [{i}]: {g} vs {w}");
         }

@@ -56,6 +56,9 @@ pub struct Prepared {
     pub backend: String,
     /// The model's id.
     pub model: String,
+    /// Whether this prepare brought the model into memory (a request naming a model on disk): the scheduler
+    /// records it as active, as it does a `kvad load`, so `[server] autoload` puts it back.
+    pub loaded: bool,
 }
 
 /// Sampling and length of one generation.

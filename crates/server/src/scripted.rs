@@ -147,6 +147,7 @@ impl Engine for ScriptedEngine {
 
     fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
         let idx = self.index(model)?;
+        let loaded = !self.loaded.contains_key(&idx);
         let backend = self.load(model, None)?;
         let m = &self.models[idx];
         let text = match prompt {
@@ -173,6 +174,7 @@ impl Engine for ScriptedEngine {
             vocab: 256,
             backend,
             model: model.into(),
+            loaded,
         })
     }
 

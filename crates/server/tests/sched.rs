@@ -223,6 +223,10 @@ fn autoload_puts_back_what_was_loaded_on_the_backend_it_was_on() {
     let s = scripted("autoload", &[]);
     let body = json!({"model": "qwen3-scripted", "backend": "cpu-q8"});
     assert_eq!(post_as(&s.url, "admin", "/api/load", &body).0, 200);
+    // A request naming a model on disk loads it (on the default backend): that counts as loaded too.
+    let chat = json!({"model": "qwen2.5-scripted", "messages": [{"role": "user", "content": "hello"}]});
+    let (code, _, v) = post_as(&s.url, "a", "/v1/chat/completions", &chat);
+    assert_eq!(code, 200, "{v}");
     // A second server on the same data directory, with autoload: the load is a job on its queue.
     let dir = s.dir.to_str().unwrap().to_string();
     let script = common::script();
@@ -247,7 +251,8 @@ fn autoload_puts_back_what_was_loaded_on_the_backend_it_was_on() {
     assert!(err.contains("autoload: qwen3-scripted on cpu-q8"), "{err}");
     until("the autoload", || {
         let ps: Value = ureq::get(&format!("{url}/api/ps")).call().unwrap().into_json().unwrap();
-        ps["models"][0]["name"] == "qwen3-scripted@cpu-q8"
+        let names: Vec<&str> = ps["models"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
+        names.contains(&"qwen3-scripted@cpu-q8") && names.contains(&"qwen2.5-scripted@scripted")
     });
     let _ = child.kill();
     let _ = child.wait();

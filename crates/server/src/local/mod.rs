@@ -219,6 +219,7 @@ impl Engine for LocalEngine {
 
     fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
         let entry = self.entry(model)?;
+        let loaded = self.slot(entry).is_none();
         let slot = self.load_entry(entry, None)?;
         let backend = slot.backend.to_string();
         let (text, tokens) = render(&slot.m, model, prompt)?;
@@ -231,6 +232,7 @@ impl Engine for LocalEngine {
             vocab: c.vocab_size,
             backend,
             model: model.to_string(),
+            loaded,
         })
     }
 

@@ -195,6 +195,10 @@ impl Runner<'_> {
     /// Reads a prompt (loading its model when needed) and records what it may hold.
     fn prepare(&mut self, id: JobId, model: &str, prompt: &crate::engine::Prompt) {
         let result = self.engine.prepare(model, prompt);
+        if let Some(p) = result.as_ref().ok().filter(|p| p.loaded) {
+            // Loaded by a request: active like a `kvad load`, so autoload puts it back on this backend.
+            let _ = self.store.set_active(&p.model, Some(&p.backend));
+        }
         self.refresh();
         let mut st = lock(self.shared);
         let checked = result.and_then(|p| match st.payloads.get_mut(&id) {

@@ -331,6 +331,14 @@ impl Scheduler {
             .collect()
     }
 
+    /// The running model's pass rules (`batch_from`, `chunk`: [`super::backend_limits`] of the backend it is on),
+    /// set as a reply joins. Replies running together share one model, so its backend decides; the server's
+    /// `[server] backend` only gives the rules before anything has joined.
+    pub fn set_pass_limits(&mut self, (batch_from, chunk): (usize, usize)) {
+        self.limits.batch_from = batch_from;
+        self.limits.chunk = chunk;
+    }
+
     /// Moves a job from the line to running: a generation with `to_read` prompt tokens still to read (its last
     /// included, so at least 1), or a load/unload (`to_read` ignored). Counts the account's turn.
     pub fn start(&mut self, id: JobId, to_read: usize) -> bool {

@@ -217,6 +217,27 @@ fn below_batch_from_each_reply_takes_its_own_pass() {
 }
 
 #[test]
+fn the_running_models_backend_sets_the_pass_rules() {
+    let t = Instant::now();
+    // The server's default is the CPU's (one pass from two parts, 64-token chunks); the model that joins is on a
+    // backend whose rules are one pass from three and 512-token chunks.
+    let mut s = Scheduler::new(limits());
+    s.set_pass_limits((3, 512));
+    let ids: Vec<JobId> = (0..2).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
+    s.prepared(ids[0], 10);
+    s.start(ids[0], 1);
+    s.stepped(&[Part { id: ids[0], work: Work::Last }]);
+    s.prepared(ids[1], 1000);
+    s.start(ids[1], 900);
+    let Decision::Step(passes) = s.decide(2000) else { panic!() };
+    assert_eq!(
+        passes,
+        vec![vec![Part { id: ids[0], work: Work::Decode }], vec![Part { id: ids[1], work: Work::Chunk(512) }]],
+        "two parts below batch_from 3: a pass each; the chunk is the backend's 512"
+    );
+}
+
+#[test]
 fn another_model_an_alone_request_or_no_room_means_nobody_joins() {
     let t = Instant::now();
     for (kind, reserve, budget) in

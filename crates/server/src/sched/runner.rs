@@ -222,6 +222,7 @@ impl Runner<'_> {
         };
         match self.engine.begin(id, &p, &job.params, job.fresh) {
             Ok(b) => {
+                st.core.set_pass_limits(super::backend_limits(&p.backend));
                 st.core.start(id, b.to_read);
                 self.shared.metrics.joined(p.prompt_tokens, b.cached);
                 let _ = job.events.send(Event::Started { prompt_tokens: p.prompt_tokens, cached_tokens: b.cached });

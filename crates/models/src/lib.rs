@@ -46,8 +46,8 @@ pub trait CausalLm: Send + Sync {
     fn config(&self) -> &ModelConfig;
     /// An empty cache for a new sequence.
     fn new_cache(&self) -> SeqKv;
-    /// What the cache stores a key or value as on the CPU, for charging a context's memory (the GPU's pages are
-    /// charged as f32 here: an upper bound).
+    /// What the cache stores a key or value as (the CPU's rows, or the GPU's pages), for charging a context's
+    /// memory.
     fn kv_dtype(&self) -> KvDtype {
         KvDtype::F32
     }

@@ -256,6 +256,11 @@ impl CausalLm for GpuDecoder {
         &self.p.cfg
     }
 
+    fn kv_dtype(&self) -> crate::kv::KvDtype {
+        // The pages hold f16 keys and values (`page_one_layer` above).
+        crate::kv::KvDtype::F16
+    }
+
     fn new_cache(&self) -> SeqKv {
         let mut kv = SeqKv::new(self.p.cfg.n_layers);
         kv.pages = Some(Pages::new(self.pool.clone()));

@@ -59,7 +59,7 @@ impl KvRows {
     pub(crate) fn extend(&mut self, src: &[f32]) {
         use kvad_tensor::cpu::KvElem;
         match self {
-            KvRows::F32(v) => v.extend_from_slice(src),
+            KvRows::F32(v) => f32::extend_from_f32(v, src),
             KvRows::F16(v) => half::f16::extend_from_f32(v, src),
         }
     }

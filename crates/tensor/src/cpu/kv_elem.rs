@@ -6,18 +6,20 @@
 //! already move. The kernels are generic over this trait so the f32 path stays the same code, operation for
 //! operation.
 
-/// A KV cache element: convertible to f32, and loadable eight at a time into an AVX register.
+/// A KV cache element: convertible from and to f32, and loadable eight at a time into an AVX register.
 pub trait KvElem: Copy + Send + Sync + 'static {
     /// The slice as f32 when it already is (the f32 cache reads in place; an f16 one is converted).
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
-    /// One element as f32.
-    fn to_f32(self) -> f32;
     /// Appends `src` converted to this type (round to nearest even).
     fn extend_from_f32(dst: &mut Vec<Self>, src: &[f32]);
-    /// Appends `src` to `dst` as f32 (by F16C where the processor has it).
-    fn extend_to_f32(src: &[Self], dst: &mut Vec<f32>);
-    /// Writes `src` into `dst` (the same length) as f32.
+    /// Writes `src` into `dst` (the same length) as f32 (by F16C where the processor has it).
     fn convert_to_f32(src: &[Self], dst: &mut [f32]);
+    /// Appends `src` to `dst` as f32.
+    fn extend_to_f32(src: &[Self], dst: &mut Vec<f32>) {
+        let start = dst.len();
+        dst.resize(start + src.len(), 0.0);
+        Self::convert_to_f32(src, &mut dst[start..]);
+    }
     /// Eight elements from `p` as f32 lanes. Inlined into the caller, whose target features (AVX2, F16C) it uses.
     ///
     /// # Safety
@@ -30,13 +32,7 @@ impl KvElem for f32 {
     fn as_f32(s: &[Self]) -> Option<&[f32]> {
         Some(s)
     }
-    fn to_f32(self) -> f32 {
-        self
-    }
     fn extend_from_f32(dst: &mut Vec<Self>, src: &[f32]) {
-        dst.extend_from_slice(src);
-    }
-    fn extend_to_f32(src: &[Self], dst: &mut Vec<f32>) {
         dst.extend_from_slice(src);
     }
     fn convert_to_f32(src: &[Self], dst: &mut [f32]) {
@@ -53,19 +49,11 @@ impl KvElem for half::f16 {
     fn as_f32(_: &[Self]) -> Option<&[f32]> {
         None
     }
-    fn to_f32(self) -> f32 {
-        half::f16::to_f32(self)
-    }
     fn extend_from_f32(dst: &mut Vec<Self>, src: &[f32]) {
         use half::slice::HalfFloatSliceExt;
         let start = dst.len();
         dst.resize(start + src.len(), half::f16::ZERO);
         dst[start..].convert_from_f32_slice(src);
-    }
-    fn extend_to_f32(src: &[Self], dst: &mut Vec<f32>) {
-        let start = dst.len();
-        dst.resize(start + src.len(), 0.0);
-        Self::convert_to_f32(src, &mut dst[start..]);
     }
     fn convert_to_f32(src: &[Self], dst: &mut [f32]) {
         use half::slice::HalfFloatSliceExt;

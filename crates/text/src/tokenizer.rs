@@ -2,24 +2,24 @@
 //!
 //! Three ways in: a tokenizer.json (with tokenizer_config.json beside it when present), a whole
 //! Hugging Face model directory, or the vocabulary of a GGUF file. All three end in the same
-//! `tokenizers::Tokenizer`, so encode and decode behave the same whatever the source.
+//! `tokenizers` pipeline ([`TextTokenizer`]), so encode and decode behave the same whatever the
+//! source; only its model differs (kvad's [`crate::ByteLevelBpe`] for byte-level GGUFs).
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use serde_json::Value;
-use tokenizers::models::ModelWrapper;
-use tokenizers::Tokenizer as HfTokenizer;
 
 use crate::files::{chat_template_field, read_optional_json, read_optional_text, token_content};
 use crate::gguf::{bos_eos_processor, convert, GgufVocab};
+use crate::model::TextTokenizer;
 use crate::TextError;
 
 /// A loaded tokenizer: encodes text to ids and decodes ids to text exactly as transformers does,
 /// and knows the model's BOS/EOS ids and chat template.
 #[derive(Clone)]
 pub struct Tokenizer {
-    inner: HfTokenizer,
+    inner: TextTokenizer,
     bos: Option<(String, u32)>,
     eos_token: Option<String>,
     eos_ids: Vec<u32>,
@@ -48,7 +48,7 @@ impl Tokenizer {
     /// reads them.
     pub fn from_file(path: &Path) -> Result<Self, TextError> {
         let mut inner =
-            HfTokenizer::from_file(path).map_err(|e| TextError::tokenizers(path.display().to_string(), e))?;
+            TextTokenizer::from_file(path).map_err(|e| TextError::tokenizers(path.display().to_string(), e))?;
         let config_path = path.with_file_name("tokenizer_config.json");
         let config = read_optional_json(&config_path)?.unwrap_or(Value::Null);
 
@@ -141,8 +141,7 @@ impl Tokenizer {
             return Err(TextError::UnknownTokenId { id, vocab_size });
         }
         let text = self.inner.decode(ids, skip_special).map_err(|e| TextError::tokenizers("decode", e))?;
-        let is_bpe = matches!(self.inner.get_model(), ModelWrapper::BPE(_));
-        Ok(if self.clean_up_spaces && !is_bpe { clean_up_tokenization(&text) } else { text })
+        Ok(if self.clean_up_spaces && !self.inner.get_model().is_bpe() { clean_up_tokenization(&text) } else { text })
     }
 
     /// Number of ids, added tokens included: the size the embedding table must cover.
@@ -185,8 +184,8 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
-    /// The underlying `tokenizers` object, for what this wrapper does not expose.
-    pub fn inner(&self) -> &HfTokenizer {
+    /// The underlying `tokenizers` pipeline, for what this wrapper does not expose.
+    pub fn inner(&self) -> &TextTokenizer {
         &self.inner
     }
 
@@ -210,13 +209,13 @@ impl Tokenizer {
 }
 
 /// The ids of the special added tokens.
-fn special_ids(inner: &HfTokenizer) -> HashSet<u32> {
+fn special_ids(inner: &TextTokenizer) -> HashSet<u32> {
     inner.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect()
 }
 
 /// Whether the model falls back to `<0xNN>` byte tokens.
-fn byte_fallback(inner: &HfTokenizer) -> bool {
-    matches!(inner.get_model(), ModelWrapper::BPE(bpe) if bpe.byte_fallback)
+fn byte_fallback(inner: &TextTokenizer) -> bool {
+    inner.get_model().byte_fallback()
 }
 
 /// transformers' `clean_up_tokenization`: removes the space that WordPiece-era decoders left

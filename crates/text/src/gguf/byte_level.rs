@@ -9,15 +9,16 @@
 use std::collections::HashSet;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::models::bpe::Vocab;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{SplitDelimiterBehavior, Tokenizer as HfTokenizer};
+use tokenizers::SplitDelimiterBehavior;
 
-use super::{derive_merges, file_merges};
-use crate::TextError;
+use super::derive_merges;
+use crate::model::{TextModel, TextTokenizer};
+use crate::{ByteLevelBpe, TextError};
 
 /// Llama 3's split: contractions, letters with one leading non-letter, numbers in threes.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -84,35 +85,27 @@ fn respell(token: String, chars: &[char; 256]) -> String {
     }
 }
 
-/// Builds the byte-level tokenizer (model, pre-tokenizer, decoder; no added tokens yet) from the token list
-/// and merges, which move into it.
+/// Builds the byte-level tokenizer (model, pre-tokenizer, decoder; no added tokens yet) from the token list,
+/// which moves into the model, and the merges, read in place.
 pub(crate) fn build(
     tokens: Vec<String>,
     merges: Option<Vec<String>>,
     pre: Option<&str>,
-) -> Result<HfTokenizer, TextError> {
+) -> Result<TextTokenizer, TextError> {
     let chars = byte_chars();
     let keys: Vec<String> = tokens.into_iter().map(|t| respell(t, &chars)).collect();
-    let mut vocab = Vocab::with_capacity(keys.len());
-    let merges = match merges {
-        Some(m) => {
-            vocab.extend(keys.into_iter().enumerate().map(|(i, k)| (k, i as u32)));
-            file_merges(m)?
-        }
+    let bpe = match merges {
+        Some(m) => ByteLevelBpe::from_gguf(keys, &m)?,
         // No merges in the file: recover them from the vocabulary, ranked by token id.
         None => {
-            vocab.extend(keys.iter().enumerate().map(|(i, k)| (k.clone(), i as u32)));
+            let vocab: Vocab = keys.iter().enumerate().map(|(i, k)| (k.clone(), i as u32)).collect();
             let ranks: Vec<f64> = (0..keys.len()).map(|i| i as f64).collect();
-            derive_merges(&keys, &ranks, &*vocab, false)
+            let merges = derive_merges(&keys, &ranks, &*vocab, false);
+            drop(vocab);
+            ByteLevelBpe::new(keys, merges.iter().map(|(l, r)| (l.as_str(), r.as_str())))?
         }
     };
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .continuing_subword_prefix(String::new())
-        .end_of_word_suffix(String::new())
-        .build()
-        .map_err(|e| TextError::tokenizers("byte-level BPE from tokenizer.ggml.tokens/merges", e))?;
-    let mut tokenizer = HfTokenizer::new(bpe);
+    let mut tokenizer = TextTokenizer::new(TextModel::ByteLevel(bpe));
     let pre: PreTokenizerWrapper = match pre.and_then(split_regex) {
         Some(regex) => {
             let split = Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)

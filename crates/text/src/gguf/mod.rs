@@ -1,4 +1,4 @@
-//! Turning the tokenizer that a GGUF file's metadata describes into a `tokenizers::Tokenizer`.
+//! Turning the tokenizer that a GGUF file's metadata describes into a `tokenizers` pipeline.
 //!
 //! A GGUF carries no tokenizer.json, only llama.cpp's metadata keys. We rebuild from them the same
 //! pipeline that transformers builds when it loads the file, so both encode and decode alike:
@@ -12,8 +12,9 @@ mod spm;
 use std::collections::HashSet;
 
 use tokenizers::processors::template::TemplateProcessing;
-use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
+use tokenizers::AddedToken;
 
+use crate::model::TextTokenizer;
 use crate::TextError;
 
 pub(crate) use merges::derive_merges;
@@ -68,7 +69,7 @@ const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
 /// A converted tokenizer plus the special-token facts the wrapper keeps.
 pub(crate) struct Converted {
-    pub tokenizer: HfTokenizer,
+    pub tokenizer: TextTokenizer,
     pub bos: Option<(String, u32)>,
     pub eos: Option<(String, u32)>,
 }
@@ -188,7 +189,7 @@ fn file_merges(merges: Vec<String>) -> Result<Vec<(String, String)>, TextError> 
 ///
 /// In a byte-level vocabulary a control token spelled outside the byte alphabet is a llama.cpp
 /// mislabel and is skipped, as transformers does.
-fn add_marked_tokens(tokenizer: &mut HfTokenizer, m: &Marked, byte_level: bool) -> Result<(), TextError> {
+fn add_marked_tokens(tokenizer: &mut TextTokenizer, m: &Marked, byte_level: bool) -> Result<(), TextError> {
     let in_alphabet = |t: &str| !byte_level || t.chars().all(byte_level::in_alphabet);
     let mut added: HashSet<&str> = HashSet::new();
 

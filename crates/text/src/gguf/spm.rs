@@ -12,18 +12,19 @@ use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::models::ModelWrapper;
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
-use tokenizers::Tokenizer as HfTokenizer;
 
 use super::{derive_merges, file_merges, GgufVocab};
+use crate::model::{TextModel, TextTokenizer};
 use crate::TextError;
 
 /// SentencePiece's visible space.
 const SPACE: char = '▁';
 
 /// Builds the SentencePiece-style tokenizer (model, pre-tokenizer or normalizer, decoder).
-pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
+pub(crate) fn build(v: &GgufVocab) -> Result<TextTokenizer, TextError> {
     let vocab: Vocab = v.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
     let merges = match (&v.merges, &v.scores) {
         (Some(m), _) => file_merges(m.clone())?,
@@ -43,7 +44,7 @@ pub(crate) fn build(v: &GgufVocab) -> Result<HfTokenizer, TextError> {
         .byte_fallback(true)
         .build()
         .map_err(|e| TextError::tokenizers("SentencePiece BPE from tokenizer.ggml.tokens", e))?;
-    let mut tokenizer = HfTokenizer::new(bpe);
+    let mut tokenizer = TextTokenizer::new(TextModel::Hf(ModelWrapper::BPE(bpe)));
 
     let add_prefix_space = v.add_space_prefix.unwrap_or(true);
     if v.architecture.as_deref() == Some("phi3") {

@@ -48,7 +48,10 @@ impl ByteLevelBpe {
     ) -> Result<Self, TextError> {
         let vocab = Vocab::new(tokens);
         let merges = merges.into_iter();
-        let mut map = MergeMap::with_capacity(merges.size_hint().0);
+        // Sized once (a filtered slice's upper bound is its length): growing a map of ~50k merges
+        // rehashes it ~14 times.
+        let (least, most) = merges.size_hint();
+        let mut map = MergeMap::with_capacity(most.unwrap_or(least));
         let mut joined = String::new();
         // GPT-2-style vocabularies list merged tokens in merge order, so the token a merge makes is
         // usually the one after the previous merge's: one string compare instead of a lookup.

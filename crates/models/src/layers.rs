@@ -49,6 +49,12 @@ impl Linear {
     }
 }
 
+/// Whether a pass's rows are a decode step: one token of each of two or more replies. Only such passes let the CPU
+/// kernels round activations to 8 bits (`kvad_tensor::cpu::gemv_rows8`); a prompt's rows never do.
+pub fn is_decode_step(batch: &[crate::SeqInput<'_>]) -> bool {
+    batch.len() >= 2 && batch.iter().all(|s| s.tokens.len() == 1)
+}
+
 /// The CPU KV cache type of a backend: f16 for cpu-q8/q4, f32 for cpu-f32 (the reference's arithmetic) and for
 /// the GPU backends' CPU side (see [`KvDtype`]). By backend, not by the weights' format, so a quantised backend's
 /// f32 reference (`LoadOptions::f32_reference`) keeps the same cache and isolates the kernels.

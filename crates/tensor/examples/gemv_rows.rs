@@ -4,7 +4,7 @@
 //! `cargo run --release -p kvad-tensor --example gemv_rows -- [threads] [formats, e.g. Q8_0,Q4_1]`.
 #[path = "common/smollm2.rs"]
 mod smollm2;
-use kvad_tensor::cpu::{pool, QType};
+use kvad_tensor::cpu::{gemv_rows, pool, QType};
 use std::time::Instant;
 
 fn median_ms(mut f: impl FnMut()) -> f64 {
@@ -43,9 +43,18 @@ fn main() {
                     m.matmul(&x[..n * m.cols()], n, &mut out[..n * m.rows()]);
                 }
             });
+            // The i16 kernel (bit for bit the one-row GEMV) beside the pass `matmul` takes (8-bit on AVX-VNNI).
+            let i16_pass = (n <= gemv_rows::MAX_ROWS && t != QType::F32).then(|| {
+                median_ms(|| {
+                    for m in &mats {
+                        gemv_rows::gemv_rows16(m, &x[..n * m.cols()], n, &mut out[..n * m.rows()]);
+                    }
+                })
+            });
             println!(
-                "      {n:2} rows: one pass {shared:6.2} ms ({:4.2}x one row), {n} one-row passes {:6.2} ms",
+                "      {n:2} rows: one pass {shared:6.2} ms ({:4.2}x one row){}, {n} one-row passes {:6.2} ms",
                 shared / one,
+                i16_pass.map_or(String::new(), |v| format!(", i16 kernel {v:6.2} ms")),
                 one * n as f64
             );
         }

@@ -90,6 +90,14 @@ impl CausalLm for Gpt2 {
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let step = crate::layers::is_decode_step(batch);
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+    }
+}
+
+impl Gpt2 {
+    /// One forward pass over the batch (see [`CausalLm::forward`]).
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let e = c.hidden;
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();

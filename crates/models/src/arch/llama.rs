@@ -111,6 +111,14 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let step = crate::layers::is_decode_step(batch);
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+    }
+}
+
+impl Llama {
+    /// One forward pass over the batch (see [`CausalLm::forward`]).
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();

@@ -84,7 +84,7 @@ fn pair_layout_scalar(xq: &[i16], x4: &mut [i16]) {
 
 /// The sum of one block of 32 in the order the SIMD path adds: eight lanes `(x[l] + x[l+8]) + (x[l+16] + x[l+24])`,
 /// then the lanes as `hsum` folds them, so both paths give the same bits.
-fn block_sum(b: &[f32]) -> f32 {
+pub(super) fn block_sum(b: &[f32]) -> f32 {
     let l: [f32; 8] = std::array::from_fn(|i| (b[i] + b[i + 8]) + (b[i + 16] + b[i + 24]));
     let a = [l[4] + l[0], l[5] + l[1], l[6] + l[2], l[7] + l[3]];
     (a[0] + a[2]) + (a[1] + a[3])

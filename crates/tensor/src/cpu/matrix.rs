@@ -178,7 +178,8 @@ impl QMatrix {
         match n {
             _ if self.qtype == QType::BF16 => gemm::gemm(self, x, n, out),
             1 => gemv::gemv(self, &x[..self.cols], &mut out[..self.rows]),
-            // Memory-bound like one row: weights read once for all rows, each row's result the one-row GEMV's.
+            // Weights read once for all rows: with i16 activations each row is the one-row GEMV's bits; a decode
+            // step's rows over quantised weights on AVX-VNNI take 8-bit ones (a few rows are compute-bound).
             2..=gemv_rows::MAX_ROWS => gemv_rows::gemv_rows(self, x, n, out),
             // Quantised weights against i16 activations in integer pair products: twice the f32 FMA rate.
             _ if self.qtype != QType::F32 => gemm_q::gemm_q(self, x, n, out),
@@ -201,11 +202,12 @@ impl<T> SyncPtr<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::gemv_rows8;
     use super::super::testdata::data;
     use super::*;
 
     #[test]
-    fn matmul_gives_each_of_up_to_eight_rows_its_one_row_bits_and_more_rows_the_gemm() {
+    fn matmul_gives_a_few_rows_their_one_row_bits_a_decode_step_its_kernel_and_more_rows_the_gemm() {
         let (m, k) = (45, 320);
         for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
             let w = QMatrix::quantize(t, m, k, &data(m * k, 21)).unwrap();
@@ -213,6 +215,14 @@ mod tests {
                 let x = data(n * k, 22 + n as u64);
                 let mut got = vec![0f32; n * m];
                 w.matmul(&x, n, &mut got);
+                if (2..=gemv_rows::MAX_ROWS).contains(&n) && t != QType::F32 && gemv_rows8::active() {
+                    // In a decode step, 8-bit activations: the few-row kernel's own result, not the one-row bits.
+                    let mut step = vec![0f32; n * m];
+                    gemv_rows8::decode_step(true, || w.matmul(&x, n, &mut step));
+                    let mut want = vec![0f32; n * m];
+                    gemv_rows8::gemv_rows8(&w, &x, n, &mut want);
+                    assert_eq!(step, want, "{t:?} n{n}");
+                }
                 if n <= gemv_rows::MAX_ROWS {
                     for i in 0..n {
                         let mut alone = vec![0f32; m];

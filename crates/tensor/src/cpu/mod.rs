@@ -9,6 +9,7 @@ pub mod gemm;
 pub mod gemm_q;
 pub mod gemv;
 pub mod gemv_rows;
+pub mod gemv_rows8;
 pub mod kv_elem;
 pub mod matrix;
 pub mod ops;

@@ -4,7 +4,7 @@
 //! `cargo run --release -p kvad-tensor --example gemv_rows -- [threads] [formats, e.g. Q8_0,Q4_1]`.
 #[path = "common/smollm2.rs"]
 mod smollm2;
-use kvad_tensor::cpu::{gemv_rows, pool, QType};
+use kvad_tensor::cpu::{gemv_rows, gemv_rows8, pool, QType};
 use std::time::Instant;
 
 fn median_ms(mut f: impl FnMut()) -> f64 {
@@ -38,10 +38,13 @@ fn main() {
         });
         println!("{:5} {n_threads} threads: one row {one:6.2} ms a step", t.name());
         for n in [2, 3, 4, 6, 8, 12] {
+            // As a decode step of n replies runs it (8-bit activations on AVX-VNNI).
             let shared = median_ms(|| {
-                for m in &mats {
-                    m.matmul(&x[..n * m.cols()], n, &mut out[..n * m.rows()]);
-                }
+                gemv_rows8::decode_step(true, || {
+                    for m in &mats {
+                        m.matmul(&x[..n * m.cols()], n, &mut out[..n * m.rows()]);
+                    }
+                })
             });
             // The i16 kernel (bit for bit the one-row GEMV) beside the pass `matmul` takes (8-bit on AVX-VNNI).
             let i16_pass = (n <= gemv_rows::MAX_ROWS && t != QType::F32).then(|| {

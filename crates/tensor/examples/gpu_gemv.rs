@@ -45,9 +45,15 @@ fn main() -> Result<(), GpuError> {
         let y = DevBuf::zeros(&g, 8 * n * 4)?;
         for (fmt, ms) in [("bf16", &bf16), ("q8", &q8), ("q4", &q4)] {
             for b in [1usize, 2, 4, 8] {
-                let mut kernels =
-                    vec![("warp".to_string(), GemvKernel::Warp), ("split".to_string(), GemvKernel::Split)];
+                let mut kernels = vec![
+                    ("warp".to_string(), GemvKernel::Warp),
+                    ("split".to_string(), GemvKernel::Split),
+                    ("split-dp4a".to_string(), GemvKernel::SplitDp4a),
+                ];
                 kernels.extend(SPLIT_HEIGHTS.map(|r| (format!("split{r}"), GemvKernel::SplitRows(r))));
+                if fmt != "bf16" {
+                    kernels.extend(SPLIT_HEIGHTS.map(|r| (format!("dp4a{r}"), GemvKernel::Dp4aRows(r))));
+                }
                 let graphs = kernels
                     .iter()
                     .map(|&(_, kern)| {

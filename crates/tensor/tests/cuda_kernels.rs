@@ -50,6 +50,64 @@ fn reference(w: &[f32], x: &[f32], rows: usize, n: usize, k: usize) -> Vec<f32> 
     y
 }
 
+/// The dp4a GEMVs' arithmetic in f64: each row of `x` rounded to 8 bits per block of 32 (scale max/127, ties to
+/// even: `quant_act8`'s arithmetic), integer dot products against the stored quants, scaled by `d_w · d_x`; Q4
+/// formats add `m · Σx` over the f32 activations (Q4_0's m is −8d in f16, as the device stores it). Read from the
+/// host matrix's rows (kvad's layout: f16 scales, Q4_1's f16 minimums, then the quants).
+fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
+    let (n, k, t) = (host.rows(), host.cols(), host.qtype());
+    let nb = k / 32;
+    let f16 = |b: &[u8], i: usize| half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32();
+    let mut y = vec![0f32; rows * n];
+    for r in 0..rows {
+        let xr = &x[r * k..(r + 1) * k];
+        let mut q = vec![0i32; k];
+        let mut dx = vec![0f32; nb];
+        for b in 0..nb {
+            let blk = &xr[b * 32..(b + 1) * 32];
+            let d = blk.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            for j in 0..32 {
+                q[b * 32 + j] = (blk[j] * id).round_ties_even().clamp(-128.0, 127.0) as i32;
+            }
+            dx[b] = d;
+        }
+        for j in 0..n {
+            let row = host.row(j);
+            let mut acc = 0f64;
+            for b in 0..nb {
+                let d = f16(row, b);
+                let (isum, m): (i64, f64) = match t {
+                    QType::Q8_0 => {
+                        let qs = &row[nb * 2 + b * 32..nb * 2 + (b + 1) * 32];
+                        ((0..32).map(|i| (qs[i] as i8) as i64 * q[b * 32 + i] as i64).sum(), 0.0)
+                    }
+                    _ => {
+                        let off = if t == QType::Q4_1 { nb * 4 } else { nb * 2 };
+                        let qs = &row[off + b * 16..off + (b + 1) * 16];
+                        let isum = (0..16)
+                            .map(|i| {
+                                (qs[i] & 15) as i64 * q[b * 32 + i] as i64
+                                    + (qs[i] >> 4) as i64 * q[b * 32 + 16 + i] as i64
+                            })
+                            .sum();
+                        let m = if t == QType::Q4_1 {
+                            f16(&row[nb * 2..], b) as f64
+                        } else {
+                            half::f16::from_f32(-8.0 * d).to_f32() as f64
+                        };
+                        (isum, m)
+                    }
+                };
+                let xs: f64 = xr[b * 32..(b + 1) * 32].iter().map(|&v| v as f64).sum();
+                acc += d as f64 * dx[b] as f64 * isum as f64 + m * xs;
+            }
+            y[r * n + j] = acc as f32;
+        }
+    }
+    y
+}
+
 #[test]
 fn device_quantisation_gives_the_cpu_quantisers_blocks() {
     let Some(g) = gpu() else { return };
@@ -87,8 +145,12 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let mut yb = DevBuf::from_slice(&g, &start).unwrap();
                 let bb = DevBuf::from_slice(&g, &bias).unwrap();
                 let want = reference(&wd, &x, rows, n, k);
-                let mut families = vec![GemvKernel::Warp, GemvKernel::Split];
+                let want8 = if qt == QType::BF16 { Vec::new() } else { reference8(&host, &x, rows) };
+                let mut families = vec![GemvKernel::Warp, GemvKernel::Split, GemvKernel::SplitDp4a];
                 families.extend(SPLIT_HEIGHTS.map(GemvKernel::SplitRows));
+                if qt != QType::BF16 {
+                    families.extend(SPLIT_HEIGHTS.map(GemvKernel::Dp4aRows));
+                }
                 // The norm of the output rows, written by the product (the residual stream's next norm).
                 let ng = data(n, 19);
                 let ngb = DevBuf::from_slice(&g, &ng).unwrap();
@@ -107,8 +169,10 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                         assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{kernel:?} {qt:?} norm [{i}]: {a} vs {b}");
                     }
                     assert_eq!(counter.read::<u32>(&g, 1).unwrap(), [0], "the block counter is left zeroed");
+                    // 8-bit activations (q8/q4 through SplitDp4a or Dp4aRows) against their own f64 arithmetic.
+                    let int8 = qt != QType::BF16 && matches!(kernel, GemvKernel::SplitDp4a | GemvKernel::Dp4aRows(_));
                     for i in 0..rows * n {
-                        let w = start[i] + want[i] + bias[i % n];
+                        let w = start[i] + if int8 { want8[i] } else { want[i] } + bias[i % n];
                         let tol = 1e-4 * (k as f32).sqrt() * 4.0;
                         assert!(
                             (got[i] - w).abs() <= tol,
@@ -118,9 +182,11 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                     }
                     // Each row of the batch is bit for bit the row alone; for the split kernels, alone at any block
                     // height (the height picked per input count must not change a row's sum).
+                    let other = SPLIT_HEIGHTS[(rows + 1) % SPLIT_HEIGHTS.len()];
                     let alone_kernel = match kernel {
                         GemvKernel::Warp => GemvKernel::Warp,
-                        _ => GemvKernel::SplitRows(SPLIT_HEIGHTS[(rows + 1) % SPLIT_HEIGHTS.len()]),
+                        _ if int8 => GemvKernel::Dp4aRows(other),
+                        _ => GemvKernel::SplitRows(other),
                     };
                     for r in 0..rows {
                         let xr = DevBuf::from_slice(&g, &x[r * k..(r + 1) * k]).unwrap();

@@ -39,8 +39,13 @@ impl DevBuf {
     }
 
     fn wrap(gpu: &Arc<Gpu>, slice: CudaSlice<u8>, len: usize) -> DevBuf {
+        DevBuf::wrap_on(&gpu.stream, slice, len)
+    }
+
+    /// A buffer made while the `Gpu` itself is being opened (its own scratch), on its stream.
+    pub(crate) fn wrap_on(stream: &Arc<cudarc::driver::CudaStream>, slice: CudaSlice<u8>, len: usize) -> DevBuf {
         let ptr = {
-            let (ptr, _sync) = slice.device_ptr(&gpu.stream);
+            let (ptr, _sync) = slice.device_ptr(stream);
             ptr
         };
         DevBuf { slice, ptr, len }

@@ -17,8 +17,8 @@ pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkK
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, QkvPost, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
-    MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE,
+    MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -89,6 +89,9 @@ pub struct Gpu {
     info: GpuInfo,
     /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
     pub(crate) gemv_kernel: GemvKernel,
+    /// Scratch for decode activations rounded to 8 bits (`quant_act8`, read by the dp4a GEMVs): allocated once
+    /// with the GPU, so a product recorded into a CUDA graph always names the same address.
+    pub(crate) act8: DevBuf,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -137,6 +140,7 @@ const KERNELS: &[&str] = &[
     "dequant_q8",
     "dequant_q4",
     "argmax_rows",
+    "quant_act8",
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, compiled by NVRTC (no GPU needed): what CI checks, so a
@@ -180,6 +184,9 @@ pub fn kernel_names() -> Vec<String> {
             names.push(format!("gemv_{f}_{b}_rms"));
             for r in ops::SPLIT_HEIGHTS {
                 names.push(format!("gemvs_{f}_{b}_r{r}"));
+                if f != "bf16" {
+                    names.push(format!("gemvs_{f}d_{b}_r{r}"));
+                }
             }
         }
         for nt in 1..=ops::MMA_FEW_MAX_ROWS / 8 {
@@ -272,7 +279,8 @@ impl Gpu {
             funcs.insert(name, f);
         }
         let blas = blas::Blas::new(stream.clone())?;
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel: GemvKernel::from_env() })
+        let act8 = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(ops::ACT8_BYTES)?, ops::ACT8_BYTES);
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel: GemvKernel::from_env(), act8 })
     }
 
     /// The device's properties as found at open.

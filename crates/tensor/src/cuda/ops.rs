@@ -23,26 +23,51 @@ pub enum GemvKernel {
     /// A warp per 2 (bf16, q8) or 4 (q4) output rows, each warp reading all of K and of x.
     Warp,
     /// A block of 4 warps per few output rows, K split over the warps; the block height measured best for the
-    /// format and input count (`split_rows`).
+    /// format and input count (`split_rows_f32`).
     Split,
-    /// The split kernels at this block height (for the kernel benchmark and tests).
+    /// [`GemvKernel::Split`] with q8/q4 weights meeting activations rounded to 8 bits per block (`dp4a`): +11%
+    /// (q8) and +25% (q4) one-stream decode on the 8B shape, but fewer top-1 agreements on that random-weight model
+    /// (docs/performance-gpu.md), so not the default.
+    SplitDp4a,
+    /// The split kernels with f32 activations at this block height (for the kernel benchmark and tests).
     SplitRows(usize),
+    /// The split kernels with 8-bit activations and `dp4a` (q8 and q4 weights) at this block height.
+    Dp4aRows(usize),
 }
 
 impl GemvKernel {
-    /// `KVAD_GPU_GEMV=warp|split` (default split).
+    /// `KVAD_GPU_GEMV=warp|split|dp4a` (default split, f32 activations; dp4a: 8-bit activations for q8/q4).
     pub fn from_env() -> GemvKernel {
         match std::env::var("KVAD_GPU_GEMV").as_deref() {
             Ok("warp") => GemvKernel::Warp,
+            Ok("dp4a") => GemvKernel::SplitDp4a,
             _ => GemvKernel::Split,
         }
     }
 }
 
-/// The split kernels' block height per format and input count, from the kernel benchmark on the H200
-/// (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
+/// Widest K the 8-bit activation scratch holds (the Llama-3-8B down product's 14,336 with room to spare).
+pub const ACT8_MAX_K: usize = 1 << 16;
+
+/// Bytes of the 8-bit activation scratch: [`GEMV_MAX_ROWS`] rows of [`ACT8_MAX_K`] values, then per block of 32 a
+/// (scale, sum) pair of f32.
+pub(crate) const ACT8_BYTES: usize = GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_ROWS * (ACT8_MAX_K / 32) * 8;
+
+/// The dp4a kernels' block height per format and input count, from the same benchmark
+/// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes).
+fn split_rows_int8(format: DevFormat, inputs: usize) -> usize {
+    match (format, inputs) {
+        (DevFormat::Q4, 1) => 8,
+        (DevFormat::Q4, 8) => 8,
+        (DevFormat::Q8, 2) => 8,
+        _ => 4,
+    }
+}
+
+/// The f32-activation split kernels' block height per format and input count, from the kernel benchmark on the
+/// H200 (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
 /// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights.
-fn split_rows(format: DevFormat, inputs: usize) -> usize {
+fn split_rows_f32(format: DevFormat, inputs: usize) -> usize {
     match (format, inputs) {
         (DevFormat::Bf16 | DevFormat::Q8, 1) => 4,
         (DevFormat::Bf16 | DevFormat::Q8, _) => 8,
@@ -362,26 +387,46 @@ impl Gpu {
         let (n, k, acc) = (i(m.rows), i(m.cols), i32::from(accumulate));
         let q = m.q.ptr();
         let s = m.s.as_ref().map_or(0, DevBuf::ptr);
-        let per = match kernel {
-            GemvKernel::Split => Some(split_rows(m.format, rows)),
-            GemvKernel::SplitRows(per) if SPLIT_HEIGHTS.contains(&per) => Some(per),
-            GemvKernel::SplitRows(per) => return Err(GpuError::Shape(format!("split GEMV {per} rows high"))),
-            GemvKernel::Warp => None,
+        let quantised = m.format != DevFormat::Bf16;
+        let (per, int8) = match kernel {
+            GemvKernel::SplitDp4a if quantised => (Some(split_rows_int8(m.format, rows)), true),
+            GemvKernel::Split | GemvKernel::SplitDp4a => (Some(split_rows_f32(m.format, rows)), false),
+            GemvKernel::SplitRows(per) | GemvKernel::Dp4aRows(per) if !SPLIT_HEIGHTS.contains(&per) => {
+                return Err(GpuError::Shape(format!("split GEMV {per} rows high")))
+            }
+            GemvKernel::SplitRows(per) => (Some(per), false),
+            GemvKernel::Dp4aRows(per) if quantised => (Some(per), true),
+            GemvKernel::Dp4aRows(_) => return Err(GpuError::Shape("dp4a GEMV of bf16 weights".into())),
+            GemvKernel::Warp => (None, false),
         };
+        let int8 = int8 && m.cols <= ACT8_MAX_K;
         let split = match per {
             Some(per) if rms.is_empty() && m.cols.is_multiple_of(32) => {
-                Some((format!("gemvs_{fname}_{rows}_r{per}"), per))
+                Some((format!("gemvs_{fname}{}_{rows}_r{per}", if int8 { "d" } else { "" }), per))
             }
             _ => None,
         };
         if let Some((name, per)) = split {
+            let (xq, xds) = (self.act8.ptr(), self.act8.at(GEMV_MAX_ROWS * ACT8_MAX_K));
+            if int8 {
+                let total = (rows * m.cols / 32) as u32;
+                let nrows = i(rows);
+                let mut b = self.stream.launch_builder(self.func("quant_act8"));
+                b.arg(&xp).arg(&xq).arg(&xds).arg(&k).arg(&nrows);
+                b.launch(cfg((total.div_ceil(8), 1, 1), 256, 0))?;
+            }
             let mut b = self.stream.launch_builder(self.func(&name));
             b.arg(&q);
-            if m.format != DevFormat::Bf16 {
+            if quantised {
                 b.arg(&s);
             }
+            if int8 {
+                b.arg(&xq).arg(&xds);
+            } else {
+                b.arg(&xp);
+            }
             let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
-            b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
+            b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
             return Ok(());
         }

@@ -246,6 +246,98 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
     if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
 }
 
+// The same products with 8-bit activations (quant_act8 in quant.cu): `dp4a` multiplies four weight bytes by four
+// activation bytes and adds them into an integer, where the kernels above spend an extraction and an FMA per
+// weight; the activations are read as bytes, a quarter of the f32 traffic. A lane's chunks, the warp sum and the
+// quarter-sums keep the fixed order above, so a row's sum does not depend on B or the block height.
+template <int B, int R>
+__device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
+                       const signed char* __restrict__ xq, const float2* __restrict__ xds, float* y,
+                       const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
+                       float eps, unsigned* counter) {
+    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    split_range(K / 16, c0, c1);
+    int nb = K / 32;
+    float acc[B][R];
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    for (int c = c0 + lane; c < c1; c += 32) {
+        int k = c * 16;
+        uint4 w[R];
+        float d[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            size_t n = min(n0 + r, N - 1);
+            w[r] = __ldg((const uint4*)(Q + n * K + k));
+            d[r] = h2f(__ldg(S + n * nb + (k >> 5)));
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            int4 xv = __ldg((const int4*)(xq + (size_t)b * K + k));
+            float dx = __ldg(&xds[(size_t)b * nb + (k >> 5)].x);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                int isum = __dp4a((int)w[r].x, xv.x, 0);
+                isum = __dp4a((int)w[r].y, xv.y, isum);
+                isum = __dp4a((int)w[r].z, xv.z, isum);
+                isum = __dp4a((int)w[r].w, xv.w, isum);
+                acc[b][r] = fmaf(d[r] * dx, (float)isum, acc[b][r]);
+            }
+        }
+    }
+    split_store<B, R>(acc, y, bias, n0, N, accumulate);
+    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+}
+
+template <int B, int R>
+__device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
+                       const signed char* __restrict__ xq, const float2* __restrict__ xds, float* y,
+                       const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
+                       float eps, unsigned* counter) {
+    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    int nb = K / 32;
+    split_range(nb, c0, c1);
+    float acc[B][R];
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    for (int blk = c0 + lane; blk < c1; blk += 32) {
+        uint4 w[R];
+        unsigned dm[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            size_t n = min(n0 + r, N - 1);
+            w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
+            dm[r] = __ldg(DM + n * nb + blk);
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
+            int4 lo = __ldg(xb), hi = __ldg(xb + 1);
+            float2 ds = __ldg(&xds[(size_t)b * nb + blk]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                unsigned m = 0x0f0f0f0fu;
+                int isum = __dp4a((int)(w[r].x & m), lo.x, 0);
+                isum = __dp4a((int)((w[r].x >> 4) & m), hi.x, isum);
+                isum = __dp4a((int)(w[r].y & m), lo.y, isum);
+                isum = __dp4a((int)((w[r].y >> 4) & m), hi.y, isum);
+                isum = __dp4a((int)(w[r].z & m), lo.z, isum);
+                isum = __dp4a((int)((w[r].z >> 4) & m), hi.z, isum);
+                isum = __dp4a((int)(w[r].w & m), lo.w, isum);
+                isum = __dp4a((int)((w[r].w >> 4) & m), hi.w, isum);
+                float d = h2f((f16_t)(dm[r] & 0xffffu)), mn = h2f((f16_t)(dm[r] >> 16));
+                acc[b][r] = fmaf(d * ds.x, (float)isum, fmaf(mn, ds.y, acc[b][r]));
+            }
+        }
+    }
+    split_store<B, R>(acc, y, bias, n0, N, accumulate);
+    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+}
+
 #define GS_INSTANCES(B, R, SUFFIX)                                                                             \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
@@ -263,6 +355,18 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
                              const float* bias, int N, int K, int acc, const float* ng, float* nout, float eps, \
                              unsigned* counter) {                                                              \
         gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc, ng, nout, eps, counter);                                     \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
+        gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq, const float2* xds, \
+                              float* y, const float* bias, int N, int K, int acc, const float* ng, float* nout,  \
+                              float eps, unsigned* counter) {                                                  \
+        gs_q8d<B, R>(Q, S, xq, xds, y, bias, N, K, acc, ng, nout, eps, counter);                               \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
+        gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,              \
+                              const float2* xds, float* y, const float* bias, int N, int K, int acc,           \
+                              const float* ng, float* nout, float eps, unsigned* counter) {                    \
+        gs_q4d<B, R>(Q, DM, xq, xds, y, bias, N, K, acc, ng, nout, eps, counter);                              \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input

@@ -78,3 +78,21 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, in
         out[blockIdx.x] = idx;
     }
 }
+
+// Decode activations rounded to 8 bits per block of 32 for the dp4a GEMVs (gemv_split.cu): a warp per block, scale
+// max|x|/127, values rounded to nearest even, and (scale, f32 sum of the block) beside them — the sum meets Q4's
+// minimums. The CPU's 8-bit activations (cpu/gemv_rows8.rs) are rounded by the same arithmetic.
+extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* xq, float2* xds, int K, int rows) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    int nb = K / 32;
+    if (warp >= rows * nb) return;
+    int r = warp / nb, b = warp % nb;
+    size_t at = (size_t)r * K + (size_t)b * 32 + lane;
+    float v = x[at];
+    float amax = warp_max(fabsf(v));
+    float d = __fdiv_rn(amax, 127.0f);
+    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    xq[at] = (signed char)fminf(127.0f, fmaxf(-128.0f, rintf(__fmul_rn(v, id))));
+    float s = warp_sum(v);
+    if (lane == 0) xds[(size_t)r * nb + b] = make_float2(d, s);
+}

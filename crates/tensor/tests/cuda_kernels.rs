@@ -50,10 +50,11 @@ fn reference(w: &[f32], x: &[f32], rows: usize, n: usize, k: usize) -> Vec<f32> 
     y
 }
 
-/// The dp4a GEMVs' arithmetic in f64: each row of `x` rounded to 8 bits per block of 32 (scale max/127, ties to
-/// even: `quant_act8`'s arithmetic), integer dot products against the stored quants, scaled by `d_w · d_x`; Q4
-/// formats add `m · Σx` over the f32 activations (Q4_0's m is −8d in f16, as the device stores it). Read from the
-/// host matrix's rows (kvad's layout: f16 scales, Q4_1's f16 minimums, then the quants).
+/// The dp4a GEMVs' arithmetic in f64: each row of `x` in two 8-bit terms per block of 32 (`quant_act8`'s f32
+/// arithmetic: d = max/127, t = x/d, q1 = rint(t), q2 = rint((t − q1)·254), ties to even), integer dot products of
+/// both against the stored quants, scaled by `d_w · d_x · (Σq1 + Σq2/254)`; Q4 formats add `m · Σx` over the f32
+/// activations (Q4_0's m is −8d in f16, as the device stores it). Read from the host matrix's rows (kvad's layout:
+/// f16 scales, Q4_1's f16 minimums, then the quants).
 fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
     let (n, k, t) = (host.rows(), host.cols(), host.qtype());
     let nb = k / 32;
@@ -61,14 +62,17 @@ fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
     let mut y = vec![0f32; rows * n];
     for r in 0..rows {
         let xr = &x[r * k..(r + 1) * k];
-        let mut q = vec![0i32; k];
+        let mut q = vec![0f64; k];
         let mut dx = vec![0f32; nb];
         for b in 0..nb {
             let blk = &xr[b * 32..(b + 1) * 32];
             let d = blk.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0;
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             for j in 0..32 {
-                q[b * 32 + j] = (blk[j] * id).round_ties_even().clamp(-128.0, 127.0) as i32;
+                let t = blk[j] * id;
+                let q1 = t.round_ties_even().clamp(-127.0, 127.0);
+                let q2 = ((t - q1) * 254.0).round_ties_even().clamp(-127.0, 127.0);
+                q[b * 32 + j] = q1 as f64 + q2 as f64 / 254.0;
             }
             dx[b] = d;
         }
@@ -77,19 +81,16 @@ fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
             let mut acc = 0f64;
             for b in 0..nb {
                 let d = f16(row, b);
-                let (isum, m): (i64, f64) = match t {
+                let (isum, m): (f64, f64) = match t {
                     QType::Q8_0 => {
                         let qs = &row[nb * 2 + b * 32..nb * 2 + (b + 1) * 32];
-                        ((0..32).map(|i| (qs[i] as i8) as i64 * q[b * 32 + i] as i64).sum(), 0.0)
+                        ((0..32).map(|i| (qs[i] as i8) as f64 * q[b * 32 + i]).sum(), 0.0)
                     }
                     _ => {
                         let off = if t == QType::Q4_1 { nb * 4 } else { nb * 2 };
                         let qs = &row[off + b * 16..off + (b + 1) * 16];
                         let isum = (0..16)
-                            .map(|i| {
-                                (qs[i] & 15) as i64 * q[b * 32 + i] as i64
-                                    + (qs[i] >> 4) as i64 * q[b * 32 + 16 + i] as i64
-                            })
+                            .map(|i| (qs[i] & 15) as f64 * q[b * 32 + i] + (qs[i] >> 4) as f64 * q[b * 32 + 16 + i])
                             .sum();
                         let m = if t == QType::Q4_1 {
                             f16(&row[nb * 2..], b) as f64
@@ -100,7 +101,7 @@ fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
                     }
                 };
                 let xs: f64 = xr[b * 32..(b + 1) * 32].iter().map(|&v| v as f64).sum();
-                acc += d as f64 * dx[b] as f64 * isum as f64 + m * xs;
+                acc += d as f64 * dx[b] as f64 * isum + m * xs;
             }
             y[r * n + j] = acc as f32;
         }

@@ -22,12 +22,12 @@ pub const SPLIT_HEIGHTS: [usize; 3] = [2, 4, 8];
 pub enum GemvKernel {
     /// A warp per 2 (bf16, q8) or 4 (q4) output rows, each warp reading all of K and of x.
     Warp,
-    /// A block of 4 warps per few output rows, K split over the warps; the block height measured best for the
-    /// format and input count (`split_rows_f32`).
+    /// A block of 4 warps per few output rows, K split over the warps, f32 activations; the block height measured
+    /// best for the format and input count (`split_rows_f32`).
     Split,
-    /// [`GemvKernel::Split`] with q8/q4 weights meeting activations rounded to 8 bits per block (`dp4a`): +11%
-    /// (q8) and +25% (q4) one-stream decode on the 8B shape, but fewer top-1 agreements on that random-weight model
-    /// (docs/performance-gpu.md), so not the default.
+    /// The default: [`GemvKernel::Split`] with q8/q4 weights meeting activations in two 8-bit terms per block
+    /// (`quant_act8`: the CPU's i16 precision) through `dp4a`; bf16 weights keep f32 activations. One-stream
+    /// decode on the 8B shape +6% (q8) and +10% (q4), the same top-1 agreements (docs/performance-gpu.md).
     SplitDp4a,
     /// The split kernels with f32 activations at this block height (for the kernel benchmark and tests).
     SplitRows(usize),
@@ -36,12 +36,12 @@ pub enum GemvKernel {
 }
 
 impl GemvKernel {
-    /// `KVAD_GPU_GEMV=warp|split|dp4a` (default split, f32 activations; dp4a: 8-bit activations for q8/q4).
+    /// `KVAD_GPU_GEMV=warp|split|dp4a` (default dp4a; split keeps f32 activations for every format, to compare).
     pub fn from_env() -> GemvKernel {
         match std::env::var("KVAD_GPU_GEMV").as_deref() {
             Ok("warp") => GemvKernel::Warp,
-            Ok("dp4a") => GemvKernel::SplitDp4a,
-            _ => GemvKernel::Split,
+            Ok("split") => GemvKernel::Split,
+            _ => GemvKernel::SplitDp4a,
         }
     }
 }
@@ -49,9 +49,9 @@ impl GemvKernel {
 /// Widest K the 8-bit activation scratch holds (the Llama-3-8B down product's 14,336 with room to spare).
 pub const ACT8_MAX_K: usize = 1 << 16;
 
-/// Bytes of the 8-bit activation scratch: [`GEMV_MAX_ROWS`] rows of [`ACT8_MAX_K`] values, then per block of 32 a
-/// (scale, sum) pair of f32.
-pub(crate) const ACT8_BYTES: usize = GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_ROWS * (ACT8_MAX_K / 32) * 8;
+/// Bytes of the 8-bit activation scratch: the two terms, each [`GEMV_MAX_ROWS`] rows of [`ACT8_MAX_K`] values, then
+/// per block of 32 a (scale, sum) pair of f32.
+pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_ROWS * (ACT8_MAX_K / 32) * 8;
 
 /// The dp4a kernels' block height per format and input count, from the same benchmark
 /// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes).
@@ -407,12 +407,13 @@ impl Gpu {
             _ => None,
         };
         if let Some((name, per)) = split {
-            let (xq, xds) = (self.act8.ptr(), self.act8.at(GEMV_MAX_ROWS * ACT8_MAX_K));
+            let plane = GEMV_MAX_ROWS * ACT8_MAX_K;
+            let (xq, xq2, xds) = (self.act8.ptr(), self.act8.at(plane), self.act8.at(2 * plane));
             if int8 {
                 let total = (rows * m.cols / 32) as u32;
                 let nrows = i(rows);
                 let mut b = self.stream.launch_builder(self.func("quant_act8"));
-                b.arg(&xp).arg(&xq).arg(&xds).arg(&k).arg(&nrows);
+                b.arg(&xp).arg(&xq).arg(&xq2).arg(&xds).arg(&k).arg(&nrows);
                 b.launch(cfg((total.div_ceil(8), 1, 1), 256, 0))?;
             }
             let mut b = self.stream.launch_builder(self.func(&name));
@@ -421,7 +422,7 @@ impl Gpu {
                 b.arg(&s);
             }
             if int8 {
-                b.arg(&xq).arg(&xds);
+                b.arg(&xq).arg(&xq2).arg(&xds);
             } else {
                 b.arg(&xp);
             }

@@ -246,13 +246,15 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
     if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
 }
 
-// The same products with 8-bit activations (quant_act8 in quant.cu): `dp4a` multiplies four weight bytes by four
-// activation bytes and adds them into an integer, where the kernels above spend an extraction and an FMA per
-// weight; the activations are read as bytes, a quarter of the f32 traffic. A lane's chunks, the warp sum and the
+// The same products with activations in two 8-bit terms (quant_act8 in quant.cu: x ≈ d·(q1 + q2/254), the CPU's
+// i16 precision): `dp4a` multiplies four weight bytes by four activation bytes and adds them into an integer, two
+// per four weights, where the kernels above spend an extraction and an FMA per weight; the activations are read as
+// bytes, half the f32 traffic. A lane's chunks, the warp sum and the
 // quarter-sums keep the fixed order above, so a row's sum does not depend on B or the block height.
 template <int B, int R>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
-                       const signed char* __restrict__ xq, const float2* __restrict__ xds, float* y,
+                       const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
+                       const float2* __restrict__ xds, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
                        float eps, unsigned* counter) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -276,6 +278,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
 #pragma unroll
         for (int b = 0; b < B; b++) {
             int4 xv = __ldg((const int4*)(xq + (size_t)b * K + k));
+            int4 xv2 = __ldg((const int4*)(xq2 + (size_t)b * K + k));
             float dx = __ldg(&xds[(size_t)b * nb + (k >> 5)].x);
 #pragma unroll
             for (int r = 0; r < R; r++) {
@@ -283,7 +286,11 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
                 isum = __dp4a((int)w[r].y, xv.y, isum);
                 isum = __dp4a((int)w[r].z, xv.z, isum);
                 isum = __dp4a((int)w[r].w, xv.w, isum);
-                acc[b][r] = fmaf(d[r] * dx, (float)isum, acc[b][r]);
+                int isum2 = __dp4a((int)w[r].x, xv2.x, 0);
+                isum2 = __dp4a((int)w[r].y, xv2.y, isum2);
+                isum2 = __dp4a((int)w[r].z, xv2.z, isum2);
+                isum2 = __dp4a((int)w[r].w, xv2.w, isum2);
+                acc[b][r] = fmaf(d[r] * dx, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), acc[b][r]);
             }
         }
     }
@@ -293,7 +300,8 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
 
 template <int B, int R>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
-                       const signed char* __restrict__ xq, const float2* __restrict__ xds, float* y,
+                       const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
+                       const float2* __restrict__ xds, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
                        float eps, unsigned* counter) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -316,21 +324,33 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
-            int4 lo = __ldg(xb), hi = __ldg(xb + 1);
+            const int4* xb2 = (const int4*)(xq2 + (size_t)b * K + blk * 32);
+            int4 lo = __ldg(xb), hi = __ldg(xb + 1), lo2 = __ldg(xb2), hi2 = __ldg(xb2 + 1);
             float2 ds = __ldg(&xds[(size_t)b * nb + blk]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 unsigned m = 0x0f0f0f0fu;
-                int isum = __dp4a((int)(w[r].x & m), lo.x, 0);
-                isum = __dp4a((int)((w[r].x >> 4) & m), hi.x, isum);
-                isum = __dp4a((int)(w[r].y & m), lo.y, isum);
-                isum = __dp4a((int)((w[r].y >> 4) & m), hi.y, isum);
-                isum = __dp4a((int)(w[r].z & m), lo.z, isum);
-                isum = __dp4a((int)((w[r].z >> 4) & m), hi.z, isum);
-                isum = __dp4a((int)(w[r].w & m), lo.w, isum);
-                isum = __dp4a((int)((w[r].w >> 4) & m), hi.w, isum);
+                int wl[4] = {(int)(w[r].x & m), (int)(w[r].y & m), (int)(w[r].z & m), (int)(w[r].w & m)};
+                int wh[4] = {(int)((w[r].x >> 4) & m), (int)((w[r].y >> 4) & m), (int)((w[r].z >> 4) & m),
+                             (int)((w[r].w >> 4) & m)};
+                int isum = __dp4a(wl[0], lo.x, 0);
+                isum = __dp4a(wh[0], hi.x, isum);
+                isum = __dp4a(wl[1], lo.y, isum);
+                isum = __dp4a(wh[1], hi.y, isum);
+                isum = __dp4a(wl[2], lo.z, isum);
+                isum = __dp4a(wh[2], hi.z, isum);
+                isum = __dp4a(wl[3], lo.w, isum);
+                isum = __dp4a(wh[3], hi.w, isum);
+                int isum2 = __dp4a(wl[0], lo2.x, 0);
+                isum2 = __dp4a(wh[0], hi2.x, isum2);
+                isum2 = __dp4a(wl[1], lo2.y, isum2);
+                isum2 = __dp4a(wh[1], hi2.y, isum2);
+                isum2 = __dp4a(wl[2], lo2.z, isum2);
+                isum2 = __dp4a(wh[2], hi2.z, isum2);
+                isum2 = __dp4a(wl[3], lo2.w, isum2);
+                isum2 = __dp4a(wh[3], hi2.w, isum2);
                 float d = h2f((f16_t)(dm[r] & 0xffffu)), mn = h2f((f16_t)(dm[r] >> 16));
-                acc[b][r] = fmaf(d * ds.x, (float)isum, fmaf(mn, ds.y, acc[b][r]));
+                acc[b][r] = fmaf(d * ds.x, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), fmaf(mn, ds.y, acc[b][r]));
             }
         }
     }
@@ -357,16 +377,16 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc, ng, nout, eps, counter);                                     \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
-        gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq, const float2* xds, \
-                              float* y, const float* bias, int N, int K, int acc, const float* ng, float* nout,  \
-                              float eps, unsigned* counter) {                                                  \
-        gs_q8d<B, R>(Q, S, xq, xds, y, bias, N, K, acc, ng, nout, eps, counter);                               \
+        gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                  \
+                              const signed char* xq2, const float2* xds, float* y, const float* bias, int N,   \
+                              int K, int acc, const float* ng, float* nout, float eps, unsigned* counter) {     \
+        gs_q8d<B, R>(Q, S, xq, xq2, xds, y, bias, N, K, acc, ng, nout, eps, counter);                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,              \
-                              const float2* xds, float* y, const float* bias, int N, int K, int acc,           \
-                              const float* ng, float* nout, float eps, unsigned* counter) {                    \
-        gs_q4d<B, R>(Q, DM, xq, xds, y, bias, N, K, acc, ng, nout, eps, counter);                              \
+                              const signed char* xq2, const float2* xds, float* y, const float* bias, int N,   \
+                              int K, int acc, const float* ng, float* nout, float eps, unsigned* counter) {     \
+        gs_q4d<B, R>(Q, DM, xq, xq2, xds, y, bias, N, K, acc, ng, nout, eps, counter);                         \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input

@@ -116,7 +116,7 @@ pub fn rows_dot_scalar(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx {
+pub(super) mod avx {
     use super::super::gemm::{dot_f32, hsum};
     use super::super::gemv::avx::{block_dot, pair_dot, q4_block, q8_block, widen_pair_q4, widen_pair_q8};
     use super::super::quant::BLOCK;
@@ -133,6 +133,54 @@ mod avx {
             for (x, o) in xs.iter().zip(outs.iter_mut()) {
                 o[j] = dot_f32(x.as_ptr(), wr, w.cols());
             }
+        }
+    }
+
+    /// The weight row's eight block scales from block `g` times each activation row's: `d_w · d_x` per lane. Lanes
+    /// past the row's last block read its own quants (scales come first in a row) and are never used.
+    #[inline(always)]
+    pub(in super::super) unsafe fn group_scales<const N: usize>(
+        p0: *const u8,
+        g: usize,
+        dx: &[*const f32; N],
+    ) -> [__m256; N] {
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i));
+        // (Loops, not closures, over N: a closure would not inherit the caller's target features.)
+        let mut s = [_mm256_setzero_ps(); N];
+        for i in 0..N {
+            s[i] = _mm256_mul_ps(dw, _mm256_loadu_ps(dx[i].add(g)));
+        }
+        s
+    }
+
+    /// Bytes `from..to` of a row ahead, a cache line at a time (the quants of the group being computed, two rows on,
+    /// fetched while this row computes, as the one-row kernel does).
+    #[inline(always)]
+    pub(in super::super) unsafe fn prefetch(ahead: Option<*const u8>, from: usize, to: usize) {
+        if let Some(next) = ahead {
+            let mut o = from;
+            while o < to {
+                _mm_prefetch::<_MM_HINT_T0>(next.add(o) as *const i8);
+                o += 64;
+            }
+        }
+    }
+
+    /// Q4_1's minimums of blocks `g..g + nbg` times each activation row's block sums, into `accm`.
+    #[inline(always)]
+    pub(in super::super) unsafe fn q4_1_mins<const N: usize>(
+        p0: *const u8,
+        nb: usize,
+        g: usize,
+        nbg: usize,
+        xsum: &[*const f32; N],
+        accm: &mut [__m256; N],
+    ) {
+        let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
+        let mw = _mm256_and_ps(_mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * nb + 2 * g) as *const __m128i)), keep);
+        for i in 0..N {
+            accm[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xsum[i].add(g)), accm[i]);
         }
     }
 
@@ -159,7 +207,6 @@ mod avx {
             let (j, k) = (2 * h as i32, 2 * h as i32 + 1);
             *v = _mm256_setr_epi32(j, j, j, j, k, k, k, k);
         }
-        let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let a: [&ActQ; N] = std::array::from_fn(|i| &acts[i]);
         let (xq, x4) = (a.map(|a| a.xq.as_ptr()), a.map(|a| a.x4.as_ptr()));
         let (dx, xsum, corr) = (a.map(|a| a.dx.as_ptr()), a.map(|a| a.xsum.as_ptr()), a.map(|a| a.corr.as_ptr()));
@@ -177,20 +224,8 @@ mod avx {
             let mut g = 0;
             while g < nb {
                 let nbg = (nb - g).min(8);
-                // Eight scales a load; lanes past the row's last block read its own quants and are never used.
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i));
-                // (Loops, not closures, over N: a closure would not inherit this function's target features.)
-                let mut s = [_mm256_setzero_ps(); N];
-                for i in 0..N {
-                    s[i] = _mm256_mul_ps(dw, _mm256_loadu_ps(dx[i].add(g)));
-                }
-                if let Some(next) = ahead {
-                    let mut o = g * qb;
-                    while o < (g + nbg) * qb {
-                        _mm_prefetch::<_MM_HINT_T0>(next.add(o) as *const i8);
-                        o += 64;
-                    }
-                }
+                let s = group_scales(p0, g, &dx);
+                prefetch(ahead, g * qb, (g + nbg) * qb);
                 let mut jb = 0;
                 while jb + 1 < nbg {
                     let p = (g + jb) / 2;
@@ -216,12 +251,7 @@ mod avx {
                     }
                 }
                 if t == QType::Q4_1 {
-                    let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
-                    let mw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * nb + 2 * g) as *const __m128i));
-                    let mw = _mm256_and_ps(mw, keep);
-                    for i in 0..N {
-                        accm[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xsum[i].add(g)), accm[i]);
-                    }
+                    q4_1_mins(p0, nb, g, nbg, &xsum, &mut accm);
                 }
                 g += 8;
             }

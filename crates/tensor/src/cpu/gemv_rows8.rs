@@ -215,6 +215,7 @@ pub fn dot8_scalar(w: &QMatrix, r: usize, a: &ActQ8) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx {
     use super::super::gemm::hsum;
+    use super::super::gemv_rows::avx::{group_scales, prefetch, q4_1_mins};
     use super::*;
     use std::arch::x86_64::*;
 
@@ -330,7 +331,6 @@ mod avx {
         }
         // After `vphaddd` of pairs (b, b+1) and (b+2, b+3): lanes [b, b, b+2, b+2 | b+1, b+1, b+3, b+3].
         let quad = [_mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3), _mm256_setr_epi32(4, 4, 6, 6, 5, 5, 7, 7)];
-        let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         let a: [&ActQ8; N] = std::array::from_fn(|i| &acts[i]);
         let (x8, corr) = (a.map(|a| a.x8.as_ptr()), a.map(|a| a.corr.as_ptr()));
         let (dx, xsum) = (a.map(|a| a.dx.as_ptr()), a.map(|a| a.xsum.as_ptr()));
@@ -347,19 +347,8 @@ mod avx {
             let mut g = 0;
             while g < nb {
                 let nbg = (nb - g).min(8);
-                // Eight scales a load; lanes past the row's last block are never used.
-                let dw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i));
-                let mut s = [_mm256_setzero_ps(); N];
-                for i in 0..N {
-                    s[i] = _mm256_mul_ps(dw, _mm256_loadu_ps(dx[i].add(g)));
-                }
-                if let Some(next) = ahead {
-                    let mut o = g * qb;
-                    while o < (g + nbg) * qb {
-                        _mm_prefetch::<_MM_HINT_T0>(next.add(o) as *const i8);
-                        o += 64;
-                    }
-                }
+                let s = group_scales(p0, g, &dx);
+                prefetch(ahead, g * qb, (g + nbg) * qb);
                 let mut jb = 0;
                 // Two whole pairs at a time: `vphaddd` folds their sums to two lanes a block, so one conversion and
                 // one FMA serve four blocks (the conversion and the FMA compete with `vpdpbusd` for ports 0 and 1).
@@ -391,12 +380,7 @@ mod avx {
                     jb += 2;
                 }
                 if t == QType::Q4_1 {
-                    let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
-                    let mw = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * nb + 2 * g) as *const __m128i));
-                    let mw = _mm256_and_ps(mw, keep);
-                    for i in 0..N {
-                        accm[i] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(xsum[i].add(g)), accm[i]);
-                    }
+                    q4_1_mins(p0, nb, g, nbg, &xsum, &mut accm);
                 }
                 g += 8;
             }

@@ -89,7 +89,7 @@ pub struct Gpu {
     info: GpuInfo,
     /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
     pub(crate) gemv_kernel: GemvKernel,
-    /// Scratch for decode activations rounded to 8 bits (`quant_act8`, read by the dp4a GEMVs): allocated once
+    /// Scratch for decode activations in two 8-bit terms (`quant_act8`, read by the dp4a GEMVs): allocated once
     /// with the GPU, so a product recorded into a CUDA graph always names the same address.
     pub(crate) act8: DevBuf,
 }

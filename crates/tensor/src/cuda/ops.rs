@@ -31,7 +31,7 @@ pub enum GemvKernel {
     SplitDp4a,
     /// The split kernels with f32 activations at this block height (for the kernel benchmark and tests).
     SplitRows(usize),
-    /// The split kernels with 8-bit activations and `dp4a` (q8 and q4 weights) at this block height.
+    /// The split kernels with activations in two 8-bit terms and `dp4a` (q8 and q4 weights) at this block height.
     Dp4aRows(usize),
 }
 
@@ -46,15 +46,16 @@ impl GemvKernel {
     }
 }
 
-/// Widest K the 8-bit activation scratch holds (the Llama-3-8B down product's 14,336 with room to spare).
+/// Widest K the 8-bit activation scratch holds (the Llama-3-8B down product's 14,336 with room to spare); wider
+/// products keep f32 activations.
 pub const ACT8_MAX_K: usize = 1 << 16;
 
 /// Bytes of the 8-bit activation scratch: the two terms, each [`GEMV_MAX_ROWS`] rows of [`ACT8_MAX_K`] values, then
 /// per block of 32 a (scale, sum) pair of f32.
 pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_ROWS * (ACT8_MAX_K / 32) * 8;
 
-/// The dp4a kernels' block height per format and input count, from the same benchmark
-/// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes).
+/// The dp4a kernels' block height per format and input count, from the kernel benchmark of their one-term version
+/// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes); not re-measured for two terms.
 fn split_rows_int8(format: DevFormat, inputs: usize) -> usize {
     match (format, inputs) {
         (DevFormat::Q4, 1) => 8,

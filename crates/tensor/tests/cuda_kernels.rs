@@ -157,7 +157,7 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let ngb = DevBuf::from_slice(&g, &ng).unwrap();
                 let nout = DevBuf::zeros(&g, rows * n * 4).unwrap();
                 let counter = DevBuf::zeros(&g, 4).unwrap();
-                let norm = NormOut { g: ngb.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr() };
+                let norm = NormOut { g: ngb.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8: false };
                 for kernel in families {
                     let xa = Act::F32(xb.ptr());
                     // SAFETY: shapes as allocated above.
@@ -221,6 +221,78 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                     );
                 }
                 yb.write_slice(&g, &start).unwrap();
+            }
+        }
+    }
+}
+
+/// The kernels that write a dp4a product's 8-bit activations themselves — the folded norm's tail
+/// (`NormOut::act8`, in registers up to 8,192 columns, by a separate `quant_act8` beyond) and `silu_mul_act8` —
+/// against the same products fed f32 and quantised by `quant_act8`: the f32 outputs bit for bit, the products
+/// bit for bit on q8 and on q4 after SwiGLU, and within 1e-5 on q4 after the norm (whose block sums add in
+/// another order).
+#[test]
+fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
+    let Some(g) = gpu() else { return };
+    if g.gemv_kernel() != GemvKernel::SplitDp4a {
+        eprintln!("KVAD_GPU_GEMV is set: the 8-bit activations are not the default here");
+        return;
+    }
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for &(n1, k1, n2) in &[(256usize, 128usize, 96usize), (8224, 64, 40)] {
+        for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+            let a = DevMatrix::upload(&g, &QMatrix::quantize(qt, n1, k1, &data(n1 * k1, 41)).unwrap(), None).unwrap();
+            let b = DevMatrix::upload(&g, &QMatrix::quantize(qt, n2, n1, &data(n2 * n1, 43)).unwrap(), None).unwrap();
+            let bf = DevMatrix::upload(&g, &bf16_matrix(n2, n1, &data(n2 * n1, 43)), None).unwrap();
+            assert!(g.takes_act8(&b, 1) && g.takes_act8(&b, 8) && !g.takes_act8(&b, 9) && !g.takes_act8(&bf, 1));
+            // The producer in the dp4a family writes them in its norm tail; in the f32 family, by quant_act8 after.
+            for (rows, kern) in [(1usize, GemvKernel::SplitDp4a), (3, GemvKernel::Split), (8, GemvKernel::SplitDp4a)] {
+                let x = DevBuf::from_slice(&g, &data(rows * k1, 45 + rows as u64)).unwrap();
+                let ng = DevBuf::from_slice(&g, &data(n1, 47)).unwrap();
+                let counter = DevBuf::zeros(&g, 4).unwrap();
+                let mut got = Vec::new();
+                for act8 in [false, true] {
+                    let y = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
+                    let nout = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
+                    let z = DevBuf::zeros(&g, rows * n2 * 4).unwrap();
+                    let norm = NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8 };
+                    let next = if act8 { Act::F32Act8(nout.ptr()) } else { Act::F32(nout.ptr()) };
+                    // SAFETY: shapes as allocated above.
+                    unsafe {
+                        g.gemv(kern, &a, Act::F32(x.ptr()), rows, y.ptr(), 0, false, Some(&norm)).unwrap();
+                        g.gemv(GemvKernel::SplitDp4a, &b, next, rows, z.ptr(), 0, false, None).unwrap();
+                    }
+                    got.push((nout.read::<f32>(&g, rows * n1).unwrap(), z.read::<f32>(&g, rows * n2).unwrap()));
+                }
+                let what = format!("{qt:?} {n1}x{k1} ({kern:?}) then {n2}x{n1}, {rows} rows");
+                assert_eq!(bits(&got[0].0), bits(&got[1].0), "norm output, {what}");
+                if qt == QType::Q8_0 {
+                    assert_eq!(bits(&got[0].1), bits(&got[1].1), "product after the norm, {what}");
+                }
+                for (p, q) in got[0].1.iter().zip(&got[1].1) {
+                    assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "product after the norm, {what}: {p} vs {q}");
+                }
+                // SwiGLU of [gate | up] rows of 2·n1, into the product by b.
+                let gu = DevBuf::from_slice(&g, &data(rows * 2 * n1, 49)).unwrap();
+                let mut got = Vec::new();
+                for fused in [false, true] {
+                    let act = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
+                    let z = DevBuf::zeros(&g, rows * n2 * 4).unwrap();
+                    // SAFETY: shapes as allocated above.
+                    unsafe {
+                        let next = if fused {
+                            g.silu_mul_act8(gu.ptr(), act.ptr(), rows, n1).unwrap();
+                            Act::F32Act8(act.ptr())
+                        } else {
+                            g.silu_mul(gu.ptr(), act.ptr(), rows, n1, false).unwrap();
+                            Act::F32(act.ptr())
+                        };
+                        g.gemv(GemvKernel::SplitDp4a, &b, next, rows, z.ptr(), 0, false, None).unwrap();
+                    }
+                    got.push((act.read::<f32>(&g, rows * n1).unwrap(), z.read::<f32>(&g, rows * n2).unwrap()));
+                }
+                assert_eq!(bits(&got[0].0), bits(&got[1].0), "SwiGLU output, {what}");
+                assert_eq!(bits(&got[0].1), bits(&got[1].1), "product after SwiGLU, {what}");
             }
         }
     }
@@ -459,7 +531,7 @@ fn both_attention_kernels_equal_the_reference_over_pages() {
     }
 }
 
-/// Compiles the kernels with NVRTC for Hopper and checks every entry point the binary loads is there. Needs only
+/// Compiles the kernels with NVRTC for Hopper and Ampere and checks every entry point the binary loads is there. Needs only
 /// libnvrtc (scripts/test.sh installs NVIDIA's wheel for it), not a GPU, so CI catches a kernel that does not build.
 #[test]
 fn every_kernel_compiles_with_nvrtc() {
@@ -468,9 +540,13 @@ fn every_kernel_compiles_with_nvrtc() {
         eprintln!("libnvrtc not found: scripts/test.sh installs it (nvidia-cuda-nvrtc) and sets LD_LIBRARY_PATH");
         return;
     }
-    let ptx = kvad_tensor::cuda::compile_kernels((9, 0)).unwrap_or_else(|e| panic!("{e}"));
-    for name in kvad_tensor::cuda::kernel_names() {
-        assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX");
+    // Hopper (with programmatic dependent launch) and Ampere (the oldest kvad takes, where it compiles away).
+    for cap in [(9, 0), (8, 0)] {
+        let ptx = kvad_tensor::cuda::compile_kernels(cap).unwrap_or_else(|e| panic!("{cap:?}: {e}"));
+        for name in kvad_tensor::cuda::kernel_names() {
+            assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX for {cap:?}");
+        }
+        assert_eq!(ptx.contains("griddepcontrol"), cap.0 >= 9, "griddepcontrol only from sm_90, {cap:?}");
     }
 }
 

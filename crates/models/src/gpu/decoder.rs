@@ -535,10 +535,20 @@ impl GpuDecoder {
             && norm_tail_enabled()
             && rms(&self.p.final_norm).is_some()
             && self.p.layers.iter().all(|l| rms(&l.norm1).is_some() && rms(&l.norm2).is_some());
-        let norm_to =
-            |n: &Norm| NormOut { g: rms(n).unwrap_or(0), out: s.h.ptr(), eps: c.norm_eps, counter: s.counter.ptr() };
+        // The norm also writes the two-term 8-bit activations when the product after it reads them (q8/q4 decode).
+        let norm_to = |n: &Norm, next: Option<&DevMatrix>| NormOut {
+            g: rms(n).unwrap_or(0),
+            out: s.h.ptr(),
+            eps: c.norm_eps,
+            counter: s.counter.ptr(),
+            act8: next.is_some_and(|m| gpu.takes_act8(m, rows)),
+        };
+        let normed = |o: &NormOut| if o.act8 { Act::F32Act8(o.out) } else { Act::F32(o.out) };
         let kern = gpu.gemv_kernel();
         let layers = &self.p.layers;
+        let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
+        // The input of layer 0's q/k/v product comes from the norm kernel (f32); later ones from the down product.
+        let mut qkv_in = Act::F32(s.h.ptr());
         // SAFETY: every buffer below was sized for `rows` rows of its width, the metadata for this batch, and the
         // page tables cover every new position (ensured by `run`).
         unsafe {
@@ -548,7 +558,7 @@ impl GpuDecoder {
             }
             for (li, l) in layers.iter().enumerate() {
                 let (kp, vp) = self.layer_pages(li);
-                let a = if fused { Act::F32(s.h.ptr()) } else { self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)? };
+                let a = if fused { qkv_in } else { self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)? };
                 gpu.matmul(&l.qkv, a, rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
                 gpu.qkv_post(&QkvPost {
                     qkv: s.qkv.ptr(),
@@ -583,21 +593,33 @@ impl GpuDecoder {
                 })?;
                 let a = if fused {
                     let att = Act::F32(s.att.ptr());
-                    gpu.gemv(kern, &l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, Some(&norm_to(&l.norm2)))?;
-                    Act::F32(s.h.ptr())
+                    let o = norm_to(&l.norm2, Some(&l.up));
+                    gpu.gemv(kern, &l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, Some(&o))?;
+                    normed(&o)
                 } else {
                     gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
                     self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?
                 };
                 gpu.matmul(&l.up, a, rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;
+                // SwiGLU writes the down product's 8-bit activations itself when that product reads them.
+                let mut down_in = Act::F32(s.act.ptr());
                 match self.p.mlp {
+                    Mlp::SwiGlu if gpu.takes_act8(&l.down, rows) => {
+                        gpu.silu_mul_act8(s.up.ptr(), s.act.ptr(), rows, c.intermediate)?;
+                        down_in = Act::F32Act8(s.act.ptr());
+                    }
                     Mlp::SwiGlu => gpu.silu_mul(s.up.ptr(), s.act.ptr(), rows, c.intermediate, !gemv)?,
                     Mlp::Gelu => gpu.gelu(s.up.ptr(), s.act.ptr(), rows * c.intermediate, !gemv)?,
                 }
                 if fused {
-                    let next = layers.get(li + 1).map_or(&self.p.final_norm, |n| &n.norm1);
-                    let a = Act::F32(s.act.ptr());
-                    gpu.gemv(kern, &l.down, a, rows, s.x.ptr(), ptr(&l.down_bias), true, Some(&norm_to(next)))?;
+                    // The next consumer of the norm: the next layer's q/k/v, or the head when every row is kept.
+                    let (next, consumer) = match layers.get(li + 1) {
+                        Some(n) => (&n.norm1, Some(&n.qkv)),
+                        None => (&self.p.final_norm, plan.all_rows.then_some(head)),
+                    };
+                    let o = norm_to(next, consumer);
+                    gpu.gemv(kern, &l.down, down_in, rows, s.x.ptr(), ptr(&l.down_bias), true, Some(&o))?;
+                    qkv_in = normed(&o);
                 } else {
                     gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
                 }
@@ -605,10 +627,9 @@ impl GpuDecoder {
             let n = plan.sel;
             if n > 0 {
                 let small = n <= GEMV_MAX_ROWS;
-                let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
                 let a = if fused && plan.all_rows {
-                    // h holds every row final-normed.
-                    Act::F32(s.h.ptr())
+                    // h holds every row final-normed (and their 8-bit form where the head reads it).
+                    qkv_in
                 } else if fused {
                     gpu.gather_rows(s.h.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
                     Act::F32(s.hsel.ptr())

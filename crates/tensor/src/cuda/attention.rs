@@ -5,7 +5,6 @@
 
 use super::ops::{cfg, i, Meta, GEMV_MAX_ROWS};
 use super::{Gpu, GpuError};
-use cudarc::driver::PushKernelArg;
 
 /// Addresses and sizes for [`Gpu::attention`].
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +66,7 @@ impl Gpu {
         let g = a.nh / a.nkv.max(1);
         if a.tiles != 0 && a.n_tiles > 0 && flash_takes(a.hd) && a.nkv > 0 && a.nh.is_multiple_of(a.nkv) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
-            let mut b = self.stream.launch_builder(self.func(&format!("flash_attention_{}", a.hd)));
+            let mut b = self.launch(&format!("flash_attention_{}", a.hd));
             b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
             b.arg(&a.meta.tables).arg(&mp).arg(&a.tiles).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
             b.launch(cfg((a.n_tiles as u32, a.nh as u32, 1), 128, 0))?;
@@ -90,7 +89,7 @@ impl Gpu {
                 use cudarc::driver::sys::CUfunction_attribute as A;
                 f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
             }
-            let mut b = self.stream.launch_builder(f);
+            let mut b = super::launch::Launch::new(self, f);
             b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
             b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
             b.launch(cfg((a.rows as u32, a.nkv as u32, 1), (w * 32) as u32, smem))?;
@@ -109,7 +108,7 @@ impl Gpu {
         }
         let (mp, nh, nkv, hd, win, ob) =
             (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.hd), i(a.window), i32::from(a.out_bf16));
-        let mut b = self.stream.launch_builder(f);
+        let mut b = super::launch::Launch::new(self, f);
         b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
         b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&hd).arg(&win).arg(&a.scale).arg(&ob);
         b.launch(cfg((a.rows as u32, a.nkv as u32, 1), 128, smem))?;
@@ -148,7 +147,7 @@ impl Gpu {
             f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
         }
         let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
-        let mut b = self.stream.launch_builder(f);
+        let mut b = super::launch::Launch::new(self, f);
         b.arg(&a.q).arg(&a.k_pages).arg(&a.v_pages).arg(&a.out).arg(&a.meta.row_pos).arg(&a.meta.row_seq);
         b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
         b.launch(cfg((a.rows as u32, a.nkv as u32, 1), threads, smem))?;

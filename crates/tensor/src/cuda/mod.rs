@@ -10,6 +10,7 @@ mod attention;
 mod blas;
 mod buffer;
 mod compile;
+mod launch;
 mod matrix;
 mod ops;
 
@@ -92,6 +93,8 @@ pub struct Gpu {
     /// Scratch for decode activations in two 8-bit terms (`quant_act8`, read by the dp4a GEMVs): allocated once
     /// with the GPU, so a product recorded into a CUDA graph always names the same address.
     pub(crate) act8: DevBuf,
+    /// Whether launches carry programmatic dependent launch (`launch::pdl_wanted`).
+    pub(crate) pdl: bool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -141,6 +144,7 @@ const KERNELS: &[&str] = &[
     "dequant_q4",
     "argmax_rows",
     "quant_act8",
+    "silu_mul_act8",
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, compiled by NVRTC (no GPU needed): what CI checks, so a
@@ -280,7 +284,8 @@ impl Gpu {
         }
         let blas = blas::Blas::new(stream.clone())?;
         let act8 = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(ops::ACT8_BYTES)?, ops::ACT8_BYTES);
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel: GemvKernel::from_env(), act8 })
+        let pdl = launch::pdl_wanted(info.capability);
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel: GemvKernel::from_env(), act8, pdl })
     }
 
     /// The device's properties as found at open.

@@ -4,7 +4,7 @@
 use super::buffer::DevBuf;
 use super::matrix::{DevFormat, DevMatrix};
 use super::{Gpu, GpuError};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use std::sync::Arc;
 
 /// Rows up to which a product runs the GEMV kernels (weights read once for all rows); more go to cuBLAS.
@@ -121,6 +121,9 @@ pub enum Act {
     },
     /// bf16 rows at this address.
     Bf16(u64),
+    /// f32 rows at this address whose two-term 8-bit form the kernel before also wrote into the GPU's activation
+    /// scratch ([`NormOut::act8`], [`Gpu::silu_mul_act8`]): a dp4a product reads that and skips its `quant_act8`.
+    F32Act8(u64),
 }
 
 /// An RMSNorm of a GEMV's whole output rows, written by the product itself once all its blocks are done (the
@@ -135,6 +138,9 @@ pub struct NormOut {
     pub eps: f32,
     /// A zeroed u32 the blocks count on (left zeroed).
     pub counter: u64,
+    /// Also the normed rows' two-term 8-bit form into the activation scratch, for a dp4a product next
+    /// ([`Gpu::takes_act8`]), which then takes them as [`Act::F32Act8`]: one `quant_act8` launch fewer.
+    pub act8: bool,
 }
 
 /// Addresses and sizes for [`Gpu::qkv_post`].
@@ -206,7 +212,7 @@ impl Gpu {
             DevFormat::Bf16 => return Err(GpuError::Shape("quantize to bf16".into())),
         };
         let (w, qp, sp, nb) = (m.q.ptr(), q.ptr(), s.ptr(), blocks as u64);
-        let mut b = self.stream.launch_builder(self.func(name));
+        let mut b = self.launch(name);
         b.arg(&w).arg(&qp).arg(&sp).arg(&nb);
         // SAFETY: buffers sized above for `blocks` blocks.
         unsafe { b.launch(cfg((grid_for(blocks, 256), 1, 1), 256, 0)) }?;
@@ -233,7 +239,9 @@ impl Gpu {
             return Ok(());
         }
         match x {
-            Act::F32(_) | Act::F32Rms { .. } => self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?,
+            Act::F32(_) | Act::F32Rms { .. } | Act::F32Act8(_) => {
+                self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?
+            }
             Act::Bf16(xp) => match self.few_rows_tiles(m, rows) {
                 Some(mt) => self.mma_few_tiles(m, xp, rows, y, bias, accumulate, mt)?,
                 None => self.matmul_blas(m, xp, rows, y, bias, accumulate, wtmp)?,
@@ -268,7 +276,7 @@ impl Gpu {
                 }
                 let name = if f == DevFormat::Q8 { "dequant_q8" } else { "dequant_q4" };
                 let (q, s, o, c) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), tmp.ptr(), count as u64);
-                let mut b = self.stream.launch_builder(self.func(name));
+                let mut b = self.launch(name);
                 b.arg(&q).arg(&s).arg(&o).arg(&c);
                 b.launch(cfg((grid_for(count, 256).min(132 * 16), 1, 1), 256, 0))?;
                 tmp.ptr()
@@ -347,7 +355,7 @@ impl Gpu {
         let name = format!("mmf_{fname}_{}_m{mt}", rows.div_ceil(8));
         let (n, k, r, acc) = (i(m.rows), i(m.cols), i(rows), i32::from(accumulate));
         let (q, s) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr));
-        let mut b = self.stream.launch_builder(self.func(&name));
+        let mut b = self.launch(&name);
         b.arg(&q).arg(&s).arg(&x).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&r).arg(&acc);
         b.launch(cfg((m.rows.div_ceil(16 * mt) as u32, 1, 1), MMA_FEW_WARPS * 32, 0))?;
         Ok(())
@@ -377,7 +385,7 @@ impl Gpu {
         }
         let (xp, g, eps, rms) = match x {
             Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
-            Act::F32(x) => (x, 0u64, 0f32, ""),
+            Act::F32(x) | Act::F32Act8(x) => (x, 0u64, 0f32, ""),
             Act::Bf16(_) => return Err(GpuError::Shape("GEMV of bf16 activations".into())),
         };
         let fname = match m.format {
@@ -407,17 +415,14 @@ impl Gpu {
             }
             _ => None,
         };
+        let (xq, xq2, xds) = self.act8_planes();
+        // The dp4a kernels' norm tail writes the 8-bit form where its rows are whole float4s in registers (N ≤ 8192).
+        let tail_act8 = |o: &NormOut| o.act8 && int8 && m.rows.is_multiple_of(32) && m.rows <= 8192;
         if let Some((name, per)) = split {
-            let plane = GEMV_MAX_ROWS * ACT8_MAX_K;
-            let (xq, xq2, xds) = (self.act8.ptr(), self.act8.at(plane), self.act8.at(2 * plane));
-            if int8 {
-                let total = (rows * m.cols / 32) as u32;
-                let nrows = i(rows);
-                let mut b = self.stream.launch_builder(self.func("quant_act8"));
-                b.arg(&xp).arg(&xq).arg(&xq2).arg(&xds).arg(&k).arg(&nrows);
-                b.launch(cfg((total.div_ceil(8), 1, 1), 256, 0))?;
+            if int8 && !matches!(x, Act::F32Act8(_)) {
+                self.quant_act8(xp, rows, m.cols)?;
             }
-            let mut b = self.stream.launch_builder(self.func(&name));
+            let mut b = self.launch(&name);
             b.arg(&q);
             if quantised {
                 b.arg(&s);
@@ -428,13 +433,18 @@ impl Gpu {
                 b.arg(&xp);
             }
             let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
+            let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
+            b.arg(&nq).arg(&nq2).arg(&nds);
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
+            if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
+                self.quant_act8(o.out, rows, m.rows)?;
+            }
             return Ok(());
         }
         // Output rows per block: 4 warps of ROWS_* rows, as in gemv.cu.
         let per_block = if m.format == DevFormat::Q4 { 16 } else { 8 };
-        let mut b = self.stream.launch_builder(self.func(&format!("gemv_{fname}_{rows}{rms}")));
+        let mut b = self.launch(&format!("gemv_{fname}_{rows}{rms}"));
         b.arg(&q);
         if m.format != DevFormat::Bf16 {
             b.arg(&s);
@@ -443,8 +453,43 @@ impl Gpu {
         b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
         if let Some(o) = norm {
             self.rms_norm(y, o.g, o.out, rows, m.rows, o.eps, false)?;
+            if o.act8 {
+                self.quant_act8(o.out, rows, m.rows)?;
+            }
         }
         Ok(())
+    }
+
+    /// The activation scratch's planes: first terms, second terms, (scale, sum) pairs.
+    fn act8_planes(&self) -> (u64, u64, u64) {
+        let plane = GEMV_MAX_ROWS * ACT8_MAX_K;
+        (self.act8.ptr(), self.act8.at(plane), self.act8.at(2 * plane))
+    }
+
+    /// `rows` f32 rows of `k` at `x` into the activation scratch in two 8-bit terms (quant.cu).
+    ///
+    /// # Safety
+    /// `x` must hold `rows × k` f32; `k` a whole number of blocks of 32 up to [`ACT8_MAX_K`].
+    unsafe fn quant_act8(&self, x: u64, rows: usize, k: usize) -> Result<(), GpuError> {
+        if rows > GEMV_MAX_ROWS || !k.is_multiple_of(32) || k > ACT8_MAX_K {
+            return Err(GpuError::Shape(format!("8-bit activations of {rows} rows × {k}")));
+        }
+        let (xq, xq2, xds) = self.act8_planes();
+        let (kk, nrows, total) = (i(k), i(rows), (rows * k / 32) as u32);
+        let mut b = self.launch("quant_act8");
+        b.arg(&x).arg(&xq).arg(&xq2).arg(&xds).arg(&kk).arg(&nrows);
+        b.launch(cfg((total.div_ceil(8), 1, 1), 256, 0))
+    }
+
+    /// Whether a decode product of `rows` rows by `m` reads its activations in two 8-bit terms (the default GEMV
+    /// family on q8/q4 weights): then the kernel before it may write them ([`NormOut::act8`],
+    /// [`Gpu::silu_mul_act8`]) and hand over [`Act::F32Act8`].
+    pub fn takes_act8(&self, m: &DevMatrix, rows: usize) -> bool {
+        self.gemv_kernel == GemvKernel::SplitDp4a
+            && m.format != DevFormat::Bf16
+            && (1..=GEMV_MAX_ROWS).contains(&rows)
+            && m.cols.is_multiple_of(32)
+            && m.cols <= ACT8_MAX_K
     }
 
     /// `out = rmsnorm(x) · w` per row of `h`.
@@ -464,12 +509,12 @@ impl Gpu {
     ) -> Result<(), GpuError> {
         let (hh, ob) = (i(h), i32::from(out_bf16));
         if out_bf16 && h.is_multiple_of(4) && h <= 8192 && norm_v4_enabled() {
-            let mut b = self.stream.launch_builder(self.func("rms_norm_bf16_v4"));
+            let mut b = self.launch("rms_norm_bf16_v4");
             b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps);
             b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
             return Ok(());
         }
-        let mut b = self.stream.launch_builder(self.func("rms_norm"));
+        let mut b = self.launch("rms_norm");
         b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps).arg(&ob);
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
@@ -492,7 +537,7 @@ impl Gpu {
         out_bf16: bool,
     ) -> Result<(), GpuError> {
         let (hh, ob) = (i(h), i32::from(out_bf16));
-        let mut b = self.stream.launch_builder(self.func("layer_norm"));
+        let mut b = self.launch("layer_norm");
         b.arg(&x).arg(&w).arg(&bias).arg(&out).arg(&hh).arg(&eps).arg(&ob);
         b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
         Ok(())
@@ -504,10 +549,26 @@ impl Gpu {
     /// `gu` must hold `rows × 2f`, `out` `rows × f`.
     pub unsafe fn silu_mul(&self, gu: u64, out: u64, rows: usize, f: usize, out_bf16: bool) -> Result<(), GpuError> {
         let (r, ff, ob) = (i(rows), i(f), i32::from(out_bf16));
-        let mut b = self.stream.launch_builder(self.func("silu_mul"));
+        let mut b = self.launch("silu_mul");
         b.arg(&gu).arg(&out).arg(&r).arg(&ff).arg(&ob);
         b.launch(cfg((grid_for(rows * f, 256).min(132 * 8), 1, 1), 256, 0))?;
         Ok(())
+    }
+
+    /// [`Gpu::silu_mul`] into f32 `out` and, in two 8-bit terms, into the activation scratch, for a dp4a down
+    /// product that then takes [`Act::F32Act8`]`(out)` (one `quant_act8` launch fewer a layer).
+    ///
+    /// # Safety
+    /// `gu` must hold `rows × 2f`, `out` `rows × f`; `f` a whole number of blocks of 32 up to [`ACT8_MAX_K`].
+    pub unsafe fn silu_mul_act8(&self, gu: u64, out: u64, rows: usize, f: usize) -> Result<(), GpuError> {
+        if rows > GEMV_MAX_ROWS || !f.is_multiple_of(32) || f > ACT8_MAX_K {
+            return Err(GpuError::Shape(format!("silu_mul_act8 of {rows} rows × {f}")));
+        }
+        let (xq, xq2, xds) = self.act8_planes();
+        let (r, ff, total) = (i(rows), i(f), (rows * f / 32) as u32);
+        let mut b = self.launch("silu_mul_act8");
+        b.arg(&gu).arg(&out).arg(&xq).arg(&xq2).arg(&xds).arg(&r).arg(&ff);
+        b.launch(cfg((total.div_ceil(8), 1, 1), 256, 0))
     }
 
     /// tanh GELU of `n` values.
@@ -516,7 +577,7 @@ impl Gpu {
     /// Addresses must hold `n` values.
     pub unsafe fn gelu(&self, x: u64, out: u64, n: usize, out_bf16: bool) -> Result<(), GpuError> {
         let (nn, ob) = (n as u64, i32::from(out_bf16));
-        let mut b = self.stream.launch_builder(self.func("gelu_tanh"));
+        let mut b = self.launch("gelu_tanh");
         b.arg(&x).arg(&out).arg(&nn).arg(&ob);
         b.launch(cfg((grid_for(n, 256).min(132 * 8), 1, 1), 256, 0))?;
         Ok(())
@@ -528,7 +589,7 @@ impl Gpu {
     /// Addresses must hold the shapes.
     pub unsafe fn add_bias(&self, y: u64, bias: u64, rows: usize, n: usize) -> Result<(), GpuError> {
         let (r, nn) = (i(rows), i(n));
-        let mut b = self.stream.launch_builder(self.func("add_bias"));
+        let mut b = self.launch("add_bias");
         b.arg(&y).arg(&bias).arg(&r).arg(&nn);
         b.launch(cfg((grid_for(rows * n, 256).min(132 * 8), 1, 1), 256, 0))?;
         Ok(())
@@ -540,7 +601,7 @@ impl Gpu {
     /// Addresses must hold `n` values.
     pub unsafe fn to_bf16(&self, x: u64, out: u64, n: usize) -> Result<(), GpuError> {
         let nn = n as u64;
-        let mut b = self.stream.launch_builder(self.func("f32_to_bf16"));
+        let mut b = self.launch("f32_to_bf16");
         b.arg(&x).arg(&out).arg(&nn);
         b.launch(cfg((grid_for(n, 256).min(132 * 8), 1, 1), 256, 0))?;
         Ok(())
@@ -552,7 +613,7 @@ impl Gpu {
     /// Addresses must hold the shapes; `idx` must index rows of `x`.
     pub unsafe fn gather_rows(&self, x: u64, idx: u64, out: u64, n: usize, h: usize) -> Result<(), GpuError> {
         let hh = i(h);
-        let mut b = self.stream.launch_builder(self.func("gather_rows"));
+        let mut b = self.launch("gather_rows");
         b.arg(&x).arg(&idx).arg(&out).arg(&hh);
         b.launch(cfg((n as u32, 1, 1), 256, 0))?;
         Ok(())
@@ -572,7 +633,7 @@ impl Gpu {
         n: usize,
     ) -> Result<(), GpuError> {
         let (q, s, fmt, h) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), m.format.code(), i(m.cols));
-        let mut b = self.stream.launch_builder(self.func("embed"));
+        let mut b = self.launch("embed");
         b.arg(&q).arg(&s).arg(&fmt).arg(&ids).arg(&pos).arg(&pos_emb).arg(&out).arg(&h);
         b.launch(cfg((n as u32, 1, 1), 256, 0))?;
         Ok(())
@@ -584,7 +645,7 @@ impl Gpu {
     /// Every address must hold what [`QkvPost`] says; page tables must cover every row's position.
     pub unsafe fn qkv_post(&self, p: &QkvPost) -> Result<(), GpuError> {
         let (mp, nh, nkv, hd) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(p.hd));
-        let mut b = self.stream.launch_builder(self.func("qkv_post"));
+        let mut b = self.launch("qkv_post");
         b.arg(&p.qkv).arg(&p.q_out).arg(&p.k_pages).arg(&p.v_pages).arg(&p.q_norm).arg(&p.k_norm);
         b.arg(&p.inv_freq).arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp);
         b.arg(&nh).arg(&nkv).arg(&hd).arg(&p.eps);
@@ -598,7 +659,7 @@ impl Gpu {
     /// Addresses must hold the shapes.
     pub unsafe fn argmax_rows(&self, x: u64, out: u64, rows: usize, n: usize) -> Result<(), GpuError> {
         let nn = i(n);
-        let mut b = self.stream.launch_builder(self.func("argmax_rows"));
+        let mut b = self.launch("argmax_rows");
         b.arg(&x).arg(&out).arg(&nn);
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())

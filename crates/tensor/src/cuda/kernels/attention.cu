@@ -12,6 +12,7 @@ extern "C" __global__ void __launch_bounds__(128)
               void* out, const int* __restrict__ row_pos, const int* __restrict__ row_seq,
               const int* __restrict__ tables, int max_pages, int nh, int nkv, int hd, int window, float scale,
               int out_bf16) {
+    PDL_ENTER();
     extern __shared__ float sm[];
     int r = blockIdx.x, kvh = blockIdx.y, t = threadIdx.x, nt = blockDim.x;
     int G = nh / nkv;
@@ -203,6 +204,7 @@ __device__ void attention_keys_t(const float* __restrict__ q, const f16_t* __res
         const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
         const int* row_seq, const int* tables, int max_pages, int nh, int nkv, int window, float scale,        \
         int out_bf16) {                                                                                        \
+        PDL_ENTER();                                                                                           \
         attention_keys_t<D>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv, window,    \
                             scale, out_bf16);                                                                  \
     }
@@ -314,6 +316,7 @@ __device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __re
         const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
         const int* row_seq, const int* tables, int max_pages, int nh, int nkv, int window, float scale,        \
         int out_bf16) {                                                                                        \
+        PDL_ENTER();                                                                                           \
         attention_keys_wt<D, W, GM>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv,    \
                                     window, scale, out_bf16);                                                  \
     }

@@ -213,6 +213,7 @@ __device__ void attention_chunks_t(const float* __restrict__ q, const f16_t* __r
         const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
         const int* row_seq, const int* tables, int max_pages, int nh, int nkv, int window, float scale,        \
         int out_bf16) {                                                                                        \
+        PDL_ENTER();                                                                                           \
         attention_chunks_t<HD, GM>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv,     \
                                    window, scale, out_bf16);                                                   \
     }
@@ -396,6 +397,7 @@ __device__ void attention_chunks_mma_t(const float* __restrict__ q, const f16_t*
         const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
         const int* row_seq, const int* tables, int max_pages, int nh, int nkv, int window, float scale,        \
         int out_bf16) {                                                                                        \
+        PDL_ENTER();                                                                                           \
         attention_chunks_mma_t<HD>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv,     \
                                    window, scale, out_bf16);                                                   \
     }

@@ -52,3 +52,43 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
     float t = lane < nw ? red[lane] : 0.0f;
     return warp_sum(t);
 }
+
+// Programmatic dependent launch (Hopper; launch.rs): a kernel may be launched while the one before it on the stream
+// still runs. Every kernel therefore waits for the grid before it (pdl_wait) before it touches memory that grid may
+// write or read, reading only constants (a product's weights) before that; then it lets the next kernel be
+// launched (pdl_trigger), so at most two grids overlap. Both are no-ops before sm_90 and for a plain launch.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Asks L2 for the line holding p, without waiting for it: a product's first weights, fetched from HBM while the
+// kernel before it ends (before pdl_wait), and found in L2 by the loads after it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+#define PDL_ENTER()    \
+    do {               \
+        pdl_wait();    \
+        pdl_trigger(); \
+    } while (0)
+
+// The decode activations' two 8-bit terms (quant_act8 in quant.cu): the block's scale d = max|x|/127 and its
+// inverse, then x/d = t ≈ q1 + q2/254. Every kernel that writes them goes through these, so all round alike.
+__device__ __forceinline__ void act8_scale(float amax, float& d, float& id) {
+    d = __fdiv_rn(amax, 127.0f);
+    id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+}
+
+__device__ __forceinline__ void act8_terms(float v, float id, signed char& q1, signed char& q2) {
+    float t = __fmul_rn(v, id);
+    float a = fminf(127.0f, fmaxf(-127.0f, rintf(t)));
+    q1 = (signed char)a;
+    q2 = (signed char)fminf(127.0f, fmaxf(-127.0f, rintf(__fmul_rn(__fsub_rn(t, a), 254.0f))));
+}

@@ -3,6 +3,7 @@
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, as PyTorch computes it in f32. One block per row.
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, void* out, int H,
                                     float eps, int out_bf16) {
+    PDL_ENTER();
     __shared__ float red[32];
     const float* xr = x + (size_t)blockIdx.x * H;
     float ss = 0.0f;
@@ -20,6 +21,7 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
 // GPT-2's LayerNorm with weight and bias, mean and variance in f32 as PyTorch does. One block per row.
 extern "C" __global__ void layer_norm(const float* __restrict__ x, const float* __restrict__ w,
                                       const float* __restrict__ b, void* out, int H, float eps, int out_bf16) {
+    PDL_ENTER();
     __shared__ float red[32];
     const float* xr = x + (size_t)blockIdx.x * H;
     float s = 0.0f;
@@ -35,13 +37,17 @@ extern "C" __global__ void layer_norm(const float* __restrict__ x, const float* 
     }
 }
 
+// silu(g) · u, one value: also what silu_mul_act8 (quant.cu) computes.
+__device__ __forceinline__ float silu_mul_one(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 // act[r][i] = silu(gu[r][i]) * gu[r][F + i].
 extern "C" __global__ void silu_mul(const float* __restrict__ gu, void* out, int R, int F, int out_bf16) {
+    PDL_ENTER();
     size_t n = (size_t)R * F;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / F, c = i % F;
         float g = gu[r * 2 * F + c], u = gu[r * 2 * F + F + c];
-        float v = g / (1.0f + expf(-g)) * u;
+        float v = silu_mul_one(g, u);
         if (out_bf16) ((bf16_t*)out)[i] = f2bf(v);
         else ((float*)out)[i] = v;
     }
@@ -49,6 +55,7 @@ extern "C" __global__ void silu_mul(const float* __restrict__ gu, void* out, int
 
 // GPT-2's tanh GELU, in place or into bf16.
 extern "C" __global__ void gelu_tanh(const float* __restrict__ x, void* out, size_t n, int out_bf16) {
+    PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float v = x[i];
         float g = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
@@ -58,18 +65,21 @@ extern "C" __global__ void gelu_tanh(const float* __restrict__ x, void* out, siz
 }
 
 extern "C" __global__ void add_bias(float* y, const float* __restrict__ b, int R, int N) {
+    PDL_ENTER();
     size_t n = (size_t)R * N;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] += b[i % N];
 }
 
 extern "C" __global__ void f32_to_bf16(const float* __restrict__ x, bf16_t* out, size_t n) {
+    PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = f2bf(x[i]);
 }
 
 // Copies rows `idx[i]` of x [*, H] to out [i, H] (the rows that need logits).
 extern "C" __global__ void gather_rows(const float* __restrict__ x, const int* __restrict__ idx, float* out, int H) {
+    PDL_ENTER();
     const float* src = x + (size_t)idx[blockIdx.x] * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x) out[(size_t)blockIdx.x * H + i] = src[i];
 }
@@ -79,6 +89,7 @@ extern "C" __global__ void gather_rows(const float* __restrict__ x, const int* _
 extern "C" __global__ void embed(const void* __restrict__ q, const void* __restrict__ s, int fmt,
                                  const int* __restrict__ ids, const int* __restrict__ pos,
                                  const float* __restrict__ pos_emb, float* out, int H) {
+    PDL_ENTER();
     size_t row = (size_t)ids[blockIdx.x];
     float* o = out + (size_t)blockIdx.x * H;
     int nb = H / 32;
@@ -110,6 +121,7 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv, float* q_out,
                                     const float* __restrict__ inv_freq, const int* __restrict__ row_pos,
                                     const int* __restrict__ row_seq, const int* __restrict__ tables, int max_pages,
                                     int nh, int nkv, int hd, float eps) {
+    PDL_ENTER();
     int r = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
     int width = (nh + 2 * nkv) * hd;
     const float* row = qkv + (size_t)r * width;
@@ -159,6 +171,7 @@ extern "C" __global__ void qkv_post(const float* __restrict__ qkv, float* q_out,
 extern "C" __global__ void __launch_bounds__(256)
     rms_norm_bf16_v4(const float* __restrict__ x, const float* __restrict__ w, bf16_t* __restrict__ out, int H,
                      float eps) {
+    PDL_ENTER();
     __shared__ float red[32];
     const float4* xr = (const float4*)(x + (size_t)blockIdx.x * H);
     const float4* w4 = (const float4*)w;

@@ -189,6 +189,7 @@ __device__ void flash_t(const float* __restrict__ q, const f16_t* __restrict__ k
         const float* q, const f16_t* k_pages, const f16_t* v_pages, void* out, const int* row_pos,              \
         const int* row_seq, const int* tables, int max_pages, const int* tiles, int nh, int nkv, int window,   \
         float scale, int out_bf16) {                                                                           \
+        PDL_ENTER();                                                                                           \
         flash_t<HD>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, tiles, nh, nkv, window,     \
                     scale, out_bf16);                                                                          \
     }

@@ -226,16 +226,19 @@ __device__ void gemv_q4_t(const unsigned char* __restrict__ Q, const unsigned* _
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                              \
         gemv_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,      \
                               int acc, const float* g, float eps) {                                            \
+        PDL_ENTER();                                                                                           \
         gemv_bf16_t<B, ROWS_BF16, NORM>(W, x, y, bias, N, K, acc, g, eps);                                     \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                              \
         gemv_q8_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const float* x, float* y,                  \
                             const float* bias, int N, int K, int acc, const float* g, float eps) {             \
+        PDL_ENTER();                                                                                           \
         gemv_q8_t<B, ROWS_Q8, NORM>(Q, S, x, y, bias, N, K, acc, g, eps);                                      \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                              \
         gemv_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,              \
                             const float* bias, int N, int K, int acc, const float* g, float eps) {             \
+        PDL_ENTER();                                                                                           \
         gemv_q4_t<B, ROWS_Q4, NORM>(Q, DM, x, y, bias, N, K, acc, g, eps);                                     \
     }
 

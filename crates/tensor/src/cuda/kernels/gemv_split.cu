@@ -36,9 +36,14 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
 // last block to finish (counted on `counter`, which it resets) RMS-norms the whole output rows with weights `ng`
 // into `nout`, so the next product's input is ready without a norm kernel and its launch. One block sums each row
 // in a fixed order, so the result depends neither on which block came last nor on B.
-template <int B>
+//
+// With A8 (the dp4a kernels) and `nq` given (and N whole blocks of 32), it also writes the normed rows' two-term
+// 8-bit form (quant_act8 in quant.cu, the same rounding) for a dp4a product next, sparing that product its
+// quant_act8 launch: eight threads hold a block of 32 as float4s and reduce its maximum and sum among themselves.
+template <int B, bool A8>
 __device__ __forceinline__ void split_norm_tail(const float* y, int N, const float* __restrict__ ng, float* nout,
-                                                float eps, unsigned* counter) {
+                                                float eps, unsigned* counter, signed char* nq, signed char* nq2,
+                                                float2* nds) {
     __shared__ unsigned last;
     __shared__ float red[32];
     __threadfence();
@@ -65,13 +70,38 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                 ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
             }
             float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+            bool act8 = A8 && nq && (N & 31) == 0;
 #pragma unroll
             for (int j = 0; j < TAIL_V; j++) {
                 int n = (threadIdx.x + j * blockDim.x) * 4;
+                float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (n < N) {
                     float4 w = __ldg((const float4*)(ng + n));
-                    *(float4*)(ob + n) = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z,
-                                                     v[j].w * inv * w.w);
+                    o = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
+                    *(float4*)(ob + n) = o;
+                }
+                if (act8) {
+                    // Eight consecutive threads hold one block of 32 (all in range or all out, N being whole blocks).
+                    float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+                    float bs = (o.x + o.y) + (o.z + o.w);
+#pragma unroll
+                    for (int m = 1; m < 8; m <<= 1) {
+                        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+                        bs += __shfl_xor_sync(0xffffffffu, bs, m);
+                    }
+                    if (n < N) {
+                        float d, id;
+                        act8_scale(amax, d, id);
+                        char4 a, c;
+                        act8_terms(o.x, id, a.x, c.x);
+                        act8_terms(o.y, id, a.y, c.y);
+                        act8_terms(o.z, id, a.z, c.z);
+                        act8_terms(o.w, id, a.w, c.w);
+                        size_t at = (size_t)b * N + n;
+                        *(char4*)(nq + at) = a;
+                        *(char4*)(nq2 + at) = c;
+                        if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bs);
+                    }
                 }
             }
         } else {
@@ -86,6 +116,12 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     if (threadIdx.x == 0) *counter = 0u;
 }
 
+// The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, and
+// the two-term 8-bit output (0: none).
+#define NORM_PARAMS                                                                                           \
+    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds
+#define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds
+
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
     int per = (chunks + GS_WARPS - 1) / GS_WARPS;
@@ -95,8 +131,7 @@ __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
 
 template <int B, int R>
 __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ x, float* y,
-                        const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
-                        float eps, unsigned* counter) {
+                        const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 8, c0, c1);
     float acc[B][R];
@@ -104,6 +139,13 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
     for (int b = 0; b < B; b++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    // bf16 lanes walk several chunks: their loop kept as it was measured best, the first chunk asked of L2 before
+    // the wait (loading it into registers there measured 2% slower).
+    if (c0 + lane < c1) {
+#pragma unroll
+        for (int r = 0; r < R; r++) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + (c0 + lane) * 8);
+    }
+    PDL_ENTER();
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 8;
         uint4 w[R];
@@ -129,14 +171,13 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+    if (ng) split_norm_tail<B, false>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }
 
 // Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
 template <int B, int R>
 __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, const float* __restrict__ x,
-                      float* y, const float* __restrict__ bias, int N, int K, int accumulate, const float* ng,
-                      float* nout, float eps, unsigned* counter) {
+                      float* y, const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 16, c0, c1);
     int nb = K / 32;
@@ -145,16 +186,23 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
     for (int b = 0; b < B; b++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
-    for (int c = c0 + lane; c < c1; c += 32) {
-        int k = c * 16;
-        uint4 w[R];
-        float d[R];
+    uint4 w[R];
+    float d[R];
+    auto load = [&](int c) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             size_t n = min(n0 + r, N - 1);
-            w[r] = __ldg((const uint4*)(Q + n * K + k));
-            d[r] = h2f(__ldg(S + n * nb + (k >> 5)));
+            w[r] = __ldg((const uint4*)(Q + n * K + c * 16));
+            d[r] = h2f(__ldg(S + n * nb + (c >> 1)));
         }
+    };
+    // The first chunk's weights are loaded before the wait: they do not depend on the kernel before. (Into
+    // registers: asking L2 for them instead measured 12% slower at q4, where a lane has about one chunk.)
+    if (c0 + lane < c1) load(c0 + lane);
+    PDL_ENTER();
+    for (int c = c0 + lane; c < c1; c += 32) {
+        int k = c * 16;
+        if (c != c0 + lane) load(c);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const float* xb = x + (size_t)b * K + k;
@@ -182,14 +230,14 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+    if (ng) split_norm_tail<B, false>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }
 
 // Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
 template <int B, int R>
 __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                       const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
-                      int accumulate, const float* ng, float* nout, float eps, unsigned* counter) {
+                      int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     int nb = K / 32;
     split_range(nb, c0, c1);
@@ -198,15 +246,20 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
     for (int b = 0; b < B; b++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
-    for (int blk = c0 + lane; blk < c1; blk += 32) {
-        uint4 w[R];
-        unsigned dm[R];
+    uint4 w[R];
+    unsigned dm[R];
+    auto load = [&](int blk) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             size_t n = min(n0 + r, N - 1);
             w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
             dm[r] = __ldg(DM + n * nb + blk);
         }
+    };
+    if (c0 + lane < c1) load(c0 + lane);
+    PDL_ENTER();
+    for (int blk = c0 + lane; blk < c1; blk += 32) {
+        if (blk != c0 + lane) load(blk);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const float* xb = x + (size_t)b * K + blk * 32;
@@ -243,7 +296,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+    if (ng) split_norm_tail<B, false>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }
 
 // The same products with activations in two 8-bit terms (quant_act8 in quant.cu: x ≈ d·(q1 + q2/254), the CPU's
@@ -255,8 +308,7 @@ template <int B, int R>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, float* y,
-                       const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
-                       float eps, unsigned* counter) {
+                       const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 16, c0, c1);
     int nb = K / 32;
@@ -265,16 +317,23 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     for (int b = 0; b < B; b++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
-    for (int c = c0 + lane; c < c1; c += 32) {
-        int k = c * 16;
-        uint4 w[R];
-        float d[R];
+    uint4 w[R];
+    float d[R];
+    auto load = [&](int c) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             size_t n = min(n0 + r, N - 1);
-            w[r] = __ldg((const uint4*)(Q + n * K + k));
-            d[r] = h2f(__ldg(S + n * nb + (k >> 5)));
+            w[r] = __ldg((const uint4*)(Q + n * K + c * 16));
+            d[r] = h2f(__ldg(S + n * nb + (c >> 1)));
         }
+    };
+    // The first chunk's weights are loaded before the wait: they do not depend on the kernel before. (Into
+    // registers: asking L2 for them instead measured 12% slower at q4, where a lane has about one chunk.)
+    if (c0 + lane < c1) load(c0 + lane);
+    PDL_ENTER();
+    for (int c = c0 + lane; c < c1; c += 32) {
+        int k = c * 16;
+        if (c != c0 + lane) load(c);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             int4 xv = __ldg((const int4*)(xq + (size_t)b * K + k));
@@ -295,15 +354,14 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+    if (ng) split_norm_tail<B, true>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }
 
 template <int B, int R>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, float* y,
-                       const float* __restrict__ bias, int N, int K, int accumulate, const float* ng, float* nout,
-                       float eps, unsigned* counter) {
+                       const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     int nb = K / 32;
     split_range(nb, c0, c1);
@@ -312,15 +370,20 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     for (int b = 0; b < B; b++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
-    for (int blk = c0 + lane; blk < c1; blk += 32) {
-        uint4 w[R];
-        unsigned dm[R];
+    uint4 w[R];
+    unsigned dm[R];
+    auto load = [&](int blk) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
             size_t n = min(n0 + r, N - 1);
             w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
             dm[r] = __ldg(DM + n * nb + blk);
         }
+    };
+    if (c0 + lane < c1) load(c0 + lane);
+    PDL_ENTER();
+    for (int blk = c0 + lane; blk < c1; blk += 32) {
+        if (blk != c0 + lane) load(blk);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
@@ -355,38 +418,36 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B>(y, N, ng, nout, eps, counter);
+    if (ng) split_norm_tail<B, true>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX)                                                                             \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
-                               int acc, const float* ng, float* nout, float eps, unsigned* counter) {          \
-        gs_bf16<B, R>(W, x, y, bias, N, K, acc, ng, nout, eps, counter);                                       \
+                               int acc, NORM_PARAMS) {                                                         \
+        gs_bf16<B, R>(W, x, y, bias, N, K, acc, NORM_ARGS);                                                    \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const float* x, float* y,                 \
-                             const float* bias, int N, int K, int acc, const float* ng, float* nout, float eps, \
-                             unsigned* counter) {                                                              \
-        gs_q8<B, R>(Q, S, x, y, bias, N, K, acc, ng, nout, eps, counter);                                      \
+                             const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
+        gs_q8<B, R>(Q, S, x, y, bias, N, K, acc, NORM_ARGS);                                                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
-                             const float* bias, int N, int K, int acc, const float* ng, float* nout, float eps, \
-                             unsigned* counter) {                                                              \
-        gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc, ng, nout, eps, counter);                                     \
+                             const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
+        gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS);                                                  \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
-        gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                  \
+        gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                   \
                               const signed char* xq2, const float2* xds, float* y, const float* bias, int N,   \
-                              int K, int acc, const float* ng, float* nout, float eps, unsigned* counter) {     \
-        gs_q8d<B, R>(Q, S, xq, xq2, xds, y, bias, N, K, acc, ng, nout, eps, counter);                          \
+                              int K, int acc, NORM_PARAMS) {                                                   \
+        gs_q8d<B, R>(Q, S, xq, xq2, xds, y, bias, N, K, acc, NORM_ARGS);                                       \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
-        gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,              \
+        gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,               \
                               const signed char* xq2, const float2* xds, float* y, const float* bias, int N,   \
-                              int K, int acc, const float* ng, float* nout, float eps, unsigned* counter) {     \
-        gs_q4d<B, R>(Q, DM, xq, xq2, xds, y, bias, N, K, acc, ng, nout, eps, counter);                         \
+                              int K, int acc, NORM_PARAMS) {                                                   \
+        gs_q4d<B, R>(Q, DM, xq, xq2, xds, y, bias, N, K, acc, NORM_ARGS);                                      \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input

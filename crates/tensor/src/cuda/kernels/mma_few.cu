@@ -207,6 +207,7 @@ __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__
     extern "C" __global__ void __launch_bounds__(MF_WARPS * 32)                                                 \
         mmf_##NAME##_##NT##_m##MT(const void* W, const void* S, const bf16_t* x, float* y, const float* bias, \
                                   int N, int K, int rows, int acc) {                                            \
+        PDL_ENTER();                                                                                           \
         mma_few<FMT, NT, MT>(W, S, x, y, bias, N, K, rows, acc);                                               \
     }
 #define MF_TILES(FMT, NAME, MT) \

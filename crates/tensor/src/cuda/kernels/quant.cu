@@ -2,6 +2,7 @@
 // same blocks), and q8/q4 back to bf16 for the prefill GEMM. One thread per block of 32 weights.
 
 extern "C" __global__ void quantize_q8(const bf16_t* __restrict__ w, signed char* q, f16_t* s, size_t blocks) {
+    PDL_ENTER();
     size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (b >= blocks) return;
     const bf16_t* x = w + b * 32;
@@ -15,6 +16,7 @@ extern "C" __global__ void quantize_q8(const bf16_t* __restrict__ w, signed char
 }
 
 extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned char* q, unsigned* dm, size_t blocks) {
+    PDL_ENTER();
     size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (b >= blocks) return;
     const bf16_t* x = w + b * 32;
@@ -37,12 +39,14 @@ extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned ch
 
 extern "C" __global__ void dequant_q8(const signed char* __restrict__ q, const f16_t* __restrict__ s, bf16_t* out,
                                       size_t n) {
+    PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         out[i] = f2bf(h2f(s[i / 32]) * (float)q[i]);
 }
 
 extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const unsigned* __restrict__ dm,
                                       bf16_t* out, size_t n) {
+    PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t b = i / 32;
         int j = i % 32;
@@ -55,6 +59,7 @@ extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const
 
 // Greedy sampling without copying logits back: the index of the first maximum of each row.
 extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, int N) {
+    PDL_ENTER();
     __shared__ float bv[32];
     __shared__ int bi[32];
     const float* row = x + (size_t)blockIdx.x * N;
@@ -83,22 +88,40 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, in
 // scale d = max|x|/127, t = x/d, q1 = rint(t), q2 = rint((t - q1)·254), so x ≈ d·(q1 + q2/254) to 1/64,000 of the
 // block's maximum (the CPU's i16 activations: 1/65,534); (d, f32 sum of the block) beside them, the sum for Q4's
 // minimums. Both terms go through dp4a: twice the integer products, still a quarter of the f32 kernels' work.
+//
+// act8_block: one such block, a value a lane; `blk` indexes its (d, sum) pair. quant_act8 and silu_mul_act8 both
+// write through it (and the norm tail in gemv_split.cu through act8_scale/act8_terms), so all round alike.
+__device__ __forceinline__ void act8_block(float v, size_t at, size_t blk, signed char* xq, signed char* xq2,
+                                           float2* xds) {
+    float d, id;
+    act8_scale(warp_max(fabsf(v)), d, id);
+    act8_terms(v, id, xq[at], xq2[at]);
+    float s = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) xds[blk] = make_float2(d, s);
+}
+
 extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* xq, signed char* xq2, float2* xds,
                                       int K, int rows) {
+    PDL_ENTER();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     int nb = K / 32;
     if (warp >= rows * nb) return;
     int r = warp / nb, b = warp % nb;
     size_t at = (size_t)r * K + (size_t)b * 32 + lane;
-    float v = x[at];
-    float amax = warp_max(fabsf(v));
-    float d = __fdiv_rn(amax, 127.0f);
-    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    float t = __fmul_rn(v, id);
-    float q1 = fminf(127.0f, fmaxf(-127.0f, rintf(t)));
-    float q2 = fminf(127.0f, fmaxf(-127.0f, rintf(__fmul_rn(__fsub_rn(t, q1), 254.0f))));
-    xq[at] = (signed char)q1;
-    xq2[at] = (signed char)q2;
-    float s = warp_sum(v);
-    if (lane == 0) xds[(size_t)r * nb + b] = make_float2(d, s);
+    act8_block(x[at], at, (size_t)r * nb + b, xq, xq2, xds);
+}
+
+// silu_mul (elementwise.cu) straight into the two-term form for the down product, as silu_mul then quant_act8
+// would write it, bit for bit: one kernel a layer fewer. A warp per block of 32; f32 `out` too unless 0.
+extern "C" __global__ void silu_mul_act8(const float* __restrict__ gu, float* out, signed char* xq, signed char* xq2,
+                                         float2* xds, int R, int F) {
+    PDL_ENTER();
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    int nb = F / 32;
+    if (warp >= R * nb) return;
+    int r = warp / nb, b = warp % nb;
+    size_t c = (size_t)b * 32 + lane, at = (size_t)r * F + c;
+    float v = silu_mul_one(gu[(size_t)r * 2 * F + c], gu[(size_t)r * 2 * F + F + c]);
+    if (out) out[at] = v;
+    act8_block(v, at, (size_t)r * nb + b, xq, xq2, xds);
 }

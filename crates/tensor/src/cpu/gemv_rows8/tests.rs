@@ -87,6 +87,30 @@ fn the_kernel_matches_the_scalar_reference() {
     }
 }
 
+/// A row's result does not depend on how many rows share the pass: each activation row alone gives the same bits
+/// as that row among 2–8 (the horizontal sums add a row's lanes in one order whatever sits beside it).
+#[test]
+fn each_row_is_the_same_alone_and_among_others() {
+    if !active() {
+        eprintln!("no AVX-VNNI here: the 8-bit few-row kernel cannot run");
+        return;
+    }
+    let bits = |f: &[f32]| f.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for t in FORMATS {
+        for (rows, cols) in SHAPES {
+            let w = QMatrix::quantize(t, rows, cols, &data(rows * cols, 7 + rows as u64)).unwrap();
+            let x = activations(8, cols);
+            let mut all = vec![f32::NAN; 8 * rows];
+            gemv_rows8(&w, &x, 8, &mut all);
+            for n in 1..8 {
+                let mut some = vec![f32::NAN; n * rows];
+                gemv_rows8(&w, &x[..n * cols], n, &mut some);
+                assert_eq!(bits(&some), bits(&all[..n * rows]), "{t:?} {rows}x{cols}: {n} rows vs 8");
+            }
+        }
+    }
+}
+
 /// The error of rounding activations to 8 bits is bounded by half a step a value: against the exact product of the
 /// stored (dequantised) weights and the f32 activations, each result is within Σ_b dx_b/2 · Σ_j |w_bj|.
 #[test]

@@ -29,15 +29,15 @@ fn main() {
             continue;
         }
         let mats = smollm2::matrices(t, true);
-        let x: Vec<f32> = (0..12 * 1536).map(|i| (i % 17) as f32 / 17.0 - 0.4).collect();
-        let mut out = vec![0f32; 12 * 49152];
+        let x: Vec<f32> = (0..64 * 1536).map(|i| (i % 17) as f32 / 17.0 - 0.4).collect();
+        let mut out = vec![0f32; 64 * 49152];
         let one = median_ms(|| {
             for m in &mats {
                 m.matmul(&x[..m.cols()], 1, &mut out[..m.rows()]);
             }
         });
         println!("{:5} {n_threads} threads: one row {one:6.2} ms a step", t.name());
-        for n in [2, 3, 4, 6, 8, 12] {
+        for n in [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64] {
             // As a decode step of n replies runs it (8-bit activations on AVX-VNNI).
             let shared = median_ms(|| {
                 gemv_rows8::decode_step(true, || {
@@ -46,11 +46,18 @@ fn main() {
                     }
                 })
             });
-            // The i16 kernel (bit for bit the one-row GEMV) beside the pass `matmul` takes (8-bit on AVX-VNNI).
-            let i16_pass = (n <= gemv_rows::MAX_ROWS && t != QType::F32).then(|| {
+            // The i16 kernel (bit for bit the one-row GEMV) beside the pass `matmul` takes (8-bit on AVX-VNNI); past
+            // its 8 rows, as passes of up to 8 rows each (what a prompt's rows would cost split that way).
+            let i16_pass = (t != QType::F32).then(|| {
                 median_ms(|| {
                     for m in &mats {
-                        gemv_rows::gemv_rows16(m, &x[..n * m.cols()], n, &mut out[..n * m.rows()]);
+                        let (k, r) = (m.cols(), m.rows());
+                        let mut i = 0;
+                        while i < n {
+                            let c = (n - i).min(gemv_rows::MAX_ROWS);
+                            gemv_rows::gemv_rows16(m, &x[i * k..(i + c) * k], c, &mut out[i * r..(i + c) * r]);
+                            i += c;
+                        }
                     }
                 })
             });

@@ -181,12 +181,34 @@ impl QMatrix {
             // Weights read once for all rows: with i16 activations each row is the one-row GEMV's bits; a decode
             // step's rows over quantised weights on AVX-VNNI take 8-bit ones (a few rows are compute-bound).
             2..=gemv_rows::MAX_ROWS => gemv_rows::gemv_rows(self, x, n, out),
+            // A short prompt chunk (or a step of more than 8 replies) over quantised weights: passes of up to 8 rows,
+            // each row again the one-row GEMV's bits (a decode step's, 8-bit on AVX-VNNI).
+            _ if self.qtype != QType::F32 && n <= FEW_ROWS_SPLIT_MAX => {
+                let (k, m) = (self.cols, self.rows);
+                let mut i = 0;
+                while i < n {
+                    let c = (n - i).min(gemv_rows::MAX_ROWS);
+                    let (xs, os) = (&x[i * k..(i + c) * k], &mut out[i * m..(i + c) * m]);
+                    if c == 1 {
+                        gemv::gemv(self, xs, os);
+                    } else {
+                        gemv_rows::gemv_rows(self, xs, c, os);
+                    }
+                    i += c;
+                }
+            }
             // Quantised weights against i16 activations in integer pair products: twice the f32 FMA rate.
             _ if self.qtype != QType::F32 => gemm_q::gemm_q(self, x, n, out),
             _ => gemm::gemm(self, x, n, out),
         }
     }
 }
+
+/// Rows up to which a product over quantised weights runs as passes of up to 8 rows (each weight read once a pass)
+/// rather than the panel GEMM, whose per-panel widening of the weights to i16 pays off only over more rows. On
+/// SmolLM2's matrices, 2 threads (`examples/gemv_rows.rs`, two runs a format): 12 rows 31–55 ms split against
+/// 55–66 in the GEMM, 16 rows 39–70 against 55–67, 32 rows 77–118 against 96–120; at 48 rows the GEMM wins at Q4.
+pub const FEW_ROWS_SPLIT_MAX: usize = 32;
 
 /// A raw pointer that tasks of one parallel region may share, each writing its own part.
 #[derive(Clone, Copy)]
@@ -208,22 +230,32 @@ mod tests {
 
     #[test]
     fn matmul_gives_a_few_rows_their_one_row_bits_a_decode_step_its_kernel_and_more_rows_the_gemm() {
+        // (Quantised weights: up to FEW_ROWS_SPLIT_MAX rows are passes of up to 8, each row its one-row bits.)
         let (m, k) = (45, 320);
         for t in [QType::F32, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
             let w = QMatrix::quantize(t, m, k, &data(m * k, 21)).unwrap();
-            for n in 1..=11 {
+            for n in (1..=11).chain([16, 32, 33]) {
                 let x = data(n * k, 22 + n as u64);
                 let mut got = vec![0f32; n * m];
                 w.matmul(&x, n, &mut got);
-                if (2..=gemv_rows::MAX_ROWS).contains(&n) && t != QType::F32 && gemv_rows8::active() {
-                    // In a decode step, 8-bit activations: the few-row kernel's own result, not the one-row bits.
+                if (2..=FEW_ROWS_SPLIT_MAX).contains(&n) && t != QType::F32 && gemv_rows8::active() {
+                    // In a decode step, 8-bit activations: the few-row kernel's own result on passes of up to 8 rows
+                    // (a lone last row: the one-row GEMV), not the one-row bits.
                     let mut step = vec![0f32; n * m];
                     gemv_rows8::decode_step(true, || w.matmul(&x, n, &mut step));
                     let mut want = vec![0f32; n * m];
-                    gemv_rows8::gemv_rows8(&w, &x, n, &mut want);
+                    for i in (0..n).step_by(gemv_rows::MAX_ROWS) {
+                        let c = (n - i).min(gemv_rows::MAX_ROWS);
+                        let (xs, os) = (&x[i * k..(i + c) * k], &mut want[i * m..(i + c) * m]);
+                        if c == 1 {
+                            gemv::gemv(&w, xs, os);
+                        } else {
+                            gemv_rows8::gemv_rows8(&w, xs, c, os);
+                        }
+                    }
                     assert_eq!(step, want, "{t:?} n{n}");
                 }
-                if n <= gemv_rows::MAX_ROWS {
+                if n <= gemv_rows::MAX_ROWS || (t != QType::F32 && n <= FEW_ROWS_SPLIT_MAX) {
                     for i in 0..n {
                         let mut alone = vec![0f32; m];
                         w.matmul(&x[i * k..(i + 1) * k], 1, &mut alone);

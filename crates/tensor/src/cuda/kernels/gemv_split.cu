@@ -129,6 +129,32 @@ __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
     c1 = min(chunks, c0 + per);
 }
 
+// A lane's R rows of one chunk of q8 weights (16 quants, half a block) with their blocks' scales; rows past N
+// repeat the last. Loaded into registers before a kernel's PDL wait for its first chunk: asking L2 for them
+// instead measured 12% slower at q4, where a lane has about one chunk.
+template <int R>
+__device__ __forceinline__ void load_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, int n0,
+                                        int N, int K, int c, uint4 (&w)[R], float (&d)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        size_t n = min(n0 + r, N - 1);
+        w[r] = __ldg((const uint4*)(Q + n * K + c * 16));
+        d[r] = h2f(__ldg(S + n * (K / 32) + (c >> 1)));
+    }
+}
+
+// A lane's R rows of q4 block `blk` (16 bytes) with their (d, m) pairs; rows past N repeat the last.
+template <int R>
+__device__ __forceinline__ void load_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM, int n0,
+                                        int N, int K, int blk, uint4 (&w)[R], unsigned (&dm)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        size_t n = min(n0 + r, N - 1);
+        w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
+        dm[r] = __ldg(DM + n * (K / 32) + blk);
+    }
+}
+
 template <int B, int R>
 __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ x, float* y,
                         const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
@@ -180,7 +206,6 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
                       float* y, const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 16, c0, c1);
-    int nb = K / 32;
     float acc[B][R];
 #pragma unroll
     for (int b = 0; b < B; b++)
@@ -188,21 +213,12 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     uint4 w[R];
     float d[R];
-    auto load = [&](int c) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            size_t n = min(n0 + r, N - 1);
-            w[r] = __ldg((const uint4*)(Q + n * K + c * 16));
-            d[r] = h2f(__ldg(S + n * nb + (c >> 1)));
-        }
-    };
-    // The first chunk's weights are loaded before the wait: they do not depend on the kernel before. (Into
-    // registers: asking L2 for them instead measured 12% slower at q4, where a lane has about one chunk.)
-    if (c0 + lane < c1) load(c0 + lane);
+    // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
+    if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
     PDL_ENTER();
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
-        if (c != c0 + lane) load(c);
+        if (c != c0 + lane) load_q8<R>(Q, S, n0, N, K, c, w, d);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const float* xb = x + (size_t)b * K + k;
@@ -248,18 +264,10 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     uint4 w[R];
     unsigned dm[R];
-    auto load = [&](int blk) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            size_t n = min(n0 + r, N - 1);
-            w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
-            dm[r] = __ldg(DM + n * nb + blk);
-        }
-    };
-    if (c0 + lane < c1) load(c0 + lane);
+    if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
     PDL_ENTER();
     for (int blk = c0 + lane; blk < c1; blk += 32) {
-        if (blk != c0 + lane) load(blk);
+        if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const float* xb = x + (size_t)b * K + blk * 32;
@@ -319,21 +327,12 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     uint4 w[R];
     float d[R];
-    auto load = [&](int c) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            size_t n = min(n0 + r, N - 1);
-            w[r] = __ldg((const uint4*)(Q + n * K + c * 16));
-            d[r] = h2f(__ldg(S + n * nb + (c >> 1)));
-        }
-    };
-    // The first chunk's weights are loaded before the wait: they do not depend on the kernel before. (Into
-    // registers: asking L2 for them instead measured 12% slower at q4, where a lane has about one chunk.)
-    if (c0 + lane < c1) load(c0 + lane);
+    // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
+    if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
     PDL_ENTER();
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
-        if (c != c0 + lane) load(c);
+        if (c != c0 + lane) load_q8<R>(Q, S, n0, N, K, c, w, d);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             int4 xv = __ldg((const int4*)(xq + (size_t)b * K + k));
@@ -372,18 +371,10 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     uint4 w[R];
     unsigned dm[R];
-    auto load = [&](int blk) {
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            size_t n = min(n0 + r, N - 1);
-            w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
-            dm[r] = __ldg(DM + n * nb + blk);
-        }
-    };
-    if (c0 + lane < c1) load(c0 + lane);
+    if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
     PDL_ENTER();
     for (int blk = c0 + lane; blk < c1; blk += 32) {
-        if (blk != c0 + lane) load(blk);
+        if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);

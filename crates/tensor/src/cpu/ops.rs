@@ -387,7 +387,15 @@ mod tests {
     #[test]
     fn group_attention_simd_matches_the_scalar_formula() {
         use super::super::testdata::data;
-        for &(hd, group, n, lo) in &[(64, 3, 1, 0), (64, 3, 7, 2), (32, 2, 130, 5), (128, 1, 9, 0), (72, 4, 33, 1)] {
+        for &(hd, group, n, lo) in &[
+            (64, 3, 1, 0),
+            (64, 3, 7, 2),
+            (32, 2, 130, 5),
+            (128, 1, 9, 0),
+            (72, 4, 33, 1),
+            (64, 8, 11, 0),
+            (8, 5, 6, 3),
+        ] {
             let (kvh, stride) = (2, 2 * hd + 8);
             let (k0, v0) = (data((lo + n) * stride, hd as u64), data((lo + n) * stride, 7 + n as u64));
             let q: Vec<f32> = data(group * hd, 3).iter().map(|v| v * 6.0).collect();

@@ -4,6 +4,7 @@
 # make: the Llama-3-8B-shaped model and its PyTorch reference into $KVAD_BENCH_DIR (default /tmp/kvad-bench);
 # agree: top-1 against PyTorch bf16 (safetensors and GGUF); tg: one stream, 128-token prompt, 128 generated;
 # batch: 32 sequences together; pp: a 2,048-token prompt. JSON of every sample goes to $OUT (or /tmp).
+# KVAD_OLD=path/to/old/kvad: tg alternates this build with that one, twice.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
@@ -29,7 +30,19 @@ if [[ " $steps " == *" agree "* ]]; then
     KVAD_BIG_REF="$W/teacher.json" .gpu/bin/gpu_big --nocapture
 fi
 if [[ " $steps " == *" tg "* ]]; then
-  $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 3 --out "$O/tg128.json"
+  if [ -n "${KVAD_OLD:-}" ]; then
+    # A change against the build before it (KVAD_OLD: that build's kvad, e.g. .gpu/old/kvad copied there before
+    # staging the change), alternated twice in this one lease: only alternated figures compare.
+    for i in 1 2; do
+      for v in new old; do
+        k=$K; [ "$v" = old ] && k="$KVAD_OLD"
+        $k bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2 \
+          --out "$O/tg128-$v-$i.json"
+      done
+    done
+  else
+    $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 3 --out "$O/tg128.json"
+  fi
 fi
 if [[ " $steps " == *" batch "* ]]; then
   $K bench "$W/hf" --backend gpu-bf16 --batch 32 --prompt-tokens 128 --gen-tokens 128 --rounds 2 --out "$O/batch32.json"

@@ -312,6 +312,26 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
 // per four weights, where the kernels above spend an extraction and an FMA per weight; the activations are read as
 // bytes, half the f32 traffic. A lane's chunks, the warp sum and the
 // quarter-sums keep the fixed order above, so a row's sum does not depend on B or the block height.
+// Sixteen q8 weights against sixteen activation bytes of one term: four dp4a (integer sums, exact in any order).
+__device__ __forceinline__ int dp4a_q8(uint4 w, int4 x) {
+    int s = __dp4a((int)w.x, x.x, 0);
+    s = __dp4a((int)w.y, x.y, s);
+    s = __dp4a((int)w.z, x.z, s);
+    return __dp4a((int)w.w, x.w, s);
+}
+
+// A q4 block's low and high nibbles (weights 0..15 and 16..31) against one activation term's two halves.
+__device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], int4 lo, int4 hi) {
+    int s = __dp4a(wl[0], lo.x, 0);
+    s = __dp4a(wh[0], hi.x, s);
+    s = __dp4a(wl[1], lo.y, s);
+    s = __dp4a(wh[1], hi.y, s);
+    s = __dp4a(wl[2], lo.z, s);
+    s = __dp4a(wh[2], hi.z, s);
+    s = __dp4a(wl[3], lo.w, s);
+    return __dp4a(wh[3], hi.w, s);
+}
+
 template <int B, int R>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
@@ -340,14 +360,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
             float dx = __ldg(&xds[(size_t)b * nb + (k >> 5)].x);
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                int isum = __dp4a((int)w[r].x, xv.x, 0);
-                isum = __dp4a((int)w[r].y, xv.y, isum);
-                isum = __dp4a((int)w[r].z, xv.z, isum);
-                isum = __dp4a((int)w[r].w, xv.w, isum);
-                int isum2 = __dp4a((int)w[r].x, xv2.x, 0);
-                isum2 = __dp4a((int)w[r].y, xv2.y, isum2);
-                isum2 = __dp4a((int)w[r].z, xv2.z, isum2);
-                isum2 = __dp4a((int)w[r].w, xv2.w, isum2);
+                int isum = dp4a_q8(w[r], xv), isum2 = dp4a_q8(w[r], xv2);
                 acc[b][r] = fmaf(d[r] * dx, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), acc[b][r]);
             }
         }
@@ -387,22 +400,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
                 int wl[4] = {(int)(w[r].x & m), (int)(w[r].y & m), (int)(w[r].z & m), (int)(w[r].w & m)};
                 int wh[4] = {(int)((w[r].x >> 4) & m), (int)((w[r].y >> 4) & m), (int)((w[r].z >> 4) & m),
                              (int)((w[r].w >> 4) & m)};
-                int isum = __dp4a(wl[0], lo.x, 0);
-                isum = __dp4a(wh[0], hi.x, isum);
-                isum = __dp4a(wl[1], lo.y, isum);
-                isum = __dp4a(wh[1], hi.y, isum);
-                isum = __dp4a(wl[2], lo.z, isum);
-                isum = __dp4a(wh[2], hi.z, isum);
-                isum = __dp4a(wl[3], lo.w, isum);
-                isum = __dp4a(wh[3], hi.w, isum);
-                int isum2 = __dp4a(wl[0], lo2.x, 0);
-                isum2 = __dp4a(wh[0], hi2.x, isum2);
-                isum2 = __dp4a(wl[1], lo2.y, isum2);
-                isum2 = __dp4a(wh[1], hi2.y, isum2);
-                isum2 = __dp4a(wl[2], lo2.z, isum2);
-                isum2 = __dp4a(wh[2], hi2.z, isum2);
-                isum2 = __dp4a(wl[3], lo2.w, isum2);
-                isum2 = __dp4a(wh[3], hi2.w, isum2);
+                int isum = dp4a_q4(wl, wh, lo, hi), isum2 = dp4a_q4(wl, wh, lo2, hi2);
                 float d = h2f((f16_t)(dm[r] & 0xffffu)), mn = h2f((f16_t)(dm[r] >> 16));
                 acc[b][r] = fmaf(d * ds.x, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), fmaf(mn, ds.y, acc[b][r]));
             }

@@ -560,7 +560,7 @@ impl GpuDecoder {
                 let (kp, vp) = self.layer_pages(li);
                 let a = if fused { qkv_in } else { self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)? };
                 gpu.matmul(&l.qkv, a, rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
-                gpu.qkv_post(&QkvPost {
+                let post = QkvPost {
                     qkv: s.qkv.ptr(),
                     q_out: s.q.ptr(),
                     k_pages: kp,
@@ -574,8 +574,8 @@ impl GpuDecoder {
                     nkv: c.n_kv_heads,
                     hd,
                     eps: c.norm_eps,
-                })?;
-                gpu.attention(&Attn {
+                };
+                let attn = Attn {
                     q: s.q.ptr(),
                     k_pages: kp,
                     v_pages: vp,
@@ -590,14 +590,27 @@ impl GpuDecoder {
                     scale: 1.0 / (hd as f32).sqrt(),
                     tiles,
                     n_tiles: plan.n_tiles,
-                })?;
+                };
+                // A decode pass (each row a different sequence's next token) runs qkv_post inside its attention,
+                // which also writes the o product's 8-bit activations when it reads them.
+                let att = if gemv && rows == seqs {
+                    let act8 = gpu.takes_act8(&l.o, rows);
+                    if gpu.attention_decode(&post, &attn, act8)? {
+                        Act::F32Act8(s.att.ptr())
+                    } else {
+                        Act::F32(s.att.ptr())
+                    }
+                } else {
+                    gpu.qkv_post(&post)?;
+                    gpu.attention(&attn)?;
+                    act(&s.att, gemv)
+                };
                 let a = if fused {
-                    let att = Act::F32(s.att.ptr());
                     let o = norm_to(&l.norm2, Some(&l.up));
                     gpu.gemv(kern, &l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, Some(&o))?;
                     normed(&o)
                 } else {
-                    gpu.matmul(&l.o, act(&s.att, gemv), rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
+                    gpu.matmul(&l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
                     self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?
                 };
                 gpu.matmul(&l.up, a, rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;

@@ -3,7 +3,7 @@
 //! `attention_chunks.cu`, passes of more rows). Which kernel a pass runs depends on its shape and row count alone,
 //! so a row's bits never depend on the other rows of its pass.
 
-use super::ops::{cfg, i, Meta, GEMV_MAX_ROWS};
+use super::ops::{cfg, i, Meta, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS};
 use super::{Gpu, GpuError};
 
 /// Addresses and sizes for [`Gpu::attention`].
@@ -152,6 +152,66 @@ impl Gpu {
         b.arg(&a.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win).arg(&a.scale).arg(&ob);
         b.launch(cfg((a.rows as u32, a.nkv as u32, 1), threads, smem))?;
         Ok(())
+    }
+}
+
+impl Gpu {
+    /// The attention of a decode pass whose rows are each the next token of a different sequence, with
+    /// [`Gpu::qkv_post`] folded in (`attention_decode.cu`): q/k norm and RoPE of the raw q/k/v rows at `p.qkv`, the
+    /// new keys and values into the pages, attention into `a.out` (f32; `a.q`, `a.out_bf16` and the tiles are not
+    /// used). With `act8` the output is also written as the dp4a products' 8-bit activations, for the o product to
+    /// take as [`super::Act::F32Act8`]. Shapes the kernel does not take (more than 8 rows or query heads per KV head,
+    /// head widths other than 32·D for D = 1, 2, 4, 8) run `qkv_post` and [`Gpu::attention`] instead. Returns
+    /// whether the 8-bit activations were written.
+    ///
+    /// # Safety
+    /// Every address must hold what [`QkvPost`] and [`Attn`] say; no two rows may share a sequence (a row would
+    /// not see the key another block writes).
+    pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool) -> Result<bool, GpuError> {
+        let g = p.nh / p.nkv.max(1);
+        let d = p.hd / 32;
+        let takes = p.rows <= GEMV_MAX_ROWS
+            && p.nkv > 0
+            && p.nh.is_multiple_of(p.nkv)
+            && g <= 8
+            && p.hd.is_multiple_of(32)
+            && matches!(d, 1 | 2 | 4 | 8);
+        if !takes {
+            self.qkv_post(p)?;
+            self.attention(a)?;
+            return Ok(false);
+        }
+        let act8 = act8 && (p.nh * p.hd) <= ACT8_MAX_K;
+        let gm = g.next_power_of_two();
+        let w = decode_warps(d, gm);
+        let f = self.func(&format!("attention_decode_{d}_g{gm}"));
+        let smem = (w * g * p.hd * 4) as u32;
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        let (oq, oq2, ods) = if act8 { self.act8_planes() } else { (0, 0, 0) };
+        let (mp, nh, nkv, win) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(a.window));
+        let mut b = super::launch::Launch::new(self, f);
+        b.arg(&p.qkv).arg(&p.k_pages).arg(&p.v_pages).arg(&a.out).arg(&p.q_norm).arg(&p.k_norm).arg(&p.inv_freq);
+        b.arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win);
+        b.arg(&a.scale).arg(&p.eps).arg(&oq).arg(&oq2).arg(&ods);
+        b.launch(cfg((p.rows as u32, p.nkv as u32, 1), (w * 32) as u32, smem))?;
+        Ok(act8)
+    }
+}
+
+/// Warps a block of `attention_decode_{d}_g{gm}` has: as many as a thread's registers allow for the accumulators,
+/// queries and two groups of 4 keys' K and V rows, 32 down to 8 (`AD_WARPS` in attention_decode.cu, which this
+/// must equal).
+fn decode_warps(d: usize, gm: usize) -> usize {
+    let regs = 2 * gm * d + 2 * gm + 4 * 4 * (d / 2).max(1) + 2 * d + 30;
+    if regs <= 64 {
+        32
+    } else if regs <= 128 {
+        16
+    } else {
+        8
     }
 }
 

@@ -104,7 +104,7 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// The kernel sources, compiled together.
-const SOURCES: [&str; 10] = [
+const SOURCES: [&str; 11] = [
     include_str!("kernels/common.cuh"),
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
@@ -114,6 +114,7 @@ const SOURCES: [&str; 10] = [
     include_str!("kernels/attention_chunks.cu"),
     include_str!("kernels/attention_split.cu"),
     include_str!("kernels/quant.cu"),
+    include_str!("kernels/attention_decode.cu"),
     include_str!("kernels/mma_few.cu"),
 ];
 
@@ -171,6 +172,11 @@ pub fn kernel_names() -> Vec<String> {
     for (d, gms, w) in ATT_WARPS_INSTANCES {
         for gm in gms {
             names.push(format!("attention_keys_{d}_w{w}_g{gm}"));
+        }
+    }
+    for d in [1, 2, 4, 8] {
+        for gm in [1, 2, 4, 8] {
+            names.push(format!("attention_decode_{d}_g{gm}"));
         }
     }
     for hd in [32, 64, 128, 256] {

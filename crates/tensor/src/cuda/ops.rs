@@ -461,7 +461,7 @@ impl Gpu {
     }
 
     /// The activation scratch's planes: first terms, second terms, (scale, sum) pairs.
-    fn act8_planes(&self) -> (u64, u64, u64) {
+    pub(crate) fn act8_planes(&self) -> (u64, u64, u64) {
         let plane = GEMV_MAX_ROWS * ACT8_MAX_K;
         (self.act8.ptr(), self.act8.at(plane), self.act8.at(2 * plane))
     }

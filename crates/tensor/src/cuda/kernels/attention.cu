@@ -125,6 +125,60 @@ __device__ __forceinline__ void load_f16(const f16_t* p, float* out) {
     }
 }
 
+// One key of a key stream: the score of each of the G query heads (a warp sum over the lanes' D dims), then the
+// online-softmax update of the head's running maximum m, sum l and accumulators by the key's value row.
+template <int D, int GM>
+__device__ __forceinline__ void key_step(const float (&qr)[GM][D], const float (&kv)[D], const float (&vv)[D],
+                                         float (&acc)[GM][D], float (&m)[GM], float (&l)[GM], int G) {
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (g < G) {
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < D; i++) s = fmaf(qr[g][i], kv[i], s);
+            s = warp_sum(s);
+            float mn = fmaxf(m[g], s);
+            float c = expf(m[g] - mn), p = expf(s - mn);
+            l[g] = l[g] * c + p;
+#pragma unroll
+            for (int i = 0; i < D; i++) acc[g][i] = fmaf(acc[g][i], c, p * vv[i]);
+            m[g] = mn;
+        }
+    }
+}
+
+// The end of a key-stream block: each warp's (m, l, accumulators) into shared memory (sm_m/sm_l [W][GM], sm_acc
+// [W][G·hd]), then one output of the block per thread per turn, `emit(o, value)` for o in [0, G·hd) — whole warps
+// take consecutive outputs, so `emit` may use warp shuffles.
+template <int D, int W, int GM, typename Emit>
+__device__ __forceinline__ void merge_warps(const float (&acc)[GM][D], const float (&m)[GM], const float (&l)[GM],
+                                            float (*sm_m)[GM], float (*sm_l)[GM], float* sm_acc, int G, Emit emit) {
+    const int hd = 32 * D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        if (g < G) {
+            if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+#pragma unroll
+            for (int i = 0; i < D; i++) sm_acc[warp * G * hd + g * hd + lane * D + i] = acc[g][i];
+        }
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
+        int g = o / hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < W; w++) mx = fmaxf(mx, sm_m[w][g]);
+        float num = 0.0f, den = 0.0f;
+        for (int w = 0; w < W; w++) {
+            if (sm_m[w][g] == -INFINITY) continue;  // a warp that saw no key
+            float c = expf(sm_m[w][g] - mx);
+            num = fmaf(sm_acc[w * G * hd + o], c, num);
+            den = fmaf(sm_l[w][g], c, den);
+        }
+        emit(o, num / den);
+    }
+}
+
 template <int D>
 __device__ void attention_keys_t(const float* __restrict__ q, const f16_t* __restrict__ k_pages,
                                  const f16_t* __restrict__ v_pages, void* out, const int* __restrict__ row_pos,
@@ -155,48 +209,14 @@ __device__ void attention_keys_t(const float* __restrict__ q, const f16_t* __res
         float kv[D], vv[D];
         load_f16<D>(k_pages + a, kv);
         load_f16<D>(v_pages + a, vv);
-#pragma unroll
-        for (int g = 0; g < ATT_GMAX; g++) {
-            if (g < G) {
-                float s = 0.0f;
-#pragma unroll
-                for (int i = 0; i < D; i++) s = fmaf(qr[g][i], kv[i], s);
-                s = warp_sum(s);
-                float mn = fmaxf(m[g], s);
-                float c = expf(m[g] - mn), p = expf(s - mn);
-                l[g] = l[g] * c + p;
-#pragma unroll
-                for (int i = 0; i < D; i++) acc[g][i] = fmaf(acc[g][i], c, p * vv[i]);
-                m[g] = mn;
-            }
-        }
+        key_step<D, ATT_GMAX>(qr, kv, vv, acc, m, l, G);
     }
     // Merge the warps' partial softmaxes.
-#pragma unroll
-    for (int g = 0; g < ATT_GMAX; g++) {
-        if (g < G) {
-            if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
-#pragma unroll
-            for (int i = 0; i < D; i++) sm_acc_dyn[warp * G * hd + g * hd + lane * D + i] = acc[g][i];
-        }
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
-        int g = o / hd;
-        float mx = -INFINITY;
-        for (int w = 0; w < ATT_WARPS; w++) mx = fmaxf(mx, sm_m[w][g]);
-        float num = 0.0f, den = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) {
-            if (sm_m[w][g] == -INFINITY) continue;  // a warp that saw no key
-            float c = expf(sm_m[w][g] - mx);
-            num = fmaf(sm_acc_dyn[w * G * hd + o], c, num);
-            den = fmaf(sm_l[w][g], c, den);
-        }
-        float v = num / den;
-        size_t idx = (size_t)r * nh * hd + (size_t)kvh * G * hd + o;
-        if (out_bf16) ((bf16_t*)out)[idx] = f2bf(v);
-        else ((float*)out)[idx] = v;
-    }
+    size_t base = (size_t)r * nh * hd + (size_t)kvh * G * hd;
+    merge_warps<D, ATT_WARPS, ATT_GMAX>(acc, m, l, sm_m, sm_l, sm_acc_dyn, G, [&](int o, float v) {
+        if (out_bf16) ((bf16_t*)out)[base + o] = f2bf(v);
+        else ((float*)out)[base + o] = v;
+    });
 }
 
 #define ATT_KEYS(D)                                                                                            \
@@ -260,21 +280,7 @@ __device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __re
             load_f16<D>(k_pages + a, kn);
             load_f16<D>(v_pages + a, vn);
         }
-#pragma unroll
-        for (int g = 0; g < GM; g++) {
-            if (g < G) {
-                float s = 0.0f;
-#pragma unroll
-                for (int i = 0; i < D; i++) s = fmaf(qr[g][i], kv[i], s);
-                s = warp_sum(s);
-                float mn = fmaxf(m[g], s);
-                float c = expf(m[g] - mn), p = expf(s - mn);
-                l[g] = l[g] * c + p;
-#pragma unroll
-                for (int i = 0; i < D; i++) acc[g][i] = fmaf(acc[g][i], c, p * vv[i]);
-                m[g] = mn;
-            }
-        }
+        key_step<D, GM>(qr, kv, vv, acc, m, l, G);
         if (nk <= pos) {
 #pragma unroll
             for (int i = 0; i < D; i++) {
@@ -284,31 +290,11 @@ __device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __re
         }
         key = nk;
     }
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        if (g < G) {
-            if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
-#pragma unroll
-            for (int i = 0; i < D; i++) sm_acc_w[warp * G * hd + g * hd + lane * D + i] = acc[g][i];
-        }
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
-        int g = o / hd;
-        float mx = -INFINITY;
-        for (int w = 0; w < W; w++) mx = fmaxf(mx, sm_m[w][g]);
-        float num = 0.0f, den = 0.0f;
-        for (int w = 0; w < W; w++) {
-            if (sm_m[w][g] == -INFINITY) continue;  // a warp that saw no key
-            float c = expf(sm_m[w][g] - mx);
-            num = fmaf(sm_acc_w[w * G * hd + o], c, num);
-            den = fmaf(sm_l[w][g], c, den);
-        }
-        float v = num / den;
-        size_t idx = (size_t)r * nh * hd + (size_t)kvh * G * hd + o;
-        if (out_bf16) ((bf16_t*)out)[idx] = f2bf(v);
-        else ((float*)out)[idx] = v;
-    }
+    size_t base = (size_t)r * nh * hd + (size_t)kvh * G * hd;
+    merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_w, G, [&](int o, float v) {
+        if (out_bf16) ((bf16_t*)out)[base + o] = f2bf(v);
+        else ((float*)out)[base + o] = v;
+    });
 }
 
 #define ATT_KEYS_W(D, W, GM)                                                                                   \

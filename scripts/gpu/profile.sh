@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Where a 32-row decode step's time goes (issue 8), on the device after scripts/gpu/stage.sh here: ncu's
-# gpu__time_duration of every kernel of a short `kvad bench --batch 32` at gpu-bf16 with graphs off (each kernel
-# launched alone so ncu sees it; its time is the same inside a graph), summed per kernel for the last decode pass;
-# then the step's wall time with graphs on, for the gaps. Makes the 8B-shaped model if it is not there.
-#   bash scripts/gpu/profile32.sh            (results in $OUT or /tmp/profile32)
+# Where a decode step's time goes (issue 8), on the device after scripts/gpu/stage.sh here: ncu's
+# gpu__time_duration of every kernel of a short `kvad bench --batch N` with graphs off (each kernel launched alone
+# so ncu sees it; inside a graph with PDL neighbours overlap, so the sum is an upper bound), summed per kernel for
+# the last decode pass; then the step's wall time with graphs on, for the gaps. Makes the 8B-shaped model if it is
+# not there.
+#   bash scripts/gpu/profile.sh [BATCH] [BACKEND...]   (default: 32 gpu-bf16; results in $OUT or /tmp/profile)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
 export KVAD_ROOT="${KVAD_ROOT:-$PWD}" KVAD_OFFLINE=1
-R="${OUT:-/tmp/profile32}"
+R="${OUT:-/tmp/profile}"
+N="${1:-32}"; shift || true
+BACKENDS=("${@:-gpu-bf16}")
 mkdir -p "$R"
 K=.gpu/bin/kvad
 B=/tmp/kvad-bench
@@ -22,11 +25,13 @@ fi
 [ -f "$B/hf/config.json" ] || KVAD_BENCH_REF=0 python3 scripts/gpu/make_bench_model.py "$B" .gpu/smollm2-tokenizer
 date -u
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+for be in "${BACKENDS[@]}"; do
+echo "== $be, $N rows"
 KVAD_GPU_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-  --log-file "$R/ncu32.csv" $K bench "$B/hf" --backend gpu-bf16 --batch 32 --prompt-tokens 128 --gen-tokens 4 \
+  --log-file "$R/ncu-$be-$N.csv" $K bench "$B/hf" --backend "$be" --batch "$N" --prompt-tokens 128 --gen-tokens 4 \
   --rounds 1 --warmup 0 2>&1 | tail -5
 date -u
-python3 - "$R/ncu32.csv" <<'PY'
+python3 - "$R/ncu-$be-$N.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 hdr, rows = rows[0], rows[1:]
@@ -48,9 +53,7 @@ print("last pass: %d kernels, %.1f us" % (len(last), tot / 1e3))
 for (n, g, bl), (c, s) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print("%8.1f us %5.1f%% x%-3d %6.2f us each  %s grid%s block%s" % (s / 1e3, 100 * s / tot, c, s / c / 1e3, n, g, bl))
 PY
-for v in new; do
-  pre=""; [ "$v" = old ] && pre="env KVAD_GPU_MMA_FEW=0 KVAD_DEVICE_GREEDY=0"
-  $pre $K bench "$B/hf" --backend gpu-bf16 --batch 32 --prompt-tokens 128 --gen-tokens 128 --rounds 2 \
-    --out "$R/batch32-$v-$RANDOM.json" 2>&1 | grep -E "gpu-|DECODE" | sed "s/^/[$v] /"
+$K bench "$B/hf" --backend "$be" --batch "$N" --prompt-tokens 128 --gen-tokens 128 --rounds 2 \
+  --out "$R/bench-$be-$N.json" 2>&1 | grep -E "gpu-|DECODE"
 done
 date -u

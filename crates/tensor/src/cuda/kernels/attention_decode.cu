@@ -1,0 +1,193 @@
+// Decode attention with qkv_post folded in, for passes whose rows are each the next token of a different
+// sequence (decode steps of up to 8 sequences): block (row, KV head) takes the q/k/v product's raw row, applies the
+// per-head RMSNorm and RoPE of qkv_post (elementwise.cu) to its group's query heads and to its KV head's new key,
+// writes the new key and value into the pages itself, and attends over keys lo..=pos as the key-stream kernels do
+// (attention.cu: warp w takes keys lo+w, lo+w+W, …, lane l dims [l·D, l·D+D)). Two launches a layer become one.
+//
+// Its loads do not wait on one another: the page table's first 32 entries sit one a lane (a key's page is a
+// shuffle away, not a dependent load), and a warp asks for AD_KB keys' K and V rows at a time, the next AD_KB while
+// it works on these. Everything the q/k/v product does not write — positions, page tables, earlier keys, the RoPE
+// angles — is read before the PDL wait, so the first keys arrive while that product still runs; only q and the new
+// key come after it. With `oq` given the output is also written in the dp4a products' two 8-bit terms (act8_block
+// in quant.cu) for the o product, sparing it a quant_act8 launch.
+//
+// The new key is the last of warp (pos − lo) mod W's stream, taken from registers after rounding to f16 as the
+// pages hold it: the bits are those of qkv_post followed by a key-stream kernel of W warps.
+#define AD_KB 4
+
+template <int D> struct HalfRow;
+template <> struct HalfRow<1> { typedef unsigned short T; };
+template <> struct HalfRow<2> { typedef unsigned T; };
+template <> struct HalfRow<4> { typedef uint2 T; };
+template <> struct HalfRow<8> { typedef uint4 T; };
+
+__device__ __forceinline__ void unpack_h(unsigned short u, float* o) { o[0] = h2f(u); }
+__device__ __forceinline__ void unpack_h(unsigned u, float* o) {
+    o[0] = h2f((f16_t)(u & 0xffffu));
+    o[1] = h2f((f16_t)(u >> 16));
+}
+__device__ __forceinline__ void unpack_h(uint2 u, float* o) {
+    unpack_h(u.x, o);
+    unpack_h(u.y, o + 2);
+}
+__device__ __forceinline__ void unpack_h(uint4 u, float* o) {
+    unpack_h(u.x, o);
+    unpack_h(u.y, o + 2);
+    unpack_h(u.z, o + 4);
+    unpack_h(u.w, o + 6);
+}
+
+// Offset of this lane's dims of `key` in the pages: the page from lane (page − pbase)'s table entry when within
+// the 32 held, else from the table.
+__device__ __forceinline__ size_t ad_key_at(int key, int pbase, int tab, const int* table, int nkv, int kvh, int hd,
+                                            int lane, int D) {
+    int pg = key / PAGE, j = pg - pbase;
+    int page = j < 32 ? __shfl_sync(0xffffffffu, tab, j) : table[pg];
+    return (((size_t)page * nkv + kvh) * PAGE + key % PAGE) * hd + (size_t)lane * D;
+}
+
+// A head's D dims of this lane from the raw row, through qkv_post's arithmetic: RMSNorm over the head (when `nw`),
+// then rotate-half RoPE with the angles' sines and cosines (when `rope`); the partner of dim j < hd/2 is j + hd/2,
+// held by lane ^ 16.
+template <int D>
+__device__ __forceinline__ void ad_head(const float* src, const float* __restrict__ nw, float eps, bool rope,
+                                        const float (&sn)[D], const float (&cs)[D], float (&v)[D]) {
+    const int hd = 32 * D;
+    int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < D; i++) v[i] = src[lane * D + i];
+    if (nw) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < D; i++) ss += v[i] * v[i];
+        float inv = rsqrtf(warp_sum(ss) / (float)hd + eps);
+#pragma unroll
+        for (int i = 0; i < D; i++) v[i] = v[i] * inv * nw[lane * D + i];
+    }
+    if (rope) {
+        bool low = lane < 16;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            float p = __shfl_xor_sync(0xffffffffu, v[i], 16);
+            // qkv_post: a2 = a·c − b·s (dims below hd/2), b2 = b·c + a·s (their partners).
+            v[i] = low ? v[i] * cs[i] - p * sn[i] : v[i] * cs[i] + p * sn[i];
+        }
+    }
+}
+
+template <int D, int W, int GM>
+__device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages, f16_t* v_pages, float* out,
+                                   const float* __restrict__ q_norm, const float* __restrict__ k_norm,
+                                   const float* __restrict__ inv_freq, const int* __restrict__ row_pos,
+                                   const int* __restrict__ row_seq, const int* __restrict__ tables, int max_pages,
+                                   int nh, int nkv, int window, float scale, float eps, signed char* oq,
+                                   signed char* oq2, float2* ods) {
+    typedef typename HalfRow<D>::T raw_t;
+    const int hd = 32 * D;
+    __shared__ float sm_m[W][GM], sm_l[W][GM];
+    extern __shared__ float sm_acc_d[];  // [W][G * hd]
+    int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int G = nh / nkv;
+    int pos = row_pos[r];
+    const int* table = tables + (size_t)row_seq[r] * max_pages;
+    int lo = window > 0 ? max(0, pos + 1 - window) : 0;
+    int pbase = lo / PAGE;
+    int tab = pbase + lane < max_pages ? table[pbase + lane] : 0;
+    // This warp's keys before pos: lo + warp + W·i for i < nk.
+    int nk = pos - lo > warp ? (pos - lo - warp + W - 1) / W : 0;
+    raw_t ck[AD_KB] = {}, cv[AD_KB] = {};
+#pragma unroll
+    for (int j = 0; j < AD_KB; j++) {
+        if (j < nk) {
+            size_t a = ad_key_at(lo + warp + W * j, pbase, tab, table, nkv, kvh, hd, lane, D);
+            ck[j] = *(const raw_t*)(k_pages + a);
+            cv[j] = *(const raw_t*)(v_pages + a);
+        }
+    }
+    float sn[D], cs[D];
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+        sn[i] = 0.0f;
+        cs[i] = 1.0f;
+        if (inv_freq) sincosf((float)pos * inv_freq[(lane & 15) * D + i], &sn[i], &cs[i]);
+    }
+    PDL_ENTER();
+    const float* row = qkv + (size_t)r * (nh + 2 * nkv) * hd;
+    float qr[GM][D], acc[GM][D], m[GM], l[GM];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+        float v[D];
+        ad_head<D>(row + (size_t)(kvh * G + min(g, G - 1)) * hd, q_norm, eps, inv_freq != nullptr, sn, cs, v);
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            qr[g][i] = g < G ? v[i] * scale : 0.0f;
+            acc[g][i] = 0.0f;
+        }
+    }
+    for (int base = 0; base < nk; base += AD_KB) {
+        raw_t nk_[AD_KB] = {}, nv_[AD_KB] = {};
+#pragma unroll
+        for (int j = 0; j < AD_KB; j++) {
+            if (base + AD_KB + j < nk) {
+                size_t a = ad_key_at(lo + warp + W * (base + AD_KB + j), pbase, tab, table, nkv, kvh, hd, lane, D);
+                nk_[j] = *(const raw_t*)(k_pages + a);
+                nv_[j] = *(const raw_t*)(v_pages + a);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < AD_KB; j++) {
+            if (base + j < nk) {
+                float kf[D], vf[D];
+                unpack_h(ck[j], kf);
+                unpack_h(cv[j], vf);
+                key_step<D, GM>(qr, kf, vf, acc, m, l, G);
+            }
+            ck[j] = nk_[j];
+            cv[j] = nv_[j];
+        }
+    }
+    if (warp == (pos - lo) % W) {
+        // The new key and value: into the pages as f16, and into this warp's stream as the pages hold them.
+        float kf[D], vf[D];
+        ad_head<D>(row + (size_t)(nh + kvh) * hd, k_norm, eps, inv_freq != nullptr, sn, cs, kf);
+        const float* vs = row + (size_t)(nh + nkv + kvh) * hd + lane * D;
+        int page = table[pos / PAGE];
+        size_t a = (((size_t)page * nkv + kvh) * PAGE + pos % PAGE) * hd + (size_t)lane * D;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            f16_t kh = f2h(kf[i]), vh = f2h(vs[i]);
+            k_pages[a + i] = kh;
+            v_pages[a + i] = vh;
+            kf[i] = h2f(kh);
+            vf[i] = h2f(vh);
+        }
+        key_step<D, GM>(qr, kf, vf, acc, m, l, G);
+    }
+    size_t obase = (size_t)r * nh * hd + (size_t)kvh * G * hd;
+    merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, [&](int o, float v) {
+        out[obase + o] = v;
+        if (oq) act8_block(v, obase + o, (obase + o) / 32, oq, oq2, ods);
+    });
+}
+
+// Warps a block per (D, GM): as many as the registers allow (the accumulators, queries and two groups of AD_KB
+// keys' K and V rows a thread), from 32 down to 8. `decode_warps` in attention.rs says the same.
+#define AD_WARPS(D, GM) ((2 * (GM) * (D) + 2 * (GM) + 4 * AD_KB * ((D) > 1 ? (D) / 2 : 1) + 2 * (D) + 30) <= 64 ? 32 \
+                         : (2 * (GM) * (D) + 2 * (GM) + 4 * AD_KB * ((D) > 1 ? (D) / 2 : 1) + 2 * (D) + 30) <= 128 ? 16 \
+                                                                                                                 : 8)
+
+#define ATT_DECODE(D, GM)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(AD_WARPS(D, GM) * 32) attention_decode_##D##_g##GM(          \
+        const float* qkv, f16_t* k_pages, f16_t* v_pages, float* out, const float* q_norm, const float* k_norm, \
+        const float* inv_freq, const int* row_pos, const int* row_seq, const int* tables, int max_pages, int nh, \
+        int nkv, int window, float scale, float eps, signed char* oq, signed char* oq2, float2* ods) {          \
+        attention_decode_t<D, AD_WARPS(D, GM), GM>(qkv, k_pages, v_pages, out, q_norm, k_norm, inv_freq,        \
+                                                   row_pos, row_seq, tables, max_pages, nh, nkv, window, scale, \
+                                                   eps, oq, oq2, ods);                                          \
+    }
+ATT_DECODE(1, 1) ATT_DECODE(1, 2) ATT_DECODE(1, 4) ATT_DECODE(1, 8)
+ATT_DECODE(2, 1) ATT_DECODE(2, 2) ATT_DECODE(2, 4) ATT_DECODE(2, 8)
+ATT_DECODE(4, 1) ATT_DECODE(4, 2) ATT_DECODE(4, 4) ATT_DECODE(4, 8)
+ATT_DECODE(8, 1) ATT_DECODE(8, 2) ATT_DECODE(8, 4) ATT_DECODE(8, 8)

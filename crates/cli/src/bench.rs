@@ -77,6 +77,13 @@ pub fn run(a: BenchArgs, json: bool) -> Result<()> {
             s.round, variants[i].0, s.prefill_tps, s.decode_tps, s.ttft_ms
         );
     })?;
+    // KVAD_GPU_TRACE: the kernels' records of every GPU sample, for scripts/gpu/trace.py.
+    if std::env::var_os("KVAD_GPU_TRACE").is_some()
+        && variants.iter().any(|(_, m)| m.backend.device() != kvad_tensor::Device::Cpu)
+    {
+        let n = kvad_tensor::cuda::Gpu::shared(None)?.trace_dump()?;
+        eprintln!("kvad bench: {n} kernel records written to the KVAD_GPU_TRACE file");
+    }
     let doc = serde_json::json!({
         "protocol": {"rounds": a.rounds, "warmup": a.warmup, "prompt_tokens": a.prompt_tokens,
                      "gen_tokens": a.gen_tokens, "batch": a.batch, "threads": threads, "interleaved": true, "empty_cache_each_sample": true},

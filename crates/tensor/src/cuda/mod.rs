@@ -13,6 +13,7 @@ mod compile;
 mod launch;
 mod matrix;
 mod ops;
+mod trace;
 
 pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkKernel, FLASH_TILE};
 pub use buffer::DevBuf;
@@ -61,6 +62,14 @@ pub enum GpuError {
     /// A shape or format the kernels do not take.
     #[error("{0}")]
     Shape(String),
+    /// The kernel trace file could not be written.
+    #[error("KVAD_GPU_TRACE={path}: {err}")]
+    Trace {
+        /// The file.
+        path: String,
+        /// Why.
+        err: std::io::Error,
+    },
 }
 
 /// What this machine's GPU is, for `kvad doctor` and backend choice.
@@ -95,6 +104,8 @@ pub struct Gpu {
     pub(crate) act8: DevBuf,
     /// Whether launches carry programmatic dependent launch (`launch::pdl_wanted`).
     pub(crate) pdl: bool,
+    /// The kernel trace, when `KVAD_GPU_TRACE` asks for one.
+    trace: Option<trace::Trace>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -291,7 +302,9 @@ impl Gpu {
         let blas = blas::Blas::new(stream.clone())?;
         let act8 = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(ops::ACT8_BYTES)?, ops::ACT8_BYTES);
         let pdl = launch::pdl_wanted(info.capability);
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel: GemvKernel::from_env(), act8, pdl })
+        let trace = trace::Trace::open(&stream, &module)?;
+        let gemv_kernel = GemvKernel::from_env();
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, pdl, trace })
     }
 
     /// The device's properties as found at open.

@@ -88,6 +88,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     extern __shared__ float sm_acc_d[];  // [W][G * hd]
     int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int G = nh / nkv;
+    bool first = (threadIdx.x | blockIdx.x | blockIdx.y) == 0;  // the thread that marks the trace
+    if (first) trace_mark(910);
     int pos = row_pos[r];
     const int* table = tables + (size_t)row_seq[r] * max_pages;
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
@@ -126,6 +128,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
             acc[g][i] = 0.0f;
         }
     }
+    if (first) trace_mark(911);
     for (int base = 0; base < nk; base += AD_KB) {
         raw_t nk_[AD_KB] = {}, nv_[AD_KB] = {};
 #pragma unroll
@@ -165,11 +168,13 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         }
         key_step<D, GM>(qr, kf, vf, acc, m, l, G);
     }
+    if (first) trace_mark(912);
     size_t obase = (size_t)r * nh * hd + (size_t)kvh * G * hd;
     merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, [&](int o, float v) {
         out[obase + o] = v;
         if (oq) act8_block(v, obase + o, (obase + o) / 32, oq, oq2, ods);
     });
+    if (first) trace_mark(913);
 }
 
 // Warps a block per (D, GM): as many as the registers allow (the accumulators, queries and two groups of AD_KB

@@ -73,10 +73,45 @@ __device__ __forceinline__ void pdl_trigger() {
 // kernel before it ends (before pdl_wait), and found in L2 by the loads after it.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-#define PDL_ENTER()    \
-    do {               \
-        pdl_wait();    \
-        pdl_trigger(); \
+// The kernel trace (`KVAD_GPU_TRACE`, trace.rs): when kvad_trace is set, the first thread of every kernel's first
+// block records, past pdl_wait, the global timer and the launch's shape ([time, grid.x | grid.y << 24 | block.x <<
+// 48] a record), in the order kernels run. The kernel before has ended by then, so the gaps between records are each
+// kernel's time inside a graph, overlap with its neighbours included — what ncu, launching each alone, cannot see.
+extern "C" {
+__device__ unsigned long long* kvad_trace;
+__device__ unsigned kvad_trace_n;
+__device__ unsigned kvad_trace_cap;
+}
+
+// One record by the calling thread: the global timer and `what` (a launch's shape, or a mark).
+__device__ __forceinline__ void trace_record(unsigned long long what) {
+    unsigned long long* t = *(unsigned long long* volatile*)&kvad_trace;
+    if (t) {
+        unsigned long long now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        unsigned i = atomicAdd(&kvad_trace_n, 1u);
+        if (i < kvad_trace_cap) {
+            t[2 * i] = now;
+            t[2 * i + 1] = what;
+        }
+    }
+}
+
+__device__ __forceinline__ void trace_entry() {
+    if ((threadIdx.x | threadIdx.y | blockIdx.x | blockIdx.y | blockIdx.z) == 0)
+        trace_record((unsigned long long)gridDim.x | ((unsigned long long)gridDim.y << 24) |
+                     ((unsigned long long)blockDim.x << 48));
+}
+
+// A point inside a kernel, for the trace: recorded as the shape (id, 0, 0) by whichever thread calls it, so
+// scripts/gpu/trace.py shows the time from the kernel's record to each of its marks.
+__device__ __forceinline__ void trace_mark(unsigned id) { trace_record(id); }
+
+#define PDL_ENTER()     \
+    do {                \
+        pdl_wait();     \
+        trace_entry();  \
+        pdl_trigger();  \
     } while (0)
 
 // The decode activations' two 8-bit terms (quant_act8 in quant.cu): the block's scale d = max|x|/127 and its

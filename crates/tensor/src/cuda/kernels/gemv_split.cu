@@ -52,6 +52,9 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     __syncthreads();
     if (!last) return;
     __threadfence();
+    if (threadIdx.x == 0) trace_mark(901);
+    // The norm weights asked of L2 now, so their loads after the sum below do not wait on HBM.
+    for (int n = threadIdx.x * 32; n < N; n += blockDim.x * 32) prefetch_l2(ng + n);
     // Rows up to TAIL_V float4s a thread are loaded whole into registers (one round trip to L2, not one per
     // element), summed, and written from there.
     constexpr int TAIL_V = 16;
@@ -70,28 +73,47 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                 ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
             }
             float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+            if (threadIdx.x == 0) trace_mark(902);
             bool act8 = A8 && nq && (N & 31) == 0;
 #pragma unroll
             for (int j = 0; j < TAIL_V; j++) {
                 int n = (threadIdx.x + j * blockDim.x) * 4;
-                float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (n < N) {
                     float4 w = __ldg((const float4*)(ng + n));
-                    o = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
-                    *(float4*)(ob + n) = o;
+                    v[j] = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
+                    *(float4*)(ob + n) = v[j];
+                } else {
+                    v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
-                if (act8) {
-                    // Eight consecutive threads hold one block of 32 (all in range or all out, N being whole blocks).
-                    float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-                    float bs = (o.x + o.y) + (o.z + o.w);
+            }
+            // Eight consecutive threads hold one block of 32 (all in range or all out, N being whole blocks); four
+            // blocks at a time, so their shuffles and divisions overlap rather than wait on one another.
+            constexpr int TG = 4;
 #pragma unroll
-                    for (int m = 1; m < 8; m <<= 1) {
-                        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-                        bs += __shfl_xor_sync(0xffffffffu, bs, m);
+            for (int j0 = 0; j0 < TAIL_V && act8; j0 += TG) {
+                if (((threadIdx.x & ~31u) + j0 * blockDim.x) * 4 >= (unsigned)N) break;  // whole warps
+                float amax[TG], bs[TG];
+#pragma unroll
+                for (int u = 0; u < TG; u++) {
+                    float4 o = v[j0 + u];
+                    amax[u] = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+                    bs[u] = (o.x + o.y) + (o.z + o.w);
+                }
+#pragma unroll
+                for (int m = 1; m < 8; m <<= 1) {
+#pragma unroll
+                    for (int u = 0; u < TG; u++) {
+                        amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xffffffffu, amax[u], m));
+                        bs[u] += __shfl_xor_sync(0xffffffffu, bs[u], m);
                     }
+                }
+#pragma unroll
+                for (int u = 0; u < TG; u++) {
+                    int n = (threadIdx.x + (j0 + u) * blockDim.x) * 4;
                     if (n < N) {
+                        float4 o = v[j0 + u];
                         float d, id;
-                        act8_scale(amax, d, id);
+                        act8_scale(amax[u], d, id);
                         char4 a, c;
                         act8_terms(o.x, id, a.x, c.x);
                         act8_terms(o.y, id, a.y, c.y);
@@ -100,7 +122,7 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                         size_t at = (size_t)b * N + n;
                         *(char4*)(nq + at) = a;
                         *(char4*)(nq2 + at) = c;
-                        if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bs);
+                        if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bs[u]);
                     }
                 }
             }
@@ -113,7 +135,10 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
             for (int n = threadIdx.x; n < N; n += blockDim.x) ob[n] = __ldcg(yb + n) * inv * ng[n];
         }
     }
-    if (threadIdx.x == 0) *counter = 0u;
+    if (threadIdx.x == 0) {
+        *counter = 0u;
+        trace_mark(903);
+    }
 }
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, and

@@ -1,0 +1,67 @@
+//! The kernel trace: with `KVAD_GPU_TRACE=path`, every kernel's first block records when it passed its PDL wait
+//! (common.cuh's `trace_entry`), and [`Gpu::trace_dump`] writes the records to `path` as text, one kernel a line:
+//! `ns grid_x grid_y block_x`. The gap from one record to the next is that kernel's time on the critical path
+//! inside a CUDA graph, with programmatic dependent launch — what a profiler that launches each kernel alone (ncu)
+//! cannot measure. `scripts/gpu/trace.py` sums a decode step's records by kernel shape.
+
+use super::{Gpu, GpuError};
+use cudarc::driver::{CudaModule, CudaSlice};
+use std::sync::Arc;
+
+/// Records the trace buffer holds (16 bytes each).
+const CAP: u32 = 1 << 20;
+
+/// The trace buffer and the module's counter, when tracing.
+pub(crate) struct Trace {
+    buf: CudaSlice<u64>,
+    module: Arc<CudaModule>,
+    path: String,
+}
+
+impl Trace {
+    /// Sets the kernels' trace pointer when `KVAD_GPU_TRACE` names a file; None otherwise.
+    pub(crate) fn open(
+        gpu_stream: &Arc<cudarc::driver::CudaStream>,
+        module: &Arc<CudaModule>,
+    ) -> Result<Option<Trace>, GpuError> {
+        let Ok(path) = std::env::var("KVAD_GPU_TRACE") else { return Ok(None) };
+        let buf = gpu_stream.alloc_zeros::<u64>(2 * CAP as usize)?;
+        let (ptr, _) = cudarc::driver::DevicePtr::device_ptr(&buf, gpu_stream);
+        let mut at = module.get_global("kvad_trace", gpu_stream)?;
+        gpu_stream.memcpy_htod(&ptr.to_le_bytes(), &mut at)?;
+        let mut cap = module.get_global("kvad_trace_cap", gpu_stream)?;
+        gpu_stream.memcpy_htod(&CAP.to_le_bytes(), &mut cap)?;
+        gpu_stream.synchronize()?;
+        Ok(Some(Trace { buf, module: module.clone(), path }))
+    }
+}
+
+impl Gpu {
+    /// Writes the kernel trace so far to the `KVAD_GPU_TRACE` file and starts it afresh; does nothing when not
+    /// tracing. Returns the records written.
+    pub fn trace_dump(&self) -> Result<usize, GpuError> {
+        let Some(t) = &self.trace else { return Ok(0) };
+        self.stream.synchronize()?;
+        let mut n = self.module_global_u32(&t.module, "kvad_trace_n")?;
+        n = n.min(CAP);
+        let all: Vec<u64> = self.stream.clone_dtoh(&t.buf)?;
+        let mut text = String::with_capacity(n as usize * 32);
+        for r in all.chunks(2).take(n as usize) {
+            let shape = r[1];
+            text.push_str(&format!("{} {} {} {}\n", r[0], shape & 0xff_ffff, (shape >> 24) & 0xff_ffff, shape >> 48));
+        }
+        std::fs::write(&t.path, text).map_err(|err| GpuError::Trace { path: t.path.clone(), err })?;
+        let mut counter = t.module.get_global("kvad_trace_n", &self.stream)?;
+        self.stream.memcpy_htod(&0u32.to_le_bytes(), &mut counter)?;
+        self.stream.synchronize()?;
+        Ok(n as usize)
+    }
+
+    fn module_global_u32(&self, module: &Arc<CudaModule>, name: &str) -> Result<u32, GpuError> {
+        let g = module.get_global(name, &self.stream)?;
+        let mut b = [0u8; 4];
+        self.stream.memcpy_dtoh(&g, &mut b)?;
+        self.stream.synchronize()?;
+        Ok(u32::from_le_bytes(b))
+    }
+}

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU benchmarks of docs/performance.md, on the device (after scripts/gpu/stage.sh here):
-#   bash scripts/gpu/bench.sh [make] [agree] [tg] [batch] [pp]     (no argument: all of them)
+#   bash scripts/gpu/bench.sh [make] [agree] [tg] [batch] [pp] [trace]     (no argument: all but trace)
 # make: the Llama-3-8B-shaped model and its PyTorch reference into $KVAD_BENCH_DIR (default /tmp/kvad-bench);
 # agree: top-1 against PyTorch bf16 (safetensors and GGUF); tg: one stream, 128-token prompt, 128 generated;
-# batch: 32 sequences together; pp: a 2,048-token prompt. JSON of every sample goes to $OUT (or /tmp).
-# KVAD_OLD=path/to/old/kvad: tg alternates this build with that one, twice.
+# batch: 32 sequences together; pp: a 2,048-token prompt; trace: each backend's decode step kernel by kernel inside
+# the graph (KVAD_GPU_TRACE, summed by scripts/gpu/trace.py). JSON of every sample goes to $OUT (or /tmp).
+# KVAD_OLD=path/to/old/kvad: tg alternates this build with that one, twice; KVAD_AB_ENV="NAME=value …": tg
+# alternates this build with and without those settings, twice.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
@@ -13,6 +15,8 @@ W="${KVAD_BENCH_DIR:-/tmp/kvad-bench}"
 O="${OUT:-/tmp}"
 K=.gpu/bin/kvad
 steps="${*:-make agree tg batch pp}"
+# The PyTorch reference is only for agree (it takes most of make's time).
+[[ " $steps " == *" agree "* ]] || export KVAD_BENCH_REF=0
 mkdir -p "$W"
 if [[ " $steps " == *" make "* && ! -f "$W/teacher.json" ]]; then
   if ls .whl/gguf-*.whl >/dev/null 2>&1; then
@@ -30,7 +34,16 @@ if [[ " $steps " == *" agree "* ]]; then
     KVAD_BIG_REF="$W/teacher.json" .gpu/bin/gpu_big --nocapture
 fi
 if [[ " $steps " == *" tg "* ]]; then
-  if [ -n "${KVAD_OLD:-}" ]; then
+  if [ -n "${KVAD_AB_ENV:-}" ]; then
+    # The build with and without an environment setting (KVAD_AB_ENV="KVAD_GPU_CARVEOUT=100", say), alternated twice.
+    for i in 1 2; do
+      for v in env plain; do
+        pre=(); [ "$v" = env ] && pre=(env $KVAD_AB_ENV)
+        "${pre[@]}" $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2 \
+          --out "$O/tg128-$v-$i.json"
+      done
+    done
+  elif [ -n "${KVAD_OLD:-}" ]; then
     # A change against the build before it (KVAD_OLD: that build's kvad, e.g. .gpu/old/kvad copied there before
     # staging the change), alternated twice in this one lease: only alternated figures compare.
     for i in 1 2; do
@@ -49,4 +62,12 @@ if [[ " $steps " == *" batch "* ]]; then
 fi
 if [[ " $steps " == *" pp "* ]]; then
   $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 2048 --gen-tokens 2 --rounds 3 --out "$O/pp2048.json"
+fi
+if [[ " $steps " == *" trace "* ]]; then
+  for be in gpu-q4 gpu-q8 gpu-bf16; do
+    KVAD_GPU_TRACE="$O/trace-$be.txt" $K bench "$W/hf" --backend "$be" --prompt-tokens 128 --gen-tokens 64 --rounds 1 \
+      --warmup 0 > /dev/null
+    python3 scripts/gpu/trace.py "$O/trace-$be.txt" | tee "$O/trace-$be-summary.txt"
+    rm -f "$O/trace-$be.txt"
+  done
 fi

@@ -295,8 +295,16 @@ impl Gpu {
         let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache)?;
         let module = ctx.load_module(ptx)?;
         let mut funcs = HashMap::new();
+        // KVAD_GPU_CARVEOUT=p (0-100, for measuring): every kernel prefers p% of the L1/shared split as shared
+        // memory, so an SM need not be reconfigured (drained) between a product (little shared memory) and the
+        // decode attention (32-64 KB).
+        let carveout: Option<i32> = std::env::var("KVAD_GPU_CARVEOUT").ok().and_then(|v| v.parse().ok());
         for name in kernel_names() {
             let f = module.load_function(&name)?;
+            if let Some(p) = carveout {
+                use cudarc::driver::sys::CUfunction_attribute as A;
+                f.set_attribute(A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p.clamp(0, 100))?;
+            }
             funcs.insert(name, f);
         }
         let blas = blas::Blas::new(stream.clone())?;

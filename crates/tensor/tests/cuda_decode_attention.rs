@@ -3,17 +3,10 @@
 
 use half::f16;
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, GemvKernel, Gpu, Meta, QkvPost, KV_PAGE};
+use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, GemvKernel, Meta, QkvPost, KV_PAGE};
 
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
+mod common;
+use common::{data, gpu};
 
 /// Decode rows of five sequences (contexts of 1 to 300 keys over scattered pages) through `attention_decode` and
 /// through `qkv_post` then the key-stream attention, for every head width and group size the kernel has a
@@ -22,13 +15,7 @@ fn data(n: usize, seed: u64) -> Vec<f32> {
 /// activations it writes are those `quant_act8` makes of its output (a dp4a product over them gives the same bits).
 #[test]
 fn decode_attention_equals_qkv_post_then_attention() {
-    let g = match Gpu::shared(None) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("no GPU found ({e}): the CUDA kernel tests run on the device (scripts/gpu/test.sh)");
-            return;
-        }
-    };
+    let Some(g) = gpu() else { return };
     let ctx = [1usize, 17, 130, 300, 64];
     let rows = ctx.len();
     let max_pages = 300usize.div_ceil(KV_PAGE);

@@ -3,29 +3,10 @@
 
 use kvad_tensor::cpu::{QMatrix, QType};
 use kvad_tensor::cuda::{
-    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
-use std::sync::Arc;
-
-fn gpu() -> Option<Arc<Gpu>> {
-    match Gpu::shared(None) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            eprintln!("no GPU found ({e}): the CUDA kernel tests run on the device (scripts/gpu/test.sh)");
-            None
-        }
-    }
-}
-
-fn data(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 33) as f32 / (1u64 << 31) as f32 - 0.5) * 2.0
-        })
-        .collect()
-}
+mod common;
+use common::{data, gpu};
 
 /// bf16 matrix of these values, as the loader would hold it.
 fn bf16_matrix(rows: usize, cols: usize, w: &[f32]) -> QMatrix {

@@ -521,11 +521,11 @@ fn every_kernel_compiles_with_nvrtc() {
         eprintln!("libnvrtc not found: scripts/test.sh installs it (nvidia-cuda-nvrtc) and sets LD_LIBRARY_PATH");
         return;
     }
-    // Hopper (with programmatic dependent launch) and Ampere (the oldest kvad takes, where it compiles away),
-    // compiled side by side: each takes about a minute on one core.
+    // Hopper (with programmatic dependent launch) and Ampere (the oldest kvad takes, where it compiles away; with
+    // the kernel trace compiled in, so that code is checked too), side by side: each takes a minute on one core.
     let caps = [(9, 0), (8, 0)];
     let ptxs: Vec<String> = std::thread::scope(|s| {
-        let jobs: Vec<_> = caps.map(|cap| s.spawn(move || kvad_tensor::cuda::compile_kernels(cap))).into();
+        let jobs: Vec<_> = caps.map(|cap| s.spawn(move || kvad_tensor::cuda::compile_kernels(cap, cap.0 < 9))).into();
         jobs.into_iter()
             .zip(caps)
             .map(|(j, cap)| j.join().unwrap().unwrap_or_else(|e| panic!("{cap:?}: {e}")))
@@ -536,6 +536,7 @@ fn every_kernel_compiles_with_nvrtc() {
             assert!(ptx.contains(&format!(".entry {name}(")), "kernel {name} missing from the PTX for {cap:?}");
         }
         assert_eq!(ptx.contains("griddepcontrol"), cap.0 >= 9, "griddepcontrol only from sm_90, {cap:?}");
+        assert_eq!(ptx.contains("globaltimer"), cap.0 < 9, "the trace only where asked for, {cap:?}");
     }
 }
 

@@ -6,10 +6,15 @@ use std::hash::{Hash, Hasher};
 use std::path::Path;
 
 /// PTX for the sources on a GPU of this compute capability: from the cache when an entry for exactly these
-/// sources exists, else compiled (about a second) and written there.
-pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>) -> Result<Ptx, GpuError> {
+/// sources and options exists, else compiled (about a second) and written there.
+/// With `trace` the kernels carry the trace records (`KVAD_TRACE` in common.cuh, for `KVAD_GPU_TRACE`); without,
+/// that code is not compiled in at all.
+pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>, trace: bool) -> Result<Ptx, GpuError> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cap.0, cap.1).into_boxed_str());
-    let options = vec!["--std=c++17".to_string(), "-default-device".to_string()];
+    let mut options = vec!["--std=c++17".to_string(), "-default-device".to_string()];
+    if trace {
+        options.push("-DKVAD_TRACE".to_string());
+    }
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (src, arch, &options, env!("CARGO_PKG_VERSION")).hash(&mut h);
     let file = cache.map(|d| d.join(format!("kvad-{arch}-{:016x}.ptx", h.finish())));

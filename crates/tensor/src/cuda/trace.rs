@@ -1,4 +1,5 @@
-//! The kernel trace: with `KVAD_GPU_TRACE=path`, every kernel's first block records when it passed its PDL wait
+//! The kernel trace: with `KVAD_GPU_TRACE=path` the kernels are compiled with their trace code (`KVAD_TRACE`; without
+//! it they carry none), every kernel's first block records when it passed its PDL wait
 //! (common.cuh's `trace_entry`), and [`Gpu::trace_dump`] writes the records to `path` as text, one kernel a line:
 //! `ns grid_x grid_y block_x`. The gap from one record to the next is that kernel's time on the critical path
 //! inside a CUDA graph, with programmatic dependent launch — what a profiler that launches each kernel alone (ncu)

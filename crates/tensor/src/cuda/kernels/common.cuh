@@ -83,8 +83,10 @@ __device__ unsigned kvad_trace_n;
 __device__ unsigned kvad_trace_cap;
 }
 
-// One record by the calling thread: the global timer and `what` (a launch's shape, or a mark).
+// One record by the calling thread: the global timer and `what` (a launch's shape, or a mark). Compiled in only
+// with KVAD_TRACE (compile.rs, when KVAD_GPU_TRACE is set): otherwise every kernel would load kvad_trace first.
 __device__ __forceinline__ void trace_record(unsigned long long what) {
+#ifdef KVAD_TRACE
     unsigned long long* t = *(unsigned long long* volatile*)&kvad_trace;
     if (t) {
         unsigned long long now;
@@ -95,6 +97,7 @@ __device__ __forceinline__ void trace_record(unsigned long long what) {
             t[2 * i + 1] = what;
         }
     }
+#endif
 }
 
 __device__ __forceinline__ void trace_entry() {

@@ -12,7 +12,8 @@
 // in quant.cu) for the o product, sparing it a quant_act8 launch.
 //
 // The new key is the last of warp (pos − lo) mod W's stream, taken from registers after rounding to f16 as the
-// pages hold it: the bits are those of qkv_post followed by a key-stream kernel of W warps.
+// pages hold it. Without q/k norms the pages get qkv_post's bits; with them the head's sum of squares adds in
+// another order (within one f16 step, tested), and the output is a key-stream kernel's of W warps to rounding.
 #define AD_KB 4
 
 template <int D> struct HalfRow;

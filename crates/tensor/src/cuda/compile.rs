@@ -7,14 +7,11 @@ use std::path::Path;
 
 /// PTX for the sources on a GPU of this compute capability: from the cache when an entry for exactly these
 /// sources and options exists, else compiled (about a second) and written there.
-/// With `trace` the kernels carry the trace records (`KVAD_TRACE` in common.cuh, for `KVAD_GPU_TRACE`); without,
-/// that code is not compiled in at all.
-pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>, trace: bool) -> Result<Ptx, GpuError> {
+/// `defines` are the measuring variants asked for by environment ([`defines_from_env`]); the plain kernels have none.
+pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>, defines: &[&str]) -> Result<Ptx, GpuError> {
     let arch: &'static str = Box::leak(format!("compute_{}{}", cap.0, cap.1).into_boxed_str());
     let mut options = vec!["--std=c++17".to_string(), "-default-device".to_string()];
-    if trace {
-        options.push("-DKVAD_TRACE".to_string());
-    }
+    options.extend(defines.iter().map(|d| format!("-D{d}")));
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (src, arch, &options, env!("CARGO_PKG_VERSION")).hash(&mut h);
     let file = cache.map(|d| d.join(format!("kvad-{arch}-{:016x}.ptx", h.finish())));
@@ -38,4 +35,18 @@ pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>, trace: bool)
         }
     }
     Ok(ptx)
+}
+
+/// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
+/// trace records in (`KVAD_TRACE`; otherwise that code is not there at all), `KVAD_GPU_LATE_TRIGGER=0` gives the
+/// latency-bound kernels PDL's early trigger back (`KVAD_EARLY_TRIGGER`, for measuring).
+pub(crate) fn defines_from_env() -> Vec<&'static str> {
+    let mut d = Vec::new();
+    if std::env::var_os("KVAD_GPU_TRACE").is_some() {
+        d.push("KVAD_TRACE");
+    }
+    if std::env::var("KVAD_GPU_LATE_TRIGGER").is_ok_and(|v| v == "0") {
+        d.push("KVAD_EARLY_TRIGGER");
+    }
+    d
 }

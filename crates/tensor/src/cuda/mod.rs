@@ -160,9 +160,10 @@ const KERNELS: &[&str] = &[
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, compiled by NVRTC (no GPU needed): what CI checks, so a
-/// kernel that does not compile is found without the device.
-pub fn compile_kernels(capability: (i32, i32), trace: bool) -> Result<String, GpuError> {
-    Ok(compile::ptx(&SOURCES.concat(), capability, None, trace)?.to_src())
+/// kernel that does not compile is found without the device. `defines` name the measuring variants
+/// (`KVAD_TRACE`, `KVAD_EARLY_TRIGGER`; none for the kernels kvad runs).
+pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<String, GpuError> {
+    Ok(compile::ptx(&SOURCES.concat(), capability, None, defines)?.to_src())
 }
 
 /// The key-stream attention instances with more warps (attention.cu): (D, query heads per KV head, warps).
@@ -292,8 +293,7 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own, not the legacy default stream: only such a stream can be captured into a graph.
         let stream = ctx.new_stream()?;
-        let trace = std::env::var_os("KVAD_GPU_TRACE").is_some();
-        let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache, trace)?;
+        let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache, &compile::defines_from_env())?;
         let module = ctx.load_module(ptx)?;
         let mut funcs = HashMap::new();
         // KVAD_GPU_CARVEOUT=p (0-100, for measuring): every kernel prefers p% of the L1/shared split as shared

@@ -7,13 +7,16 @@
 // Its loads do not wait on one another: the page table's first 32 entries sit one a lane (a key's page is a
 // shuffle away, not a dependent load), and a warp asks for AD_KB keys' K and V rows at a time, the next AD_KB while
 // it works on these. Everything the q/k/v product does not write — positions, page tables, earlier keys, the RoPE
-// angles — is read before the PDL wait, so the first keys arrive while that product still runs; only q and the new
-// key come after it. With `oq` given the output is also written in the dp4a products' two 8-bit terms (act8_block
+// angles — is read before the PDL wait, so the first keys arrive while that product still runs; only the query
+// heads and the new key and value come after it, asked for together. The o product may launch once the keys are
+// in (PDL_ENTER_LATE). With `oq` given the output is also written in the dp4a products' two 8-bit terms (act8_block
 // in quant.cu) for the o product, sparing it a quant_act8 launch.
 //
-// The new key is the last of warp (pos − lo) mod W's stream, taken from registers after rounding to f16 as the
-// pages hold it. Without q/k norms the pages get qkv_post's bits; with them the head's sum of squares adds in
-// another order (within one f16 step, tested), and the output is a key-stream kernel's of W warps to rounding.
+// A warp takes its keys AD_KB at a time (keys_step: their scores summed across the warp together, one
+// online-softmax update for the group), the new key last of warp (pos − lo) mod W's stream, taken from registers
+// after rounding to f16 as the pages hold it. Without q/k norms the pages get qkv_post's bits; with them the head's
+// sum of squares adds in another order (within one f16 step, tested), and the output is a key-stream kernel's of W
+// warps to rounding (the scores and softmax sums add in another order).
 #define AD_KB 4
 
 template <int D> struct HalfRow;
@@ -47,16 +50,36 @@ __device__ __forceinline__ size_t ad_key_at(int key, int pbase, int tab, const i
     return (((size_t)page * nkv + kvh) * PAGE + key % PAGE) * hd + (size_t)lane * D;
 }
 
-// A head's D dims of this lane from the raw row, through qkv_post's arithmetic: RMSNorm over the head (when `nw`),
-// then rotate-half RoPE with the angles' sines and cosines (when `rope`); the partner of dim j < hd/2 is j + hd/2,
-// held by lane ^ 16.
+// This lane's D dims of a head of the raw row, as few loads as the width allows.
 template <int D>
-__device__ __forceinline__ void ad_head(const float* src, const float* __restrict__ nw, float eps, bool rope,
-                                        const float (&sn)[D], const float (&cs)[D], float (&v)[D]) {
+__device__ __forceinline__ void ad_load(const float* src, float (&v)[D]) {
+    const float* p = src + (threadIdx.x & 31) * D;
+    if constexpr (D % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < D; i += 4) {
+            float4 f = *(const float4*)(p + i);
+            v[i] = f.x;
+            v[i + 1] = f.y;
+            v[i + 2] = f.z;
+            v[i + 3] = f.w;
+        }
+    } else if constexpr (D == 2) {
+        float2 f = *(const float2*)p;
+        v[0] = f.x;
+        v[1] = f.y;
+    } else {
+        v[0] = p[0];
+    }
+}
+
+// A head's D dims of this lane through qkv_post's arithmetic: RMSNorm over the head (when `nw`), then rotate-half
+// RoPE with the angles' sines and cosines (when `rope`); the partner of dim j < hd/2 is j + hd/2, held by
+// lane ^ 16.
+template <int D>
+__device__ __forceinline__ void ad_head(const float* __restrict__ nw, float eps, bool rope, const float (&sn)[D],
+                                        const float (&cs)[D], float (&v)[D]) {
     const int hd = 32 * D;
     int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < D; i++) v[i] = src[lane * D + i];
     if (nw) {
         float ss = 0.0f;
 #pragma unroll
@@ -72,6 +95,89 @@ __device__ __forceinline__ void ad_head(const float* src, const float* __restric
             float p = __shfl_xor_sync(0xffffffffu, v[i], 16);
             // qkv_post: a2 = a·c − b·s (dims below hd/2), b2 = b·c + a·s (their partners).
             v[i] = low ? v[i] * cs[i] - p * sn[i] : v[i] * cs[i] + p * sn[i];
+        }
+    }
+}
+
+// The warp sums of V values a lane (keys_step): the step exchanging with lane ^ O, while C > 1 values are left,
+// has the lane with that bit set keep the upper half of them and send the lower (the other the reverse), each adding
+// what it receives; with one left, a plain butterfly. Lane l ends with the sum of value l >> (5 − log2 V), whole
+// (the same bits in every lane that holds it). Templates, so every index is a constant and v stays in registers.
+template <int V, int C, int O>
+__device__ __forceinline__ void halve_sums(float (&v)[V], int lane) {
+    if constexpr (O >= 1) {
+        if constexpr (C > 1) {
+            bool up = (lane & O) != 0;
+#pragma unroll
+            for (int i = 0; i < C / 2; i++) {
+                float send = up ? v[i] : v[i + C / 2];
+                float keep = up ? v[i + C / 2] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+            }
+            halve_sums<V, C / 2, O / 2>(v, lane);
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], O);
+            halve_sums<V, 1, O / 2>(v, lane);
+        }
+    }
+}
+
+// AD_KB keys of a warp's stream at once (`valid` of them real, at least one): each lane's partial dot products
+// for every (key, head) pair, summed across the warp by halving exchanges — at each of the five steps a lane
+// keeps half its values and sends the other half, so AD_KB·GM sums take AD_KB·GM − 1 + the remaining steps'
+// shuffles rather than five each, with no chain from one key to the next — then, a head at a time, the scores
+// gathered back to every lane and one online-softmax update for the group: the running maximum, its rescale of
+// the sum and accumulators, and each key's weight times its value row. (key_step takes keys one by one: a chain of
+// five shuffles and two exponentials a key and head, which made the key loop 10 of the kernel's 14 µs.)
+template <int D, int GM, typename raw_t>
+__device__ __forceinline__ void keys_step(const float (&qr)[GM][D], const raw_t (&ck)[AD_KB],
+                                          const raw_t (&cv)[AD_KB], int valid, float (&acc)[GM][D], float (&m)[GM],
+                                          float (&l)[GM], int G) {
+    constexpr int V = AD_KB * GM;  // a power of two, at most 32
+    constexpr int LOG_V = V >= 32 ? 5 : V >= 16 ? 4 : V >= 8 ? 3 : V >= 4 ? 2 : V >= 2 ? 1 : 0;
+    int lane = threadIdx.x & 31;
+    float v[V];
+#pragma unroll
+    for (int k = 0; k < AD_KB; k++) {
+        float kf[D];
+        unpack_h(ck[k], kf);
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < D; i++) s = fmaf(qr[g][i], kf[i], s);
+            v[k * GM + g] = s;
+        }
+    }
+    halve_sums<V, V, 16>(v, lane);
+    float vf[AD_KB][D];
+#pragma unroll
+    for (int k = 0; k < AD_KB; k++) unpack_h(cv[k], vf[k]);
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float s[AD_KB];
+#pragma unroll
+        for (int k = 0; k < AD_KB; k++) s[k] = __shfl_sync(0xffffffffu, v[0], (k * GM + g) << (5 - LOG_V));
+        if (g < G) {
+            float mn = m[g];
+#pragma unroll
+            for (int k = 0; k < AD_KB; k++)
+                if (k < valid) mn = fmaxf(mn, s[k]);
+            float c = expf(m[g] - mn), p[AD_KB], ps = 0.0f;
+#pragma unroll
+            for (int k = 0; k < AD_KB; k++) {
+                p[k] = k < valid ? expf(s[k] - mn) : 0.0f;
+                ps += p[k];
+            }
+            l[g] = fmaf(l[g], c, ps);
+#pragma unroll
+            for (int i = 0; i < D; i++) {
+                float a = acc[g][i] * c;
+#pragma unroll
+                for (int k = 0; k < AD_KB; k++) a = fmaf(p[k], vf[k][i], a);
+                acc[g][i] = a;
+            }
+            m[g] = mn;
         }
     }
 }
@@ -114,18 +220,27 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         cs[i] = 1.0f;
         if (inv_freq) sincosf((float)pos * inv_freq[(lane & 15) * D + i], &sn[i], &cs[i]);
     }
-    PDL_ENTER();
+    PDL_ENTER_LATE();
     const float* row = qkv + (size_t)r * (nh + 2 * nkv) * hd;
     float qr[GM][D], acc[GM][D], m[GM], l[GM];
+    // Every query head's values asked for before any is used: one round trip, not one a head.
+#pragma unroll
+    for (int g = 0; g < GM; g++) ad_load<D>(row + (size_t)(kvh * G + min(g, G - 1)) * hd, qr[g]);
+    // And the new key and value, by the warp whose stream ends with them.
+    bool owner = warp == (pos - lo) % W;
+    float kf[D], vf[D];
+    if (owner) {
+        ad_load<D>(row + (size_t)(nh + kvh) * hd, kf);
+        ad_load<D>(row + (size_t)(nh + nkv + kvh) * hd, vf);
+    }
 #pragma unroll
     for (int g = 0; g < GM; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
-        float v[D];
-        ad_head<D>(row + (size_t)(kvh * G + min(g, G - 1)) * hd, q_norm, eps, inv_freq != nullptr, sn, cs, v);
+        ad_head<D>(q_norm, eps, inv_freq != nullptr, sn, cs, qr[g]);
 #pragma unroll
         for (int i = 0; i < D; i++) {
-            qr[g][i] = g < G ? v[i] * scale : 0.0f;
+            qr[g][i] = g < G ? qr[g][i] * scale : 0.0f;
             acc[g][i] = 0.0f;
         }
     }
@@ -140,28 +255,21 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                 nv_[j] = *(const raw_t*)(v_pages + a);
             }
         }
+        keys_step<D, GM>(qr, ck, cv, min(AD_KB, nk - base), acc, m, l, G);
 #pragma unroll
         for (int j = 0; j < AD_KB; j++) {
-            if (base + j < nk) {
-                float kf[D], vf[D];
-                unpack_h(ck[j], kf);
-                unpack_h(cv[j], vf);
-                key_step<D, GM>(qr, kf, vf, acc, m, l, G);
-            }
             ck[j] = nk_[j];
             cv[j] = nv_[j];
         }
     }
-    if (warp == (pos - lo) % W) {
+    if (owner) {
         // The new key and value: into the pages as f16, and into this warp's stream as the pages hold them.
-        float kf[D], vf[D];
-        ad_head<D>(row + (size_t)(nh + kvh) * hd, k_norm, eps, inv_freq != nullptr, sn, cs, kf);
-        const float* vs = row + (size_t)(nh + nkv + kvh) * hd + lane * D;
+        ad_head<D>(k_norm, eps, inv_freq != nullptr, sn, cs, kf);
         int page = table[pos / PAGE];
         size_t a = (((size_t)page * nkv + kvh) * PAGE + pos % PAGE) * hd + (size_t)lane * D;
 #pragma unroll
         for (int i = 0; i < D; i++) {
-            f16_t kh = f2h(kf[i]), vh = f2h(vs[i]);
+            f16_t kh = f2h(kf[i]), vh = f2h(vf[i]);
             k_pages[a + i] = kh;
             v_pages[a + i] = vh;
             kf[i] = h2f(kh);
@@ -169,6 +277,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         }
         key_step<D, GM>(qr, kf, vf, acc, m, l, G);
     }
+    // The keys are in: the o product may launch (its weight loads no longer delay this kernel's).
+    PDL_LATE_TRIGGER();
     if (first) trace_mark(912);
     size_t obase = (size_t)r * nh * hd + (size_t)kvh * G * hd;
     merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, [&](int o, float v) {

@@ -117,6 +117,26 @@ __device__ __forceinline__ void trace_mark(unsigned id) { trace_record(id); }
         pdl_trigger();  \
     } while (0)
 
+// The entry of kernels whose time past the wait is a chain of dependent loads in few blocks (decode attention,
+// SwiGLU, the norm tails): they let the next kernel launch only once their own loads are back
+// (PDL_LATE_TRIGGER), because that kernel's blocks start by loading their first weights — megabytes across the
+// GPU — and those queue in the memory system ahead of the few loads this kernel waits on (the trace: decode
+// attention spent 10 of its 13.5 µs loading its query rows with the o product's prefetch in flight).
+// KVAD_GPU_LATE_TRIGGER=0 compiles them with the early trigger of PDL_ENTER (-DKVAD_EARLY_TRIGGER, for measuring).
+#ifdef KVAD_EARLY_TRIGGER
+#define PDL_ENTER_LATE() PDL_ENTER()
+#define PDL_LATE_TRIGGER() \
+    do {                   \
+    } while (0)
+#else
+#define PDL_ENTER_LATE() \
+    do {                 \
+        pdl_wait();      \
+        trace_entry();   \
+    } while (0)
+#define PDL_LATE_TRIGGER() pdl_trigger()
+#endif
+
 // The decode activations' two 8-bit terms (quant_act8 in quant.cu): the block's scale d = max|x|/127 and its
 // inverse, then x/d = t ≈ q1 + q2/254. Every kernel that writes them goes through these, so all round alike.
 __device__ __forceinline__ void act8_scale(float amax, float& d, float& id) {

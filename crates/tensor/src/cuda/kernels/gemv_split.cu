@@ -73,6 +73,7 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                 ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
             }
             float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+            PDL_LATE_TRIGGER();
             if (threadIdx.x == 0) trace_mark(902);
             bool act8 = A8 && nq && (N & 31) == 0;
 #pragma unroll
@@ -132,6 +133,7 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                 ss = fmaf(v, v, ss);
             }
             float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+            PDL_LATE_TRIGGER();
             for (int n = threadIdx.x; n < N; n += blockDim.x) ob[n] = __ldcg(yb + n) * inv * ng[n];
         }
     }
@@ -140,6 +142,20 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
         trace_mark(903);
     }
 }
+
+// A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
+// tail, once the last block has summed the rows (PDL_ENTER_LATE in common.cuh: the next product's weight loads
+// would queue ahead of the tail's); the others at once.
+#ifdef KVAD_EARLY_TRIGGER
+#define PDL_ENTER_NORM(ng) PDL_ENTER()
+#else
+#define PDL_ENTER_NORM(ng)     \
+    do {                       \
+        pdl_wait();            \
+        trace_entry();         \
+        if (!(ng)) pdl_trigger(); \
+    } while (0)
+#endif
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, and
 // the two-term 8-bit output (0: none).
@@ -196,7 +212,7 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
 #pragma unroll
         for (int r = 0; r < R; r++) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + (c0 + lane) * 8);
     }
-    PDL_ENTER();
+    PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 8;
         uint4 w[R];
@@ -240,7 +256,7 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
     float d[R];
     // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
     if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
-    PDL_ENTER();
+    PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
         if (c != c0 + lane) load_q8<R>(Q, S, n0, N, K, c, w, d);
@@ -290,7 +306,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
     uint4 w[R];
     unsigned dm[R];
     if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
-    PDL_ENTER();
+    PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
 #pragma unroll
@@ -374,7 +390,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     float d[R];
     // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
     if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
-    PDL_ENTER();
+    PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
         if (c != c0 + lane) load_q8<R>(Q, S, n0, N, K, c, w, d);
@@ -410,7 +426,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     uint4 w[R];
     unsigned dm[R];
     if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
-    PDL_ENTER();
+    PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
 #pragma unroll

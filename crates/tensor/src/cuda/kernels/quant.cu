@@ -115,13 +115,14 @@ extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* 
 // would write it, bit for bit: one kernel a layer fewer. A warp per block of 32; f32 `out` too unless 0.
 extern "C" __global__ void silu_mul_act8(const float* __restrict__ gu, float* out, signed char* xq, signed char* xq2,
                                          float2* xds, int R, int F) {
-    PDL_ENTER();
+    PDL_ENTER_LATE();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     int nb = F / 32;
     if (warp >= R * nb) return;
     int r = warp / nb, b = warp % nb;
     size_t c = (size_t)b * 32 + lane, at = (size_t)r * F + c;
     float v = silu_mul_one(gu[(size_t)r * 2 * F + c], gu[(size_t)r * 2 * F + F + c]);
+    PDL_LATE_TRIGGER();
     if (out) out[at] = v;
     act8_block(v, at, (size_t)r * nb + b, xq, xq2, xds);
 }

@@ -138,7 +138,14 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let ngb = DevBuf::from_slice(&g, &ng).unwrap();
                 let nout = DevBuf::zeros(&g, rows * n * 4).unwrap();
                 let counter = DevBuf::zeros(&g, 4).unwrap();
-                let norm = NormOut { g: ngb.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8: false };
+                let norm = NormOut {
+                    g: ngb.ptr(),
+                    out: nout.ptr(),
+                    eps: 1e-5,
+                    counter: counter.ptr(),
+                    act8: false,
+                    grid: false,
+                };
                 for kernel in families {
                     let xa = Act::F32(xb.ptr());
                     // SAFETY: shapes as allocated above.
@@ -211,7 +218,8 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
 /// (`NormOut::act8`, in registers up to 8,192 columns, by a separate `quant_act8` beyond) and `silu_mul_act8` —
 /// against the same products fed f32 and quantised by `quant_act8`: the f32 outputs bit for bit, the products
 /// bit for bit on q8 and on q4 after SwiGLU, and within 1e-5 on q4 after the norm (whose block sums add in
-/// another order).
+/// another order). The norm as a grid-wide step (`NormOut::grid`; 4,096 columns: 8 blocks share it) gives the
+/// last-block tail's bits, f32 and 8-bit alike, and leaves the block count at zero.
 #[test]
 fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
     let Some(g) = gpu() else { return };
@@ -220,7 +228,7 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
         return;
     }
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-    for &(n1, k1, n2) in &[(256usize, 128usize, 96usize), (8224, 64, 40)] {
+    for &(n1, k1, n2) in &[(256usize, 128usize, 96usize), (4096, 64, 48), (8224, 64, 40)] {
         for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
             let a = DevMatrix::upload(&g, &QMatrix::quantize(qt, n1, k1, &data(n1 * k1, 41)).unwrap(), None).unwrap();
             let b = DevMatrix::upload(&g, &QMatrix::quantize(qt, n2, n1, &data(n2 * n1, 43)).unwrap(), None).unwrap();
@@ -230,13 +238,14 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
             for (rows, kern) in [(1usize, GemvKernel::SplitDp4a), (3, GemvKernel::Split), (8, GemvKernel::SplitDp4a)] {
                 let x = DevBuf::from_slice(&g, &data(rows * k1, 45 + rows as u64)).unwrap();
                 let ng = DevBuf::from_slice(&g, &data(n1, 47)).unwrap();
-                let counter = DevBuf::zeros(&g, 4).unwrap();
+                let counter = DevBuf::zeros(&g, 8).unwrap();
                 let mut got = Vec::new();
-                for act8 in [false, true] {
+                // f32 then 8-bit activations by the tail; then both by the grid-wide step.
+                for (act8, grid) in [(false, false), (true, false), (false, true), (true, true)] {
                     let y = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
                     let nout = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
                     let z = DevBuf::zeros(&g, rows * n2 * 4).unwrap();
-                    let norm = NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8 };
+                    let norm = NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8, grid };
                     let next = if act8 { Act::F32Act8(nout.ptr()) } else { Act::F32(nout.ptr()) };
                     // SAFETY: shapes as allocated above.
                     unsafe {
@@ -244,8 +253,20 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
                         g.gemv(GemvKernel::SplitDp4a, &b, next, rows, z.ptr(), 0, false, None).unwrap();
                     }
                     got.push((nout.read::<f32>(&g, rows * n1).unwrap(), z.read::<f32>(&g, rows * n2).unwrap()));
+                    assert_eq!(counter.read::<u32>(&g, 1).unwrap(), [0], "the block count is left zeroed");
                 }
                 let what = format!("{qt:?} {n1}x{k1} ({kern:?}) then {n2}x{n1}, {rows} rows");
+                for (i, name) in [(2, "f32"), (3, "8-bit")] {
+                    assert_eq!(bits(&got[i].0), bits(&got[i - 2].0), "grid-wide norm ({name}), {what}");
+                    assert_eq!(
+                        bits(&got[i].1),
+                        bits(&got[i - 2].1),
+                        "product after the grid-wide norm ({name}), {what}"
+                    );
+                }
+                let gens = counter.read::<u32>(&g, 2).unwrap()[1];
+                let grid_taken = n1 % 32 == 0 && n1 <= 8192 && kern != GemvKernel::Warp;
+                assert_eq!(gens, if grid_taken { 2 } else { 0 }, "grid-wide steps taken, {what}");
                 assert_eq!(bits(&got[0].0), bits(&got[1].0), "norm output, {what}");
                 if qt == QType::Q8_0 {
                     assert_eq!(bits(&got[0].1), bits(&got[1].1), "product after the norm, {what}");

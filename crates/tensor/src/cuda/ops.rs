@@ -136,11 +136,22 @@ pub struct NormOut {
     pub out: u64,
     /// Norm epsilon.
     pub eps: f32,
-    /// A zeroed u32 the blocks count on (left zeroed).
+    /// Two zeroed u32s the blocks count on (left zeroed; the second is the grid-wide step's generation).
     pub counter: u64,
     /// Also the normed rows' two-term 8-bit form into the activation scratch, for a dp4a product next
     /// ([`Gpu::takes_act8`]), which then takes them as [`Act::F32Act8`]: one `quant_act8` launch fewer.
     pub act8: bool,
+    /// Norm as a grid-wide step (`split_norm_grid`: a few blocks wait for the last and each norms a share, the same
+    /// bits) rather than in the last block alone, where the split kernels take it (N a multiple of 32, at most
+    /// 8,192); [`grid_norm_wanted`] says whether the decoder asks for it.
+    pub grid: bool,
+}
+
+/// Whether products norm their output as a grid-wide step ([`NormOut::grid`]): `KVAD_GPU_GRID_TAIL=1`. Off by
+/// default until measured on the device (its tests there pass; its speed against the last-block tail is owed).
+pub fn grid_norm_wanted() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_GRID_TAIL").is_ok_and(|v| v == "1"))
 }
 
 /// Addresses and sizes for [`Gpu::qkv_post`].
@@ -434,8 +445,11 @@ impl Gpu {
             }
             let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
             let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
+            // The grid-wide step where the tail holds whole rows in registers (gemv_split.cu).
+            let grid = norm.is_some_and(|o| o.grid && m.rows.is_multiple_of(32) && m.rows <= 8192);
+            let ngrid = i32::from(grid);
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
-            b.arg(&nq).arg(&nq2).arg(&nds);
+            b.arg(&nq).arg(&nq2).arg(&nds).arg(&ngrid);
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
             if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;

@@ -143,6 +143,87 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     }
 }
 
+// The folded norm as a grid-wide step (NormOut::grid), where the tail holds whole rows in registers (N a multiple
+// of 32, at most 4·TAIL_V floats a thread): every block counts in on bar[0] as for the tail, and blocks 0..P−1 —
+// P = the float4s a thread of the tail holds — wait until the last has come (it zeroes the count and advances the
+// generation in bar[1]). Then block p sums each row exactly as the tail's last block does (the same threads, order
+// and bits) but norms, stores and quantises only the p-th of each thread's float4s: the tail's serial part spread
+// over P blocks, the same bits. Only P blocks wait, so the grid need not be resident at once: the rest finish and
+// free their SMs.
+template <int B, bool A8>
+__device__ __forceinline__ void split_norm_grid(const float* y, int N, const float* __restrict__ ng, float* nout,
+                                                float eps, unsigned* bar, signed char* nq, signed char* nq2,
+                                                float2* nds) {
+    __shared__ float red[32];
+    constexpr int TAIL_V = 16;
+    const int P = (N + 4 * blockDim.x - 1) / (4 * blockDim.x), p = blockIdx.x;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* vb = bar;
+        unsigned gen = vb[1];  // read before counting in: it cannot advance until this block has
+        __threadfence();
+        if (atomicAdd(&bar[0], 1u) == gridDim.x - 1) {
+            atomicExch(&bar[0], 0u);
+            __threadfence();
+            atomicAdd(&bar[1], 1u);
+        } else if (p < P) {
+            while (vb[1] == gen) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+    if (p >= P) return;
+    if ((threadIdx.x | p) == 0) trace_mark(904);
+    // This block's norm weights asked of L2 now (a line per eight threads), ahead of the loads after the sum.
+    if ((threadIdx.x + p * blockDim.x) * 4 < N && threadIdx.x % 8 == 0) prefetch_l2(ng + (threadIdx.x + p * blockDim.x) * 4);
+#pragma unroll 1
+    for (int b = 0; b < B; b++) {
+        const float* yb = y + (size_t)b * N;
+        float ss = 0.0f;
+        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < TAIL_V; j++) {
+            int n = (threadIdx.x + j * blockDim.x) * 4;
+            float4 v = n < N ? __ldcg((const float4*)(yb + n)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
+            if (j == p) o = v;
+        }
+        float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
+        PDL_LATE_TRIGGER();
+        int n = (threadIdx.x + p * blockDim.x) * 4;
+        if (n < N) {
+            float4 w = __ldg((const float4*)(ng + n));
+            o = make_float4(o.x * inv * w.x, o.y * inv * w.y, o.z * inv * w.z, o.w * inv * w.w);
+            *(float4*)(nout + (size_t)b * N + n) = o;
+        }
+        // Eight consecutive threads hold a block of 32, as in the tail; whole warps in range or out.
+        if (A8 && nq && ((threadIdx.x & ~31u) + p * blockDim.x) * 4 < (unsigned)N) {
+            float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
+            float bs = (o.x + o.y) + (o.z + o.w);
+#pragma unroll
+            for (int m = 1; m < 8; m <<= 1) {
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+                bs += __shfl_xor_sync(0xffffffffu, bs, m);
+            }
+            if (n < N) {
+                float d, id;
+                act8_scale(amax, d, id);
+                char4 a, c;
+                act8_terms(o.x, id, a.x, c.x);
+                act8_terms(o.y, id, a.y, c.y);
+                act8_terms(o.z, id, a.z, c.z);
+                act8_terms(o.w, id, a.w, c.w);
+                size_t at = (size_t)b * N + n;
+                *(char4*)(nq + at) = a;
+                *(char4*)(nq2 + at) = c;
+                if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bs);
+            }
+        }
+    }
+    if ((threadIdx.x | p) == 0) trace_mark(905);
+}
+
 // A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
 // tail, once the last block has summed the rows (PDL_ENTER_LATE in common.cuh: the next product's weight loads
 // would queue ahead of the tail's); the others at once.
@@ -159,9 +240,17 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, and
 // the two-term 8-bit output (0: none).
-#define NORM_PARAMS                                                                                           \
-    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds
-#define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds
+#define NORM_PARAMS                                                                                          \
+    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds, \
+        int ngrid
+#define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds, ngrid
+
+// The folded norm by the tail's last block, or (`ngrid`) as a grid-wide step.
+template <int B, bool A8>
+__device__ __forceinline__ void split_norm(const float* y, int N, NORM_PARAMS) {
+    if (ngrid) split_norm_grid<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    else split_norm_tail<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+}
 
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
@@ -238,7 +327,7 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B, false>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    if (ng) split_norm<B, false>(y, N, NORM_ARGS);
 }
 
 // Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
@@ -287,7 +376,7 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B, false>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    if (ng) split_norm<B, false>(y, N, NORM_ARGS);
 }
 
 // Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
@@ -345,7 +434,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B, false>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    if (ng) split_norm<B, false>(y, N, NORM_ARGS);
 }
 
 // The same products with activations in two 8-bit terms (quant_act8 in quant.cu: x ≈ d·(q1 + q2/254), the CPU's
@@ -407,7 +496,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B, true>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    if (ng) split_norm<B, true>(y, N, NORM_ARGS);
 }
 
 template <int B, int R>
@@ -448,7 +537,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm_tail<B, true>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    if (ng) split_norm<B, true>(y, N, NORM_ARGS);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX)                                                                             \

@@ -96,7 +96,7 @@ struct Scratch {
     meta: DevBuf,
     /// Greedy ids out.
     ids: DevBuf,
-    /// The block counter and generation of products that norm their own output (zero between launches).
+    /// The block count (zero between launches) and generation of products that norm their own output.
     counter: DevBuf,
     /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
     wtmp: Option<DevBuf>,

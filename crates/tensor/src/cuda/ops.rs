@@ -136,7 +136,8 @@ pub struct NormOut {
     pub out: u64,
     /// Norm epsilon.
     pub eps: f32,
-    /// Two zeroed u32s the blocks count on (left zeroed; the second is the grid-wide step's generation).
+    /// Two u32s: the count of blocks done (zero before a launch and left zero) and the grid-wide step's generation
+    /// (any value; the step advances it). Both are needed even when `grid` is off.
     pub counter: u64,
     /// Also the normed rows' two-term 8-bit form into the activation scratch, for a dp4a product next
     /// ([`Gpu::takes_act8`]), which then takes them as [`Act::F32Act8`]: one `quant_act8` launch fewer.
@@ -148,7 +149,8 @@ pub struct NormOut {
 }
 
 /// Whether products norm their output as a grid-wide step ([`NormOut::grid`]): `KVAD_GPU_GRID_TAIL=1`. Off by
-/// default until measured on the device (its tests there pass; its speed against the last-block tail is owed).
+/// default: written and compiled, its tests not yet run on a GPU, its speed against the last-block tail not yet
+/// measured.
 pub fn grid_norm_wanted() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KVAD_GPU_GRID_TAIL").is_ok_and(|v| v == "1"))
@@ -375,7 +377,8 @@ impl Gpu {
     /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`GEMV_MAX_ROWS`] f32 rows by the GEMV family `kernel` (the
     /// kernel benchmark compares them; `matmul` uses the GPU's default). The split kernels take neither a folded
     /// input norm nor widths that are not whole blocks: those run the per-warp kernels. `norm` also writes the
-    /// RMSNorm of the output rows (in the split kernels' last block; after the others, by the norm kernel).
+    /// RMSNorm of the output rows (in the split kernels' last block or as a grid-wide step, [`NormOut::grid`];
+    /// after the others, by the norm kernel).
     ///
     /// # Safety
     /// `x`, `y`, `bias` must hold the shapes given.

@@ -168,7 +168,11 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
             __threadfence();
             atomicAdd(&bar[1], 1u);
         } else if (p < P) {
-            while (vb[1] == gen) __nanosleep(32);
+            // A count left wrong (a fault before) would never complete: after ~4 s, a launch error, not a hang.
+            for (unsigned spins = 0; vb[1] == gen; spins++) {
+                if (spins == (1u << 27)) __trap();
+                __nanosleep(32);
+            }
         }
         __threadfence();
     }
@@ -248,7 +252,9 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
 // The folded norm by the tail's last block, or (`ngrid`) as a grid-wide step.
 template <int B, bool A8>
 __device__ __forceinline__ void split_norm(const float* y, int N, NORM_PARAMS) {
-    if (ngrid) split_norm_grid<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
+    // The grid-wide step only where the tail would hold whole rows in registers (the host asks only then).
+    if (ngrid && (N & 31) == 0 && N <= 4 * 16 * (int)blockDim.x)
+        split_norm_grid<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
     else split_norm_tail<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }
 

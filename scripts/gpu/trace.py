@@ -25,12 +25,18 @@ if not steps:
 shapes = collections.Counter(tuple(r[1:] for r in s) for s in steps)
 
 
-def report(ref, steps):
+def report(ref, all_steps):
     n = len(ref)
     # A step's last record is followed by the host's next launch: only gaps inside a step count.
-    steps = [s for s in steps if tuple(r[1:] for r in s) == ref]
+    steps = [s for s in all_steps if tuple(r[1:] for r in s) == ref]
     print(f"{len(steps)} decode steps of {n} kernels; step (first to last record) median "
           f"{statistics.median(s[-1][0] - s[0][0] for s in steps) / 1e3:.1f} us")
+    # The last kernel (the head product, or the sampling after it) has no record after it inside the step: its
+    # time shows only as the gap to the next step's first record, with the host's turn between steps in it.
+    tails = [b[0][0] - a[-1][0] for a, b in zip(all_steps, all_steps[1:]) if tuple(r[1:] for r in a) == ref]
+    if tails:
+        print(f"last record to the next step's first (last kernel + host), median "
+              f"{statistics.median(tails) / 1e3:.1f} us")
     gaps = [[s[i + 1][0] - s[i][0] for s in steps] for i in range(n - 1)]
     # Means, not medians: the global timer may tick in steps of a microsecond or so, and means of many steps resolve
     # what one step's ticks cannot.

@@ -32,6 +32,24 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
     }
 }
 
+// A thread's four normed values (columns n..n+3 of row b) in the two 8-bit terms, given the maximum and sum of
+// their block of 32 (reduced over the eight threads that hold it); the block's first thread writes (d, sum).
+// The norm tail and the grid-wide norm both write through it, so they round alike.
+__device__ __forceinline__ void act8_store4(float4 o, float amax, float bsum, int b, int n, int N, signed char* nq,
+                                            signed char* nq2, float2* nds) {
+    float d, id;
+    act8_scale(amax, d, id);
+    char4 a, c;
+    act8_terms(o.x, id, a.x, c.x);
+    act8_terms(o.y, id, a.y, c.y);
+    act8_terms(o.z, id, a.z, c.z);
+    act8_terms(o.w, id, a.w, c.w);
+    size_t at = (size_t)b * N + n;
+    *(char4*)(nq + at) = a;
+    *(char4*)(nq2 + at) = c;
+    if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bsum);
+}
+
 // The norm after a residual update, folded into the product that made it: once a block's rows are stored, the
 // last block to finish (counted on `counter`, which it resets) RMS-norms the whole output rows with weights `ng`
 // into `nout`, so the next product's input is ready without a norm kernel and its launch. One block sums each row
@@ -111,20 +129,7 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
 #pragma unroll
                 for (int u = 0; u < TG; u++) {
                     int n = (threadIdx.x + (j0 + u) * blockDim.x) * 4;
-                    if (n < N) {
-                        float4 o = v[j0 + u];
-                        float d, id;
-                        act8_scale(amax[u], d, id);
-                        char4 a, c;
-                        act8_terms(o.x, id, a.x, c.x);
-                        act8_terms(o.y, id, a.y, c.y);
-                        act8_terms(o.z, id, a.z, c.z);
-                        act8_terms(o.w, id, a.w, c.w);
-                        size_t at = (size_t)b * N + n;
-                        *(char4*)(nq + at) = a;
-                        *(char4*)(nq2 + at) = c;
-                        if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bs[u]);
-                    }
+                    if (n < N) act8_store4(v[j0 + u], amax[u], bs[u], b, n, N, nq, nq2, nds);
                 }
             }
         } else {
@@ -210,19 +215,7 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
                 bs += __shfl_xor_sync(0xffffffffu, bs, m);
             }
-            if (n < N) {
-                float d, id;
-                act8_scale(amax, d, id);
-                char4 a, c;
-                act8_terms(o.x, id, a.x, c.x);
-                act8_terms(o.y, id, a.y, c.y);
-                act8_terms(o.z, id, a.z, c.z);
-                act8_terms(o.w, id, a.w, c.w);
-                size_t at = (size_t)b * N + n;
-                *(char4*)(nq + at) = a;
-                *(char4*)(nq2 + at) = c;
-                if ((threadIdx.x & 7) == 0) nds[(size_t)b * (N / 32) + n / 32] = make_float2(d, bs);
-            }
+            if (n < N) act8_store4(o, amax, bs, b, n, N, nq, nq2, nds);
         }
     }
     if ((threadIdx.x | p) == 0) trace_mark(905);

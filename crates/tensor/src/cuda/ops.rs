@@ -148,6 +148,9 @@ pub struct NormOut {
     pub grid: bool,
 }
 
+/// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
+const NORM_TAIL_MAX_N: usize = 8192;
+
 /// Whether products norm their output as a grid-wide step ([`NormOut::grid`]): `KVAD_GPU_GRID_TAIL=1`. Off by
 /// default: written and compiled, its tests not yet run on a GPU, its speed against the last-block tail not yet
 /// measured.
@@ -430,8 +433,10 @@ impl Gpu {
             _ => None,
         };
         let (xq, xq2, xds) = self.act8_planes();
-        // The dp4a kernels' norm tail writes the 8-bit form where its rows are whole float4s in registers (N ≤ 8192).
-        let tail_act8 = |o: &NormOut| o.act8 && int8 && m.rows.is_multiple_of(32) && m.rows <= 8192;
+        // Where the norm tail holds whole rows in registers (gemv_split.cu), the dp4a kernels' tail writes their 8-bit
+        // form, and the grid-wide step may take the norm.
+        let whole_rows = m.rows.is_multiple_of(32) && m.rows <= NORM_TAIL_MAX_N;
+        let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_rows;
         if let Some((name, per)) = split {
             if int8 && !matches!(x, Act::F32Act8(_)) {
                 self.quant_act8(xp, rows, m.cols)?;
@@ -448,9 +453,7 @@ impl Gpu {
             }
             let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
             let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
-            // The grid-wide step where the tail holds whole rows in registers (gemv_split.cu).
-            let grid = norm.is_some_and(|o| o.grid && m.rows.is_multiple_of(32) && m.rows <= 8192);
-            let ngrid = i32::from(grid);
+            let ngrid = i32::from(norm.is_some_and(|o| o.grid && whole_rows));
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
             b.arg(&nq).arg(&nq2).arg(&nds).arg(&ngrid);
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;

@@ -120,8 +120,9 @@ __device__ __forceinline__ void trace_mark(unsigned id) { trace_record(id); }
 // The entry of kernels whose time past the wait is a chain of dependent loads in few blocks (decode attention,
 // SwiGLU, the norm tails): they let the next kernel launch only once their own loads are back
 // (PDL_LATE_TRIGGER), because that kernel's blocks start by loading their first weights — megabytes across the
-// GPU — and those queue in the memory system ahead of the few loads this kernel waits on (the trace: decode
-// attention spent 10 of its 13.5 µs loading its query rows with the o product's prefetch in flight).
+// GPU — which would queue in the memory system ahead of the few loads this kernel waits on. Measured by the trace
+// (gpu-q4, docs/performance-gpu.md): the decode attention's query loads 1.9 → 1.0 µs and the o/down products'
+// rows 1.5 µs sooner, but the tail's second half 1.6 µs longer — the step unchanged (2,258 vs 2,260 µs).
 // KVAD_GPU_LATE_TRIGGER=0 compiles them with the early trigger of PDL_ENTER (-DKVAD_EARLY_TRIGGER, for measuring).
 #ifdef KVAD_EARLY_TRIGGER
 #define PDL_ENTER_LATE() PDL_ENTER()

@@ -32,6 +32,10 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
     }
 }
 
+// Float4s a thread of the norm tail holds in registers: rows of up to 4·NORM_TAIL_V·blockDim columns (8,192 for
+// 128 threads; ops.rs's NORM_TAIL_MAX_N) are loaded once and normed from there.
+#define NORM_TAIL_V 16
+
 // A thread's four normed values (columns n..n+3 of row b) in the two 8-bit terms, given the maximum and sum of
 // their block of 32 (reduced over the eight threads that hold it); the block's first thread writes (d, sum).
 // The norm tail and the grid-wide norm both write through it, so they round alike.
@@ -75,7 +79,7 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     for (int n = threadIdx.x * 32; n < N; n += blockDim.x * 32) prefetch_l2(ng + n);
     // Rows up to TAIL_V float4s a thread are loaded whole into registers (one round trip to L2, not one per
     // element), summed, and written from there.
-    constexpr int TAIL_V = 16;
+    constexpr int TAIL_V = NORM_TAIL_V;
     bool whole = (N & 3) == 0 && N <= (int)blockDim.x * 4 * TAIL_V;
 #pragma unroll 1
     for (int b = 0; b < B; b++) {
@@ -160,7 +164,7 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
                                                 float eps, unsigned* bar, signed char* nq, signed char* nq2,
                                                 float2* nds) {
     __shared__ float red[32];
-    constexpr int TAIL_V = 16;
+    constexpr int TAIL_V = NORM_TAIL_V;
     const int P = (N + 4 * blockDim.x - 1) / (4 * blockDim.x), p = blockIdx.x;
     __threadfence();
     __syncthreads();
@@ -185,7 +189,8 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
     if (p >= P) return;
     if ((threadIdx.x | p) == 0) trace_mark(904);
     // This block's norm weights asked of L2 now (a line per eight threads), ahead of the loads after the sum.
-    if ((threadIdx.x + p * blockDim.x) * 4 < N && threadIdx.x % 8 == 0) prefetch_l2(ng + (threadIdx.x + p * blockDim.x) * 4);
+    int mine = (threadIdx.x + p * blockDim.x) * 4;
+    if (mine < N && threadIdx.x % 8 == 0) prefetch_l2(ng + mine);
 #pragma unroll 1
     for (int b = 0; b < B; b++) {
         const float* yb = y + (size_t)b * N;
@@ -200,11 +205,10 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
         }
         float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
         PDL_LATE_TRIGGER();
-        int n = (threadIdx.x + p * blockDim.x) * 4;
-        if (n < N) {
-            float4 w = __ldg((const float4*)(ng + n));
+        if (mine < N) {
+            float4 w = __ldg((const float4*)(ng + mine));
             o = make_float4(o.x * inv * w.x, o.y * inv * w.y, o.z * inv * w.z, o.w * inv * w.w);
-            *(float4*)(nout + (size_t)b * N + n) = o;
+            *(float4*)(nout + (size_t)b * N + mine) = o;
         }
         // Eight consecutive threads hold a block of 32, as in the tail; whole warps in range or out.
         if (A8 && nq && ((threadIdx.x & ~31u) + p * blockDim.x) * 4 < (unsigned)N) {
@@ -215,7 +219,7 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
                 bs += __shfl_xor_sync(0xffffffffu, bs, m);
             }
-            if (n < N) act8_store4(o, amax, bs, b, n, N, nq, nq2, nds);
+            if (mine < N) act8_store4(o, amax, bs, b, mine, N, nq, nq2, nds);
         }
     }
     if ((threadIdx.x | p) == 0) trace_mark(905);
@@ -246,7 +250,7 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
 template <int B, bool A8>
 __device__ __forceinline__ void split_norm(const float* y, int N, NORM_PARAMS) {
     // The grid-wide step only where the tail would hold whole rows in registers (the host asks only then).
-    if (ngrid && (N & 31) == 0 && N <= 4 * 16 * (int)blockDim.x)
+    if (ngrid && (N & 31) == 0 && N <= 4 * NORM_TAIL_V * (int)blockDim.x)
         split_norm_grid<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
     else split_norm_tail<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
 }

@@ -23,8 +23,10 @@ if [ ! -x "$PTXAS" ]; then
   chmod +x "$PTXAS"
 fi
 LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  cargo run --quiet --release --locked -p kvad-tensor --example kernel_ptx -- "$tmp/kernels.ptx" 9 0
-"$PTXAS" -arch=sm_90 -v "$tmp/kernels.ptx" -o /dev/null 2> "$tmp/ptxas.log"
+  cargo run --quiet --release --locked -p kvad-tensor --example kernel_ptx -- "$tmp" 9 0
+for unit in "$tmp"/unit-*.ptx; do
+  "$PTXAS" -arch=sm_90 -v "$unit" -o /dev/null 2>> "$tmp/ptxas.log"
+done
 python3 - "$tmp/ptxas.log" "$pattern" <<'PY'
 import re, sys
 info, cur = {}, None

@@ -15,6 +15,3 @@ done
 # The fixtures again with f32 activations in the q8/q4 GEMVs (the kernels before dp4a), at the same bound.
 echo "== gpu (KVAD_GPU_GEMV=split)"
 KVAD_GPU_GEMV=split .gpu/bin/gpu --test-threads=1 --nocapture
-# And with the norm after the o and down products as a grid-wide step (off by default until measured).
-echo "== gpu (KVAD_GPU_GRID_TAIL=1)"
-KVAD_GPU_GRID_TAIL=1 .gpu/bin/gpu --test-threads=1 --nocapture

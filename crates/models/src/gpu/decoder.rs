@@ -11,8 +11,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, grid_norm_wanted, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta,
-    NormOut, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost,
+    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -96,7 +96,7 @@ struct Scratch {
     meta: DevBuf,
     /// Greedy ids out.
     ids: DevBuf,
-    /// The block count (zero between launches) and generation of products that norm their own output.
+    /// The block count (zero between launches) of products that norm their own output.
     counter: DevBuf,
     /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
     wtmp: Option<DevBuf>,
@@ -129,7 +129,7 @@ impl Scratch {
             logits: DevBuf::zeros(gpu, sel * c.vocab_size * f)?,
             meta: DevBuf::zeros(gpu, meta_ints * 4)?,
             ids: DevBuf::zeros(gpu, sel * 4)?,
-            counter: DevBuf::zeros(gpu, 8)?,
+            counter: DevBuf::zeros(gpu, 4)?,
             wtmp: None,
             graphs: HashMap::new(),
         })
@@ -542,7 +542,6 @@ impl GpuDecoder {
             eps: c.norm_eps,
             counter: s.counter.ptr(),
             act8: next.is_some_and(|m| gpu.takes_act8(m, rows)),
-            grid: grid_norm_wanted(),
         };
         let normed = |o: &NormOut| if o.act8 { Act::F32Act8(o.out) } else { Act::F32(o.out) };
         let kern = gpu.gemv_kernel();

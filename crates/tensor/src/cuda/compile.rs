@@ -37,6 +37,41 @@ pub(crate) fn ptx(src: &str, cap: (i32, i32), cache: Option<&Path>, defines: &[&
     Ok(ptx)
 }
 
+/// Compile units of the split products (gemv_split.cu's `KVAD_GS_PART`: two input counts each).
+const GS_PARTS: [&str; 4] = ["KVAD_GS_PART=0", "KVAD_GS_PART=1", "KVAD_GS_PART=2", "KVAD_GS_PART=3"];
+
+/// The kernels as NVRTC compile units, each a source and the define that picks its share: the split products' 240
+/// instances in four units (common.cuh and gemv_split.cu alone), then every other kernel (all sources, no split
+/// product). Compiled whole, the source took 90 s on one core (2026-12-01); as units side by side, about as long as
+/// the largest (~27 s), and a change to one file recompiles only the units that hold it.
+pub(crate) fn units(all: &[&str], common: &str, gemv_split: &str) -> Vec<(String, &'static str)> {
+    let mut u: Vec<(String, &'static str)> = GS_PARTS.iter().map(|&d| (format!("{common}{gemv_split}"), d)).collect();
+    u.push((all.concat(), "KVAD_GS_PART=-1"));
+    u
+}
+
+/// PTX of every unit, compiled side by side (one thread each, each cached on its own), in the units' order.
+pub(crate) fn ptx_units(
+    units: &[(String, &'static str)],
+    cap: (i32, i32),
+    cache: Option<&Path>,
+    defines: &[&str],
+) -> Result<Vec<Ptx>, GpuError> {
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = units
+            .iter()
+            .map(|(src, unit)| {
+                s.spawn(move || {
+                    let mut d = defines.to_vec();
+                    d.push(unit);
+                    ptx(src, cap, cache, &d)
+                })
+            })
+            .collect();
+        jobs.into_iter().map(|j| j.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
+}
+
 /// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
 /// trace records in (`KVAD_TRACE`; otherwise that code is not there at all), `KVAD_GPU_LATE_TRIGGER=0` gives the
 /// latency-bound kernels PDL's early trigger back (`KVAD_EARLY_TRIGGER`, for measuring).

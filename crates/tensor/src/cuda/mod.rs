@@ -19,8 +19,8 @@ pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkK
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    grid_norm_wanted, mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, QkvPost, ACT8_MAX_K,
-    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE,
+    MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -114,12 +114,18 @@ impl std::fmt::Debug for Gpu {
     }
 }
 
-/// The kernel sources, compiled together.
+/// The helpers every kernel file uses, first in every compile unit.
+const COMMON: &str = include_str!("kernels/common.cuh");
+
+/// The split products, also compiled as units of their own ([`compile::units`]).
+const GEMV_SPLIT: &str = include_str!("kernels/gemv_split.cu");
+
+/// The kernel sources in order (a file may use what the files before it define).
 const SOURCES: [&str; 11] = [
-    include_str!("kernels/common.cuh"),
+    COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
-    include_str!("kernels/gemv_split.cu"),
+    GEMV_SPLIT,
     include_str!("kernels/attention.cu"),
     include_str!("kernels/flash.cu"),
     include_str!("kernels/attention_chunks.cu"),
@@ -159,11 +165,17 @@ const KERNELS: &[&str] = &[
     "silu_mul_act8",
 ];
 
-/// The kernels' PTX for a GPU of this compute capability, compiled by NVRTC (no GPU needed): what CI checks, so a
-/// kernel that does not compile is found without the device. `defines` name the measuring variants
-/// (`KVAD_TRACE`, `KVAD_EARLY_TRIGGER`; none for the kernels kvad runs).
-pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<String, GpuError> {
-    Ok(compile::ptx(&SOURCES.concat(), capability, None, defines)?.to_src())
+/// The kernels' PTX for a GPU of this compute capability, one text per compile unit, compiled by NVRTC (no GPU
+/// needed): what CI checks, so a kernel that does not compile is found without the device. `defines` name the
+/// measuring variants (`KVAD_TRACE`, `KVAD_EARLY_TRIGGER`; none for the kernels kvad runs).
+pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<String>, GpuError> {
+    let ptx = compile::ptx_units(&compile_units(), capability, None, defines)?;
+    Ok(ptx.iter().map(|p| p.to_src()).collect())
+}
+
+/// [`compile::units`] of these sources.
+fn compile_units() -> Vec<(String, &'static str)> {
+    compile::units(&SOURCES, COMMON, GEMV_SPLIT)
 }
 
 /// The key-stream attention instances with more warps (attention.cu): (D, query heads per KV head, warps).
@@ -205,9 +217,11 @@ pub fn kernel_names() -> Vec<String> {
             names.push(format!("gemv_{f}_{b}"));
             names.push(format!("gemv_{f}_{b}_rms"));
             for r in ops::SPLIT_HEIGHTS {
-                names.push(format!("gemvs_{f}_{b}_r{r}"));
-                if f != "bf16" {
-                    names.push(format!("gemvs_{f}d_{b}_r{r}"));
+                for nn in ["", "_nn"] {
+                    names.push(format!("gemvs_{f}_{b}_r{r}{nn}"));
+                    if f != "bf16" {
+                        names.push(format!("gemvs_{f}d_{b}_r{r}{nn}"));
+                    }
                 }
             }
         }
@@ -293,15 +307,17 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own, not the legacy default stream: only such a stream can be captured into a graph.
         let stream = ctx.new_stream()?;
-        let ptx = compile::ptx(&SOURCES.concat(), info.capability, kernel_cache, &compile::defines_from_env())?;
-        let module = ctx.load_module(ptx)?;
+        let ptx = compile::ptx_units(&compile_units(), info.capability, kernel_cache, &compile::defines_from_env())?;
+        let modules = ptx.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>()?;
         let mut funcs = HashMap::new();
         // KVAD_GPU_CARVEOUT=p (0-100, for measuring): every kernel prefers p% of the L1/shared split as shared
         // memory, so an SM need not be reconfigured (drained) between a product (little shared memory) and the
         // decode attention (32-64 KB).
         let carveout: Option<i32> = std::env::var("KVAD_GPU_CARVEOUT").ok().and_then(|v| v.parse().ok());
         for name in kernel_names() {
-            let f = module.load_function(&name)?;
+            // From the unit that holds it (each kernel is in exactly one).
+            let mut found = modules.iter().filter_map(|m| m.load_function(&name).ok());
+            let f = found.next().ok_or_else(|| GpuError::Compile(format!("kernel {name} in no compile unit")))?;
             if let Some(p) = carveout {
                 use cudarc::driver::sys::CUfunction_attribute as A;
                 f.set_attribute(A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p.clamp(0, 100))?;
@@ -311,7 +327,7 @@ impl Gpu {
         let blas = blas::Blas::new(stream.clone())?;
         let act8 = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(ops::ACT8_BYTES)?, ops::ACT8_BYTES);
         let pdl = launch::pdl_wanted(info.capability);
-        let trace = trace::Trace::open(&stream, &module)?;
+        let trace = trace::Trace::open(&stream, &modules)?;
         let gemv_kernel = GemvKernel::from_env();
         Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, pdl, trace })
     }

@@ -67,7 +67,10 @@ fn split_rows_int8(format: DevFormat, inputs: usize) -> usize {
 
 /// The f32-activation split kernels' block height per format and input count, from the kernel benchmark on the
 /// H200 (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
-/// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights.
+/// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights. (bf16 at
+/// height 2 for one and two inputs measured faster in the kernel benchmark of the norm-free kernels — one input:
+/// q/k/v 3.45 → 3.62 TB/s, down 3.05 → 4.09, docs/gpu-results/norm-free-2026-12-01/gemv-nn.json — but slower in
+/// decode, gpu-bf16 226.6 → 220.3 tok/s: not taken.)
 fn split_rows_f32(format: DevFormat, inputs: usize) -> usize {
     match (format, inputs) {
         (DevFormat::Bf16 | DevFormat::Q8, 1) => 4,
@@ -136,27 +139,21 @@ pub struct NormOut {
     pub out: u64,
     /// Norm epsilon.
     pub eps: f32,
-    /// Two u32s: the count of blocks done (zero before a launch and left zero) and the grid-wide step's generation
-    /// (any value; the step advances it). Both are needed even when `grid` is off.
+    /// A u32: the count of blocks done, which finds the last (zero before a launch and left zero).
     pub counter: u64,
     /// Also the normed rows' two-term 8-bit form into the activation scratch, for a dp4a product next
     /// ([`Gpu::takes_act8`]), which then takes them as [`Act::F32Act8`]: one `quant_act8` launch fewer.
     pub act8: bool,
-    /// Norm as a grid-wide step (`split_norm_grid`: a few blocks wait for the last and each norms a share, the same
-    /// bits) rather than in the last block alone, where the split kernels take it (N a multiple of 32, at most
-    /// 8,192); [`grid_norm_wanted`] says whether the decoder asks for it.
-    pub grid: bool,
 }
 
 /// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
 const NORM_TAIL_MAX_N: usize = 8192;
 
-/// Whether products norm their output as a grid-wide step ([`NormOut::grid`]): `KVAD_GPU_GRID_TAIL=1`. Off by
-/// default: written and compiled, its tests not yet run on a GPU, its speed against the last-block tail not yet
-/// measured.
-pub fn grid_norm_wanted() -> bool {
+/// Whether split products that fold no norm run the norm-free instances (`_nn` in gemv_split.cu, fewer
+/// registers, so more blocks an SM): on unless `KVAD_GPU_NORM_FREE=0`, kept to measure one against the other.
+fn norm_free_wanted() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_GRID_TAIL").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_FREE").map_or(true, |v| v != "0"))
 }
 
 /// Addresses and sizes for [`Gpu::qkv_post`].
@@ -380,8 +377,7 @@ impl Gpu {
     /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`GEMV_MAX_ROWS`] f32 rows by the GEMV family `kernel` (the
     /// kernel benchmark compares them; `matmul` uses the GPU's default). The split kernels take neither a folded
     /// input norm nor widths that are not whole blocks: those run the per-warp kernels. `norm` also writes the
-    /// RMSNorm of the output rows (in the split kernels' last block or as a grid-wide step, [`NormOut::grid`];
-    /// after the others, by the norm kernel).
+    /// RMSNorm of the output rows (in the split kernels' last block; after the others, by the norm kernel).
     ///
     /// # Safety
     /// `x`, `y`, `bias` must hold the shapes given.
@@ -428,13 +424,16 @@ impl Gpu {
         let int8 = int8 && m.cols <= ACT8_MAX_K;
         let split = match per {
             Some(per) if rms.is_empty() && m.cols.is_multiple_of(32) => {
-                Some((format!("gemvs_{fname}{}_{rows}_r{per}", if int8 { "d" } else { "" }), per))
+                let d = if int8 { "d" } else { "" };
+                // A product that folds no norm runs the kernel compiled without it (fewer registers).
+                let nn = if norm.is_none() && norm_free_wanted() { "_nn" } else { "" };
+                Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
             }
             _ => None,
         };
         let (xq, xq2, xds) = self.act8_planes();
         // Where the norm tail holds whole rows in registers (gemv_split.cu), the dp4a kernels' tail writes their 8-bit
-        // form, and the grid-wide step may take the norm.
+        // form.
         let whole_rows = m.rows.is_multiple_of(32) && m.rows <= NORM_TAIL_MAX_N;
         let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_rows;
         if let Some((name, per)) = split {
@@ -453,9 +452,8 @@ impl Gpu {
             }
             let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
             let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
-            let ngrid = i32::from(norm.is_some_and(|o| o.grid && whole_rows));
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
-            b.arg(&nq).arg(&nq2).arg(&nds).arg(&ngrid);
+            b.arg(&nq).arg(&nq2).arg(&nds);
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
             if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;

@@ -7,33 +7,34 @@
 
 use super::{Gpu, GpuError};
 use cudarc::driver::{CudaModule, CudaSlice};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Records the trace buffer holds (16 bytes each).
 const CAP: u32 = 1 << 20;
 
-/// The trace buffer and the module's counter, when tracing.
+/// The trace buffer: the record count in its first word (shared by every compile unit's kernels), then the records.
 pub(crate) struct Trace {
-    buf: CudaSlice<u64>,
-    module: Arc<CudaModule>,
+    buf: Mutex<CudaSlice<u64>>,
     path: String,
 }
 
 impl Trace {
-    /// Sets the kernels' trace pointer when `KVAD_GPU_TRACE` names a file; None otherwise.
+    /// Sets every module's trace pointer when `KVAD_GPU_TRACE` names a file; None otherwise.
     pub(crate) fn open(
         gpu_stream: &Arc<cudarc::driver::CudaStream>,
-        module: &Arc<CudaModule>,
+        modules: &[Arc<CudaModule>],
     ) -> Result<Option<Trace>, GpuError> {
         let Ok(path) = std::env::var("KVAD_GPU_TRACE") else { return Ok(None) };
-        let buf = gpu_stream.alloc_zeros::<u64>(2 * CAP as usize)?;
+        let buf = gpu_stream.alloc_zeros::<u64>(2 * CAP as usize + 2)?;
         let (ptr, _) = cudarc::driver::DevicePtr::device_ptr(&buf, gpu_stream);
-        let mut at = module.get_global("kvad_trace", gpu_stream)?;
-        gpu_stream.memcpy_htod(&ptr.to_le_bytes(), &mut at)?;
-        let mut cap = module.get_global("kvad_trace_cap", gpu_stream)?;
-        gpu_stream.memcpy_htod(&CAP.to_le_bytes(), &mut cap)?;
+        for module in modules {
+            let mut at = module.get_global("kvad_trace", gpu_stream)?;
+            gpu_stream.memcpy_htod(&ptr.to_le_bytes(), &mut at)?;
+            let mut cap = module.get_global("kvad_trace_cap", gpu_stream)?;
+            gpu_stream.memcpy_htod(&CAP.to_le_bytes(), &mut cap)?;
+        }
         gpu_stream.synchronize()?;
-        Ok(Some(Trace { buf, module: module.clone(), path }))
+        Ok(Some(Trace { buf: Mutex::new(buf), path }))
     }
 }
 
@@ -43,26 +44,17 @@ impl Gpu {
     pub fn trace_dump(&self) -> Result<usize, GpuError> {
         let Some(t) = &self.trace else { return Ok(0) };
         self.stream.synchronize()?;
-        let mut n = self.module_global_u32(&t.module, "kvad_trace_n")?;
-        n = n.min(CAP);
-        let all: Vec<u64> = self.stream.clone_dtoh(&t.buf)?;
+        let mut buf = t.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let all: Vec<u64> = self.stream.clone_dtoh(&*buf)?;
+        let n = ((all[0] & 0xffff_ffff) as u32).min(CAP);
         let mut text = String::with_capacity(n as usize * 32);
-        for r in all.chunks(2).take(n as usize) {
+        for r in all[2..].chunks(2).take(n as usize) {
             let shape = r[1];
             text.push_str(&format!("{} {} {} {}\n", r[0], shape & 0xff_ffff, (shape >> 24) & 0xff_ffff, shape >> 48));
         }
         std::fs::write(&t.path, text).map_err(|err| GpuError::Trace { path: t.path.clone(), err })?;
-        let mut counter = t.module.get_global("kvad_trace_n", &self.stream)?;
-        self.stream.memcpy_htod(&0u32.to_le_bytes(), &mut counter)?;
+        self.stream.memset_zeros(&mut buf.slice_mut(0..1))?;
         self.stream.synchronize()?;
         Ok(n as usize)
-    }
-
-    fn module_global_u32(&self, module: &Arc<CudaModule>, name: &str) -> Result<u32, GpuError> {
-        let g = module.get_global(name, &self.stream)?;
-        let mut b = [0u8; 4];
-        self.stream.memcpy_dtoh(&g, &mut b)?;
-        self.stream.synchronize()?;
-        Ok(u32::from_le_bytes(b))
     }
 }

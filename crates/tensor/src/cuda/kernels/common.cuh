@@ -77,9 +77,10 @@ __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefe
 // block records, past pdl_wait, the global timer and the launch's shape ([time, grid.x | grid.y << 24 | block.x <<
 // 48] a record), in the order kernels run. The kernel before has ended by then, so the gaps between records are each
 // kernel's time inside a graph, overlap with its neighbours included — what ncu, launching each alone, cannot see.
+// The record count is the buffer's first word and the records follow it, so the kernels of every compile unit (each
+// its own module, with its own copy of these variables) count in one place.
 extern "C" {
 __device__ unsigned long long* kvad_trace;
-__device__ unsigned kvad_trace_n;
 __device__ unsigned kvad_trace_cap;
 }
 
@@ -91,10 +92,10 @@ __device__ __forceinline__ void trace_record(unsigned long long what) {
     if (t) {
         unsigned long long now;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-        unsigned i = atomicAdd(&kvad_trace_n, 1u);
+        unsigned i = atomicAdd((unsigned*)t, 1u);
         if (i < kvad_trace_cap) {
-            t[2 * i] = now;
-            t[2 * i + 1] = what;
+            t[2 * i + 2] = now;
+            t[2 * i + 3] = what;
         }
     }
 #endif

@@ -38,7 +38,6 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
 
 // A thread's four normed values (columns n..n+3 of row b) in the two 8-bit terms, given the maximum and sum of
 // their block of 32 (reduced over the eight threads that hold it); the block's first thread writes (d, sum).
-// The norm tail and the grid-wide norm both write through it, so they round alike.
 __device__ __forceinline__ void act8_store4(float4 o, float amax, float bsum, int b, int n, int N, signed char* nq,
                                             signed char* nq2, float2* nds) {
     float d, id;
@@ -152,79 +151,6 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     }
 }
 
-// The folded norm as a grid-wide step (NormOut::grid), where the tail holds whole rows in registers (N a multiple
-// of 32, at most 4·TAIL_V floats a thread): every block counts in on bar[0] as for the tail, and blocks 0..P−1 —
-// P = the float4s a thread of the tail holds — wait until the last has come (it zeroes the count and advances the
-// generation in bar[1]). Then block p sums each row exactly as the tail's last block does (the same threads, order
-// and bits) but norms, stores and quantises only the p-th of each thread's float4s: the tail's serial part spread
-// over P blocks, the same bits. Only P blocks wait, so the grid need not be resident at once: the rest finish and
-// free their SMs.
-template <int B, bool A8>
-__device__ __forceinline__ void split_norm_grid(const float* y, int N, const float* __restrict__ ng, float* nout,
-                                                float eps, unsigned* bar, signed char* nq, signed char* nq2,
-                                                float2* nds) {
-    __shared__ float red[32];
-    constexpr int TAIL_V = NORM_TAIL_V;
-    const int P = (N + 4 * blockDim.x - 1) / (4 * blockDim.x), p = blockIdx.x;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned* vb = bar;
-        unsigned gen = vb[1];  // read before counting in: it cannot advance until this block has
-        __threadfence();
-        if (atomicAdd(&bar[0], 1u) == gridDim.x - 1) {
-            atomicExch(&bar[0], 0u);
-            __threadfence();
-            atomicAdd(&bar[1], 1u);
-        } else if (p < P) {
-            // A count left wrong (a fault before) would never complete: after ~4 s, a launch error, not a hang.
-            for (unsigned spins = 0; vb[1] == gen; spins++) {
-                if (spins == (1u << 27)) __trap();
-                __nanosleep(32);
-            }
-        }
-        __threadfence();
-    }
-    __syncthreads();
-    if (p >= P) return;
-    if ((threadIdx.x | p) == 0) trace_mark(904);
-    // This block's norm weights asked of L2 now (a line per eight threads), ahead of the loads after the sum.
-    int mine = (threadIdx.x + p * blockDim.x) * 4;
-    if (mine < N && threadIdx.x % 8 == 0) prefetch_l2(ng + mine);
-#pragma unroll 1
-    for (int b = 0; b < B; b++) {
-        const float* yb = y + (size_t)b * N;
-        float ss = 0.0f;
-        float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int j = 0; j < TAIL_V; j++) {
-            int n = (threadIdx.x + j * blockDim.x) * 4;
-            float4 v = n < N ? __ldcg((const float4*)(yb + n)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, ss))));
-            if (j == p) o = v;
-        }
-        float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
-        PDL_LATE_TRIGGER();
-        if (mine < N) {
-            float4 w = __ldg((const float4*)(ng + mine));
-            o = make_float4(o.x * inv * w.x, o.y * inv * w.y, o.z * inv * w.z, o.w * inv * w.w);
-            *(float4*)(nout + (size_t)b * N + mine) = o;
-        }
-        // Eight consecutive threads hold a block of 32, as in the tail; whole warps in range or out.
-        if (A8 && nq && ((threadIdx.x & ~31u) + p * blockDim.x) * 4 < (unsigned)N) {
-            float amax = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
-            float bs = (o.x + o.y) + (o.z + o.w);
-#pragma unroll
-            for (int m = 1; m < 8; m <<= 1) {
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-                bs += __shfl_xor_sync(0xffffffffu, bs, m);
-            }
-            if (mine < N) act8_store4(o, amax, bs, b, mine, N, nq, nq2, nds);
-        }
-    }
-    if ((threadIdx.x | p) == 0) trace_mark(905);
-}
-
 // A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
 // tail, once the last block has summed the rows (PDL_ENTER_LATE in common.cuh: the next product's weight loads
 // would queue ahead of the tail's); the others at once.
@@ -241,19 +167,9 @@ __device__ __forceinline__ void split_norm_grid(const float* y, int N, const flo
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, and
 // the two-term 8-bit output (0: none).
-#define NORM_PARAMS                                                                                          \
-    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds, \
-        int ngrid
-#define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds, ngrid
-
-// The folded norm by the tail's last block, or (`ngrid`) as a grid-wide step.
-template <int B, bool A8>
-__device__ __forceinline__ void split_norm(const float* y, int N, NORM_PARAMS) {
-    // The grid-wide step only where the tail would hold whole rows in registers (the host asks only then).
-    if (ngrid && (N & 31) == 0 && N <= 4 * NORM_TAIL_V * (int)blockDim.x)
-        split_norm_grid<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
-    else split_norm_tail<B, A8>(y, N, ng, nout, eps, counter, nq, nq2, nds);
-}
+#define NORM_PARAMS \
+    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds
+#define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds
 
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
@@ -288,7 +204,7 @@ __device__ __forceinline__ void load_q4(const unsigned char* __restrict__ Q, con
     }
 }
 
-template <int B, int R>
+template <int B, int R, bool NORM>
 __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ x, float* y,
                         const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -304,6 +220,7 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
 #pragma unroll
         for (int r = 0; r < R; r++) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + (c0 + lane) * 8);
     }
+    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 8;
@@ -330,11 +247,11 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm<B, false>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, false>(y, N, NORM_ARGS);
 }
 
 // Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
-template <int B, int R>
+template <int B, int R, bool NORM>
 __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, const float* __restrict__ x,
                       float* y, const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -348,6 +265,7 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
     float d[R];
     // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
     if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
+    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
@@ -379,11 +297,11 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm<B, false>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, false>(y, N, NORM_ARGS);
 }
 
 // Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
-template <int B, int R>
+template <int B, int R, bool NORM>
 __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                       const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
                       int accumulate, NORM_PARAMS) {
@@ -398,6 +316,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
     uint4 w[R];
     unsigned dm[R];
     if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
+    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
@@ -437,7 +356,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm<B, false>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, false>(y, N, NORM_ARGS);
 }
 
 // The same products with activations in two 8-bit terms (quant_act8 in quant.cu: x ≈ d·(q1 + q2/254), the CPU's
@@ -465,7 +384,7 @@ __device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], i
     return __dp4a(wh[3], hi.w, s);
 }
 
-template <int B, int R>
+template <int B, int R, bool NORM>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, float* y,
@@ -482,6 +401,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     float d[R];
     // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
     if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
+    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
@@ -499,10 +419,10 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm<B, true>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, true>(y, N, NORM_ARGS);
 }
 
-template <int B, int R>
+template <int B, int R, bool NORM>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, float* y,
@@ -518,6 +438,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     uint4 w[R];
     unsigned dm[R];
     if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
+    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
@@ -540,47 +461,64 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (ng) split_norm<B, true>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, true>(y, N, NORM_ARGS);
 }
 
-#define GS_INSTANCES(B, R, SUFFIX)                                                                             \
+#define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                             \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
                                int acc, NORM_PARAMS) {                                                         \
-        gs_bf16<B, R>(W, x, y, bias, N, K, acc, NORM_ARGS);                                                    \
+        gs_bf16<B, R, NORM>(W, x, y, bias, N, K, acc, NORM_ARGS);                                              \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const float* x, float* y,                 \
                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
-        gs_q8<B, R>(Q, S, x, y, bias, N, K, acc, NORM_ARGS);                                                   \
+        gs_q8<B, R, NORM>(Q, S, x, y, bias, N, K, acc, NORM_ARGS);                                             \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
-        gs_q4<B, R>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS);                                                  \
+        gs_q4<B, R, NORM>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS);                                            \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                   \
                               const signed char* xq2, const float2* xds, float* y, const float* bias, int N,   \
                               int K, int acc, NORM_PARAMS) {                                                   \
-        gs_q8d<B, R>(Q, S, xq, xq2, xds, y, bias, N, K, acc, NORM_ARGS);                                       \
+        gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, y, bias, N, K, acc, NORM_ARGS);                                 \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,               \
                               const signed char* xq2, const float2* xds, float* y, const float* bias, int N,   \
                               int K, int acc, NORM_PARAMS) {                                                   \
-        gs_q4d<B, R>(Q, DM, xq, xq2, xds, y, bias, N, K, acc, NORM_ARGS);                                      \
+        gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, y, bias, N, K, acc, NORM_ARGS);                                \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input
 // count from the kernel benchmark (examples/gpu_gemv.rs). The height does not change a row's sum, so any pick
 // keeps batched rows bit-identical to rows alone.
-#define GS_HEIGHTS(B) GS_INSTANCES(B, 2, _r2) GS_INSTANCES(B, 4, _r4) GS_INSTANCES(B, 8, _r8)
+//
+// Each also comes norm-free (suffix `_nn`: the same kernel without the norm's code, whose registers the products
+// that fold no norm — q/k/v, gate/up — need not carry: ptxas gives the q8 one-row kernel 135 registers with it,
+// 56 without).
+#define GS_HEIGHT(B, R) GS_INSTANCES(B, R, _r##R, true) GS_INSTANCES(B, R, _r##R##_nn, false)
+#define GS_HEIGHTS(B) GS_HEIGHT(B, 2) GS_HEIGHT(B, 4) GS_HEIGHT(B, 8)
+
+// These kernels take most of NVRTC's time, so mod.rs compiles them as compile units of their own, side by side:
+// KVAD_GS_PART = p instantiates input counts 2p+1 and 2p+2 only, −1 none (the unit of all other kernels); unset,
+// all of them.
+#if !defined(KVAD_GS_PART) || KVAD_GS_PART == 0
 GS_HEIGHTS(1)
 GS_HEIGHTS(2)
+#endif
+#if !defined(KVAD_GS_PART) || KVAD_GS_PART == 1
 GS_HEIGHTS(3)
 GS_HEIGHTS(4)
+#endif
+#if !defined(KVAD_GS_PART) || KVAD_GS_PART == 2
 GS_HEIGHTS(5)
 GS_HEIGHTS(6)
+#endif
+#if !defined(KVAD_GS_PART) || KVAD_GS_PART == 3
 GS_HEIGHTS(7)
 GS_HEIGHTS(8)
+#endif

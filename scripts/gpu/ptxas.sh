@@ -3,10 +3,11 @@
 # kernel_ptx example) through NVIDIA's ptxas (from the nvidia-cuda-nvcc wheel, pinned, into .venv-test/nvcc).
 # Prints the kernels that spill, then the registers of those named (a grep pattern), with the blocks of 128
 # threads an SM can then hold by registers (65,536 an SM, given in units of 8 a thread).
-#   bash scripts/gpu/ptxas.sh ['gemvs_q4d_1_r|attention_decode_4_g4']
+#   bash scripts/gpu/ptxas.sh ['gemvs_q4d_1_r|attention_decode_4_g4'] [DEFINE…]   (a measuring variant: KVAD_TAIL_SMEM)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 pattern="${1:-gemvs_q4d_1_r|gemvs_q8d_1_r|gemvs_bf16_1_r|attention_decode_4_g4|silu_mul_act8}"
+shift || true
 NVRTC_LIB=.venv-test/nvrtc/nvidia/cu13/lib
 PTXAS=.venv-test/nvcc/nvidia/cu13/bin/ptxas
 tmp="$(mktemp -d)"
@@ -23,7 +24,7 @@ if [ ! -x "$PTXAS" ]; then
   chmod +x "$PTXAS"
 fi
 LD_LIBRARY_PATH="$PWD/$NVRTC_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  cargo run --quiet --release --locked -p kvad-tensor --example kernel_ptx -- "$tmp" 9 0
+  cargo run --quiet --release --locked -p kvad-tensor --example kernel_ptx -- "$tmp" 9 0 "$@"
 for unit in "$tmp"/unit-*.ptx; do
   "$PTXAS" -arch=sm_90 -v "$unit" -o /dev/null 2>> "$tmp/ptxas.log"
 done

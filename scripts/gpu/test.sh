@@ -15,3 +15,8 @@ done
 # The fixtures again with f32 activations in the q8/q4 GEMVs (the kernels before dp4a), at the same bound.
 echo "== gpu (KVAD_GPU_GEMV=split)"
 KVAD_GPU_GEMV=split .gpu/bin/gpu --test-threads=1 --nocapture
+# The norm tail holding its row in shared memory (KVAD_GPU_TAIL_SMEM=1, off until measured): its kernel test
+# against a separate quantisation, and the fixtures.
+echo "== cuda_kernels, gpu (KVAD_GPU_TAIL_SMEM=1)"
+KVAD_GPU_TAIL_SMEM=1 .gpu/bin/cuda_kernels --test-threads=1 --nocapture kernels_writing_8bit gemv
+KVAD_GPU_TAIL_SMEM=1 .gpu/bin/gpu --test-threads=1 --nocapture

@@ -454,7 +454,13 @@ impl Gpu {
             let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
             b.arg(&nq).arg(&nq2).arg(&nds);
-            b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, 0))?;
+            // The tail's row in shared memory where it holds whole rows (compile::tail_smem_wanted).
+            let smem = if norm.is_some() && m.rows <= NORM_TAIL_MAX_N && super::compile::tail_smem_wanted() {
+                (m.rows * 4) as u32
+            } else {
+                0
+            };
+            b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
             if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;
             }

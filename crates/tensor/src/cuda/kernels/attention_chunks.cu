@@ -16,19 +16,6 @@
 #define AC_THREADS 256
 #define AC_PAGE 16
 
-__device__ __forceinline__ void ac_cp16(void* smem, const void* gmem) {
-    unsigned a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void ac_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void ac_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // Keys a chunk holds, lanes a key, and the K row stride in halves: with 4 lanes a key the stride must be 16 words
 // modulo 32 so that the 8 lanes of a 16-byte shared load (two keys × four parts) hit 32 different banks.
 template <int HD>
@@ -73,11 +60,11 @@ __device__ void attention_chunks_t(const float* __restrict__ q, const f16_t* __r
             if (j < n) {
                 int key = k0 + j;
                 size_t a = (((size_t)table[key / AC_PAGE] * nkv + kvh) * AC_PAGE + key % AC_PAGE) * HD + pc * 8;
-                ac_cp16(ks + (buf * KC + j) * LDK + pc * 8, k_pages + a);
-                ac_cp16(vs + (buf * KC + j) * HD + pc * 8, v_pages + a);
+                cp_async16(ks + (buf * KC + j) * LDK + pc * 8, k_pages + a);
+                cp_async16(vs + (buf * KC + j) * HD + pc * 8, v_pages + a);
             }
         }
-        ac_commit();
+        cp_async_commit();
     };
 
     float m = -INFINITY, l = 0.0f;  // warp g's running maximum and sum for query head g
@@ -91,9 +78,9 @@ __device__ void attention_chunks_t(const float* __restrict__ q, const f16_t* __r
         int k0 = lo + c * KC, n = min(KC, pos + 1 - k0), buf = c & 1;
         if (c + 1 < nchunks) {
             load(c + 1);
-            ac_wait<1>();
+            cp_async_wait<1>();
         } else {
-            ac_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
         // Scores: key j = t / TPK, part p = t % TPK takes pieces p, p + TPK, ….
@@ -282,13 +269,13 @@ __device__ void attention_chunks_mma_t(const float* __restrict__ q, const f16_t*
             if (j < n) {
                 int key = k0 + j;
                 size_t a = (((size_t)table[key / AC_PAGE] * nkv + kvh) * AC_PAGE + key % AC_PAGE) * HD + pc * 8;
-                ac_cp16(ks + (buf * KC + j) * LD + pc * 8, k_pages + a);
-                ac_cp16(vs + (buf * KC + j) * LD + pc * 8, v_pages + a);
+                cp_async16(ks + (buf * KC + j) * LD + pc * 8, k_pages + a);
+                cp_async16(vs + (buf * KC + j) * LD + pc * 8, v_pages + a);
             } else {
                 *(uint4*)(vs + (buf * KC + j) * LD + pc * 8) = make_uint4(0, 0, 0, 0);
             }
         }
-        ac_commit();
+        cp_async_commit();
     };
 
     float m = -INFINITY, l = 0.0f;  // warp g's running maximum and sum for query head g
@@ -301,9 +288,9 @@ __device__ void attention_chunks_mma_t(const float* __restrict__ q, const f16_t*
         int k0 = lo + c * KC, n = min(KC, pos + 1 - k0), buf = c & 1;
         if (c + 1 < nchunks) {
             load(c + 1);
-            ac_wait<1>();
+            cp_async_wait<1>();
         } else {
-            ac_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
         // Scores of keys 8·warp..8·warp+7 (the B operand straight from K's rows).

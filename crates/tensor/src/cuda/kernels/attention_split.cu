@@ -64,13 +64,13 @@ __device__ void attention_split_t(const float* __restrict__ q, const f16_t* __re
             if (j < n) {
                 int key = k0 + j;
                 size_t a = (((size_t)table[key / AC_PAGE] * nkv + kvh) * AC_PAGE + key % AC_PAGE) * HD + pc * 8;
-                ac_cp16(kd, k_pages + a);
-                ac_cp16(vd, v_pages + a);
+                cp_async16(kd, k_pages + a);
+                cp_async16(vd, v_pages + a);
             } else {
                 *(uint4*)vd = make_uint4(0, 0, 0, 0);
             }
         }
-        ac_commit();
+        cp_async_commit();
     };
 
     float o[NT][4];
@@ -83,9 +83,9 @@ __device__ void attention_split_t(const float* __restrict__ q, const f16_t* __re
         int k0 = lo + (i * AS_WARPS + warp) * AS_KW, n = min(AS_KW, pos + 1 - k0), st = i & 1;
         if (i + 1 < steps) {
             load(i + 1);
-            ac_wait<1>();
+            cp_async_wait<1>();
         } else {
-            ac_wait<0>();
+            cp_async_wait<0>();
         }
         __syncwarp();
         float s[2][4];

@@ -69,6 +69,21 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// cp.async (sm_80+): 16 bytes from global memory into shared memory without passing through registers (cached in
+// L2 only), in groups a thread commits and then waits for until at most N are still in flight.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Asks L2 for the line holding p, without waiting for it: a product's first weights, fetched from HBM while the
 // kernel before it ends (before pdl_wait), and found in L2 by the loads after it.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }

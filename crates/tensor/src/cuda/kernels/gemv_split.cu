@@ -76,48 +76,88 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     if (threadIdx.x == 0) trace_mark(901);
     // The norm weights asked of L2 now, so their loads after the sum below do not wait on HBM.
     for (int n = threadIdx.x * 32; n < N; n += blockDim.x * 32) prefetch_l2(ng + n);
-    // Rows up to TAIL_V float4s a thread are loaded whole into registers (one round trip to L2, not one per
-    // element), summed, and written from there.
+    // Rows up to TAIL_V float4s a thread are loaded whole (one round trip to L2, not one per element), summed, and
+    // written from there: into registers, or with KVAD_TAIL_SMEM (compile.rs: `KVAD_GPU_TAIL_SMEM=1`, being
+    // measured) by cp.async into the dynamic shared memory the host gives the norm kernels (N floats), which needs
+    // no registers for them — every product with a norm otherwise carries the tail's 16 float4s a thread.
     constexpr int TAIL_V = NORM_TAIL_V;
     bool whole = (N & 3) == 0 && N <= (int)blockDim.x * 4 * TAIL_V;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#ifdef KVAD_TAIL_SMEM
+    extern __shared__ float4 tail_row[];
+#define TAIL_AT(j) tail_row[threadIdx.x + (j) * blockDim.x]
+// Loops over the row unrolled only in part: fully unrolled, the compiler hoists every shared load and the
+// registers come back.
+#define TAIL_UNROLL _Pragma("unroll 4")
+#define TAIL_UNROLL_GROUPS _Pragma("unroll 1")
+#else
+#define TAIL_AT(j) v[j]
+#define TAIL_UNROLL _Pragma("unroll")
+#define TAIL_UNROLL_GROUPS _Pragma("unroll")
+#endif
 #pragma unroll 1
     for (int b = 0; b < B; b++) {
         const float* yb = y + (size_t)b * N;
         float* ob = nout + (size_t)b * N;
         float ss = 0.0f;
         if (whole) {
+#ifdef KVAD_TAIL_SMEM
+            // Each thread reads back only what it copied, so its own wait suffices (no barrier).
+#pragma unroll
+            for (int j = 0; j < TAIL_V; j++) {
+                int n = (threadIdx.x + j * blockDim.x) * 4;
+                if (n < N) cp_async16(&TAIL_AT(j), yb + n);
+            }
+            cp_async_commit();
+            cp_async_wait<0>();
+            TAIL_UNROLL
+            for (int j = 0; j < TAIL_V; j++) {
+                int n = (threadIdx.x + j * blockDim.x) * 4;
+                float4 t = n < N ? TAIL_AT(j) : zero4;
+                ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+            }
+#else
             float4 v[TAIL_V];
 #pragma unroll
             for (int j = 0; j < TAIL_V; j++) {
                 int n = (threadIdx.x + j * blockDim.x) * 4;
-                v[j] = n < N ? __ldcg((const float4*)(yb + n)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                v[j] = n < N ? __ldcg((const float4*)(yb + n)) : zero4;
                 ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
             }
+#endif
             float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
             PDL_LATE_TRIGGER();
             if (threadIdx.x == 0) trace_mark(902);
             bool act8 = A8 && nq && (N & 31) == 0;
-#pragma unroll
+            TAIL_UNROLL
             for (int j = 0; j < TAIL_V; j++) {
                 int n = (threadIdx.x + j * blockDim.x) * 4;
                 if (n < N) {
-                    float4 w = __ldg((const float4*)(ng + n));
-                    v[j] = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
-                    *(float4*)(ob + n) = v[j];
-                } else {
-                    v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    float4 w = __ldg((const float4*)(ng + n)), t = TAIL_AT(j);
+                    t = make_float4(t.x * inv * w.x, t.y * inv * w.y, t.z * inv * w.z, t.w * inv * w.w);
+                    *(float4*)(ob + n) = t;
+                    TAIL_AT(j) = t;
                 }
+#ifndef KVAD_TAIL_SMEM
+                else {
+                    v[j] = zero4;
+                }
+#endif
             }
             // Eight consecutive threads hold one block of 32 (all in range or all out, N being whole blocks); four
             // blocks at a time, so their shuffles and divisions overlap rather than wait on one another.
             constexpr int TG = 4;
-#pragma unroll
+            TAIL_UNROLL_GROUPS
             for (int j0 = 0; j0 < TAIL_V && act8; j0 += TG) {
                 if (((threadIdx.x & ~31u) + j0 * blockDim.x) * 4 >= (unsigned)N) break;  // whole warps
                 float amax[TG], bs[TG];
 #pragma unroll
                 for (int u = 0; u < TG; u++) {
-                    float4 o = v[j0 + u];
+#ifdef KVAD_TAIL_SMEM
+                    float4 o = (threadIdx.x + (j0 + u) * blockDim.x) * 4 < N ? TAIL_AT(j0 + u) : zero4;
+#else
+                    float4 o = v[j0 + u];  // zero past N
+#endif
                     amax[u] = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
                     bs[u] = (o.x + o.y) + (o.z + o.w);
                 }
@@ -132,7 +172,7 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
 #pragma unroll
                 for (int u = 0; u < TG; u++) {
                     int n = (threadIdx.x + (j0 + u) * blockDim.x) * 4;
-                    if (n < N) act8_store4(v[j0 + u], amax[u], bs[u], b, n, N, nq, nq2, nds);
+                    if (n < N) act8_store4(TAIL_AT(j0 + u), amax[u], bs[u], b, n, N, nq, nq2, nds);
                 }
             }
         } else {
@@ -145,6 +185,9 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
             for (int n = threadIdx.x; n < N; n += blockDim.x) ob[n] = __ldcg(yb + n) * inv * ng[n];
         }
     }
+#undef TAIL_AT
+#undef TAIL_UNROLL
+#undef TAIL_UNROLL_GROUPS
     if (threadIdx.x == 0) {
         *counter = 0u;
         trace_mark(903);

@@ -100,6 +100,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
         }
         kvad_tensor::Device::Cpu => None,
     };
+    let compile_note = gpu.as_ref().and_then(|g| g.take_compile_note());
     let cache = match (&opts.cache_dir, backend) {
         (Some(dir), BackendKind::CpuQ8 | BackendKind::CpuQ4) if !opts.f32_reference => {
             Some(qcache::cache_path(&dir.join("quant"), files, backend))
@@ -169,6 +170,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     };
     // Said at this load, not kept in the cache file.
     notes.extend(stale);
+    notes.extend(compile_note);
     Ok(LoadedModel { model, notes, cache })
 }
 

@@ -106,6 +106,8 @@ pub struct Gpu {
     pub(crate) pdl: bool,
     /// The kernel trace, when `KVAD_GPU_TRACE` asks for one.
     trace: Option<trace::Trace>,
+    /// How long NVRTC took at open, when it compiled (not all from the cache), until a loader takes it.
+    compile_note: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -169,7 +171,7 @@ const KERNELS: &[&str] = &[
 /// needed): what CI checks, so a kernel that does not compile is found without the device. `defines` name the
 /// measuring variants (`KVAD_TRACE`, `KVAD_EARLY_TRIGGER`; none for the kernels kvad runs).
 pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<String>, GpuError> {
-    let ptx = compile::ptx_units(&compile_units(), capability, None, defines)?;
+    let (ptx, _) = compile::ptx_units(&compile_units(), capability, None, defines)?;
     Ok(ptx.iter().map(|p| p.to_src()).collect())
 }
 
@@ -307,7 +309,20 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         // A stream of its own, not the legacy default stream: only such a stream can be captured into a graph.
         let stream = ctx.new_stream()?;
-        let ptx = compile::ptx_units(&compile_units(), info.capability, kernel_cache, &compile::defines_from_env())?;
+        let started = std::time::Instant::now();
+        let units = compile_units();
+        let (ptx, compiled) = compile::ptx_units(&units, info.capability, kernel_cache, &compile::defines_from_env())?;
+        // What the first load on this GPU says about the pause (a note, taken once: `take_compile_note`).
+        let compile_note = (compiled > 0).then(|| {
+            let cached = kernel_cache.map_or("not cached: no cache directory".to_string(), |d| {
+                format!("cached in {}; later runs skip this", d.display())
+            });
+            format!(
+                "compiled {compiled} of {} GPU kernel units with NVRTC in {:.1}s ({cached})",
+                units.len(),
+                started.elapsed().as_secs_f64()
+            )
+        });
         let modules = ptx.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>()?;
         let mut funcs = HashMap::new();
         // KVAD_GPU_CARVEOUT=p (0-100, for measuring): every kernel prefers p% of the L1/shared split as shared
@@ -329,7 +344,14 @@ impl Gpu {
         let pdl = launch::pdl_wanted(info.capability);
         let trace = trace::Trace::open(&stream, &modules)?;
         let gemv_kernel = GemvKernel::from_env();
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, pdl, trace })
+        let compile_note = Mutex::new(compile_note);
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, pdl, trace, compile_note })
+    }
+
+    /// The note on compiling the kernels at open, once (None when they came from the cache or were taken): the
+    /// first GPU load of a machine pauses for NVRTC, and the user should know why and that it will not again.
+    pub fn take_compile_note(&self) -> Option<String> {
+        self.compile_note.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The device's properties as found at open.

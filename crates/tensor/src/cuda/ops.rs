@@ -454,12 +454,11 @@ impl Gpu {
             let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
             b.arg(&nq).arg(&nq2).arg(&nds);
-            // The tail's row in shared memory where it holds whole rows (compile::tail_smem_wanted).
-            let smem = if norm.is_some() && m.rows <= NORM_TAIL_MAX_N && super::compile::tail_smem_wanted() {
-                (m.rows * 4) as u32
-            } else {
-                0
-            };
+            // The tail's row in shared memory where it holds whole rows (compile::tail_smem_wanted; the kernel's
+            // `whole`: N a multiple of 4 up to NORM_TAIL_MAX_N, 32 KB at most, within the 48 KB needing no opt-in).
+            let whole_f4 = m.rows.is_multiple_of(4) && m.rows <= NORM_TAIL_MAX_N;
+            let smem =
+                if norm.is_some() && whole_f4 && super::compile::tail_smem_wanted() { (m.rows * 4) as u32 } else { 0 };
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
             if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;

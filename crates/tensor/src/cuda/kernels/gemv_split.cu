@@ -136,7 +136,11 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                     float4 w = __ldg((const float4*)(ng + n)), t = TAIL_AT(j);
                     t = make_float4(t.x * inv * w.x, t.y * inv * w.y, t.z * inv * w.z, t.w * inv * w.w);
                     *(float4*)(ob + n) = t;
+#ifdef KVAD_TAIL_SMEM
+                    if (act8) TAIL_AT(j) = t;  // only the 8-bit writing below reads the normed row back
+#else
                     TAIL_AT(j) = t;
+#endif
                 }
 #ifndef KVAD_TAIL_SMEM
                 else {

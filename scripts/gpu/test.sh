@@ -20,3 +20,9 @@ KVAD_GPU_GEMV=split .gpu/bin/gpu --test-threads=1 --nocapture
 echo "== cuda_kernels, gpu (KVAD_GPU_TAIL_SMEM=1)"
 KVAD_GPU_TAIL_SMEM=1 .gpu/bin/cuda_kernels --test-threads=1 --nocapture kernels_writing_8bit gemv
 KVAD_GPU_TAIL_SMEM=1 .gpu/bin/gpu --test-threads=1 --nocapture
+# The decode attention with a KV head's query heads split over blocks (KVAD_GPU_ATT_HEADS, off until measured).
+for h in 1 2; do
+  echo "== cuda_decode_attention, gpu (KVAD_GPU_ATT_HEADS=$h)"
+  KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
+  KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture
+done

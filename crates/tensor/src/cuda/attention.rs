@@ -182,10 +182,12 @@ impl Gpu {
             return Ok(false);
         }
         let act8 = act8 && (p.nh * p.hd) <= ACT8_MAX_K;
-        let gm = g.next_power_of_two();
+        // Query heads a block: the whole group, or (KVAD_GPU_ATT_HEADS) a power-of-two share of it over more blocks.
+        let gm = decode_heads(g);
+        let parts = g.div_ceil(gm);
         let w = decode_warps(d, gm);
         let f = self.func(&format!("attention_decode_{d}_g{gm}"));
-        let smem = (w * g * p.hd * 4) as u32;
+        let smem = (w * g.min(gm) * p.hd * 4) as u32;
         if smem > 48 * 1024 {
             use cudarc::driver::sys::CUfunction_attribute as A;
             f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
@@ -196,8 +198,21 @@ impl Gpu {
         b.arg(&p.qkv).arg(&p.k_pages).arg(&p.v_pages).arg(&a.out).arg(&p.q_norm).arg(&p.k_norm).arg(&p.inv_freq);
         b.arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win);
         b.arg(&a.scale).arg(&p.eps).arg(&oq).arg(&oq2).arg(&ods);
-        b.launch(cfg((p.rows as u32, p.nkv as u32, 1), (w * 32) as u32, smem))?;
+        b.launch(cfg((p.rows as u32, p.nkv as u32, parts as u32), (w * 32) as u32, smem))?;
         Ok(act8)
+    }
+}
+
+/// Query heads a block of the decode attention takes, for `g` a KV head (the kernel instance's GM): the next power
+/// of two of `g` (one block a KV head), or with `KVAD_GPU_ATT_HEADS=h` (a power of two dividing `g`, being measured)
+/// `h`, the group split over `g / h` blocks — more SMs, each block's key loop a shorter chain (fewer scores to sum
+/// across the warp and fewer heads to update per key), every block reading its KV head's keys.
+fn decode_heads(g: usize) -> usize {
+    static WANT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let want = *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_HEADS").ok().and_then(|v| v.parse().ok()));
+    match want {
+        Some(h) if h.is_power_of_two() && h < g && g.is_multiple_of(h) => h,
+        _ => g.next_power_of_two(),
     }
 }
 

@@ -3,6 +3,8 @@
 // per-head RMSNorm and RoPE of qkv_post (elementwise.cu) to its group's query heads and to its KV head's new key,
 // writes the new key and value into the pages itself, and attends over keys lo..=pos as the key-stream kernels do
 // (attention.cu: warp w takes keys lo+w, lo+w+W, …, lane l dims [l·D, l·D+D)). Two launches a layer become one.
+// The host may split a KV head's query heads over blocks (grid z, `decode_heads` in attention.rs): each block then
+// attends for GM of them over the same keys, and only the first writes the new key and value.
 //
 // Its loads do not wait on one another: the page table's first 32 entries sit one a lane (a key's page is a
 // shuffle away, not a dependent load), and a warp asks for AD_KB keys' K and V rows at a time, the next AD_KB while
@@ -195,7 +197,9 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     __shared__ float sm_m[W][GM], sm_l[W][GM];
     extern __shared__ float sm_acc_d[];  // [W][G * hd]
     int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int G = nh / nkv;
+    // Block z of the grid takes query heads z·GM.. of its KV head's group when the host splits the group over
+    // blocks (KVAD_GPU_ATT_HEADS; only where GM divides it): G heads here, the first h0.
+    int G = gridDim.z > 1 ? GM : nh / nkv, h0 = kvh * (nh / nkv) + blockIdx.z * GM;
     bool first = (threadIdx.x | blockIdx.x | blockIdx.y) == 0;  // the thread that marks the trace
     if (first) trace_mark(910);
     int pos = row_pos[r];
@@ -226,7 +230,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     float qr[GM][D], acc[GM][D], m[GM], l[GM];
     // Every query head's values asked for before any is used: one round trip, not one a head.
 #pragma unroll
-    for (int g = 0; g < GM; g++) ad_load<D>(row + (size_t)(kvh * G + min(g, G - 1)) * hd, qr[g]);
+    for (int g = 0; g < GM; g++) ad_load<D>(row + (size_t)(h0 + min(g, G - 1)) * hd, qr[g]);
     // And the new key and value, by the warp whose stream ends with them.
     bool owner = warp == (pos - lo) % W;
     float kf[D], vf[D];
@@ -264,15 +268,18 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         }
     }
     if (owner) {
-        // The new key and value: into the pages as f16, and into this warp's stream as the pages hold them.
+        // The new key and value: into the pages as f16 (by the group's first block; the others read no page at
+        // pos), and into this warp's stream as the pages hold them.
         ad_head<D>(k_norm, eps, inv_freq != nullptr, sn, cs, kf);
         int page = table[pos / PAGE];
         size_t a = (((size_t)page * nkv + kvh) * PAGE + pos % PAGE) * hd + (size_t)lane * D;
 #pragma unroll
         for (int i = 0; i < D; i++) {
             f16_t kh = f2h(kf[i]), vh = f2h(vf[i]);
-            k_pages[a + i] = kh;
-            v_pages[a + i] = vh;
+            if (blockIdx.z == 0) {
+                k_pages[a + i] = kh;
+                v_pages[a + i] = vh;
+            }
             kf[i] = h2f(kh);
             vf[i] = h2f(vh);
         }
@@ -281,7 +288,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     // The keys are in: the o product may launch (its weight loads no longer delay this kernel's).
     PDL_LATE_TRIGGER();
     if (first) trace_mark(912);
-    size_t obase = (size_t)r * nh * hd + (size_t)kvh * G * hd;
+    size_t obase = (size_t)r * nh * hd + (size_t)h0 * hd;
     merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, [&](int o, float v) {
         out[obase + o] = v;
         if (oq) act8_block(v, obase + o, (obase + o) / 32, oq, oq2, ods);

@@ -130,7 +130,6 @@ mod tests {
         let text = |p: &[Ptx]| p.iter().map(Ptx::to_src).collect::<Vec<_>>();
         assert_eq!(text(&first), text(&again), "the cached PTX is what was compiled");
         assert_eq!(text(&first), text(&other), "a define the source does not use changes no PTX");
-        assert!(first[0].to_src().contains("1065353216") || first[0].to_src().contains("0f3F800000"));
         assert_ne!(first[0].to_src(), first[1].to_src(), "each unit's define reaches its compile");
     }
 }

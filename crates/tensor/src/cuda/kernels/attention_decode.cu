@@ -200,7 +200,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     // Block z of the grid takes query heads z·GM.. of its KV head's group when the host splits the group over
     // blocks (KVAD_GPU_ATT_HEADS; only where GM divides it): G heads here, the first h0.
     int G = gridDim.z > 1 ? GM : nh / nkv, h0 = kvh * (nh / nkv) + blockIdx.z * GM;
-    bool first = (threadIdx.x | blockIdx.x | blockIdx.y) == 0;  // the thread that marks the trace
+    bool first = (threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0;  // the thread that marks the trace
     if (first) trace_mark(910);
     int pos = row_pos[r];
     const int* table = tables + (size_t)row_seq[r] * max_pages;

@@ -26,3 +26,7 @@ for h in 1 2; do
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture
 done
+# The dp4a products with a lane's next chunk of weights in flight (KVAD_GPU_GS_PREFETCH=1, off until measured).
+echo "== cuda_kernels, gpu (KVAD_GPU_GS_PREFETCH=1)"
+KVAD_GPU_GS_PREFETCH=1 .gpu/bin/cuda_kernels --test-threads=1 --nocapture kernels_writing_8bit gemv
+KVAD_GPU_GS_PREFETCH=1 .gpu/bin/gpu --test-threads=1 --nocapture

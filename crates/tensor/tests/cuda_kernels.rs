@@ -109,8 +109,9 @@ fn device_quantisation_gives_the_cpu_quantisers_blocks() {
 #[test]
 fn gemv_of_every_format_and_row_count_equals_the_reference() {
     let Some(g) = gpu() else { return };
-    // Odd sizes: a partial last warp of rows, and widths that are and are not multiples of the vector loads.
-    for &(n, k) in &[(67usize, 256usize), (130, 96), (9, 1024), (11, 100)] {
+    // Odd sizes: a partial last warp of rows, and widths that are and are not multiples of the vector loads; and a
+    // wide one, where the split kernels' lanes each walk several chunks (q4: 2, q8: 4, bf16: 8 a lane).
+    for &(n, k) in &[(67usize, 256usize), (130, 96), (9, 1024), (11, 100), (9, 8192)] {
         let w = data(n * k, 7 + n as u64);
         let bias = data(n, 3);
         for qt in [QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
@@ -530,15 +531,18 @@ fn every_kernel_compiles_with_nvrtc() {
         return;
     }
     // Hopper (with programmatic dependent launch) and Ampere (the oldest kvad takes, where it compiles away; with
-    // the measuring variants compiled in — the kernel trace, the early trigger, the norm tail in shared memory — so
-    // that code is checked too),
+    // the measuring variants compiled in — the kernel trace, the early trigger, the norm tail in shared memory, the
+    // products' prefetch — so that code is checked too),
     // side by side: each takes a minute on one core.
     let caps = [(9, 0), (8, 0)];
     let ptxs: Vec<Vec<String>> = std::thread::scope(|s| {
         let jobs: Vec<_> = caps
             .map(|cap| {
-                let defines: &'static [&'static str] =
-                    if cap.0 < 9 { &["KVAD_TRACE", "KVAD_EARLY_TRIGGER", "KVAD_TAIL_SMEM"] } else { &[] };
+                let defines: &'static [&'static str] = if cap.0 < 9 {
+                    &["KVAD_TRACE", "KVAD_EARLY_TRIGGER", "KVAD_TAIL_SMEM", "KVAD_GS_PREFETCH"]
+                } else {
+                    &[]
+                };
                 s.spawn(move || kvad_tensor::cuda::compile_kernels(cap, defines))
             })
             .into();

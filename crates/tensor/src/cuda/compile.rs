@@ -81,7 +81,9 @@ pub(crate) fn ptx_units(
 /// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
 /// trace records in (`KVAD_TRACE`; otherwise that code is not there at all), `KVAD_GPU_LATE_TRIGGER=0` gives the
 /// latency-bound kernels PDL's early trigger back (`KVAD_EARLY_TRIGGER`, for measuring), `KVAD_GPU_TAIL_SMEM=1` has
-/// the norm tail hold its row in shared memory ([`tail_smem_wanted`]).
+/// the norm tail hold its row in shared memory ([`tail_smem_wanted`]), `KVAD_GPU_GS_PREFETCH=1` has the dp4a
+/// products load a lane's next chunk of weights before working on this one (`KVAD_GS_PREFETCH`); the last two
+/// are being measured.
 pub(crate) fn defines_from_env() -> Vec<&'static str> {
     let mut d = Vec::new();
     if std::env::var_os("KVAD_GPU_TRACE").is_some() {
@@ -92,6 +94,9 @@ pub(crate) fn defines_from_env() -> Vec<&'static str> {
     }
     if tail_smem_wanted() {
         d.push("KVAD_TAIL_SMEM");
+    }
+    if std::env::var("KVAD_GPU_GS_PREFETCH").is_ok_and(|v| v == "1") {
+        d.push("KVAD_GS_PREFETCH");
     }
     d
 }

@@ -225,6 +225,24 @@ __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
     c1 = min(chunks, c0 + per);
 }
 
+// KVAD_GS_PREFETCH (compile.rs: `KVAD_GPU_GS_PREFETCH=1`, being measured): the dp4a kernels ask for a lane's
+// next chunk of weights before working on this one — two chunks in flight a lane rather than one round trip a
+// chunk, for the products whose lanes walk several (down: 3.5 at q4), at the cost of a second set of registers.
+// The arithmetic and its order are the same. GS_NEXT_CHUNK moves the next chunk in at the loop's end.
+#ifdef KVAD_GS_PREFETCH
+#define GS_NEXT_CHUNK(w, s, wn, sn)              \
+    do {                                         \
+        _Pragma("unroll") for (int r = 0; r < R; r++) { \
+            w[r] = wn[r];                        \
+            s[r] = sn[r];                        \
+        }                                        \
+    } while (0)
+#else
+#define GS_NEXT_CHUNK(w, s, wn, sn) \
+    do {                            \
+    } while (0)
+#endif
+
 // A lane's R rows of one chunk of q8 weights (16 quants, half a block) with their blocks' scales; rows past N
 // repeat the last. Loaded into registers before a kernel's PDL wait for its first chunk: asking L2 for them
 // instead measured 12% slower at q4, where a lane has about one chunk.
@@ -452,7 +470,13 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
+#ifdef KVAD_GS_PREFETCH
+        uint4 wn[R];
+        float dn[R];
+        if (c + 32 < c1) load_q8<R>(Q, S, n0, N, K, c + 32, wn, dn);
+#else
         if (c != c0 + lane) load_q8<R>(Q, S, n0, N, K, c, w, d);
+#endif
 #pragma unroll
         for (int b = 0; b < B; b++) {
             int4 xv = __ldg((const int4*)(xq + (size_t)b * K + k));
@@ -464,6 +488,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
                 acc[b][r] = fmaf(d[r] * dx, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), acc[b][r]);
             }
         }
+        GS_NEXT_CHUNK(w, d, wn, dn);
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
     if (NORM && ng) split_norm_tail<B, true>(y, N, NORM_ARGS);
@@ -488,7 +513,13 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
+#ifdef KVAD_GS_PREFETCH
+        uint4 wn[R];
+        unsigned dmn[R];
+        if (blk + 32 < c1) load_q4<R>(Q, DM, n0, N, K, blk + 32, wn, dmn);
+#else
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
+#endif
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
@@ -506,6 +537,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
                 acc[b][r] = fmaf(d * ds.x, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), fmaf(mn, ds.y, acc[b][r]));
             }
         }
+        GS_NEXT_CHUNK(w, dm, wn, dmn);
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
     if (NORM && ng) split_norm_tail<B, true>(y, N, NORM_ARGS);

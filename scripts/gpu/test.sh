@@ -15,18 +15,9 @@ done
 # The fixtures again with f32 activations in the q8/q4 GEMVs (the kernels before dp4a), at the same bound.
 echo "== gpu (KVAD_GPU_GEMV=split)"
 KVAD_GPU_GEMV=split .gpu/bin/gpu --test-threads=1 --nocapture
-# The norm tail holding its row in shared memory (KVAD_GPU_TAIL_SMEM=1, off until measured): its kernel test
-# against a separate quantisation, and the fixtures.
-echo "== cuda_kernels, gpu (KVAD_GPU_TAIL_SMEM=1)"
-KVAD_GPU_TAIL_SMEM=1 .gpu/bin/cuda_kernels --test-threads=1 --nocapture kernels_writing_8bit gemv
-KVAD_GPU_TAIL_SMEM=1 .gpu/bin/gpu --test-threads=1 --nocapture
 # The decode attention with a KV head's query heads split over blocks (KVAD_GPU_ATT_HEADS, off until measured).
 for h in 1 2; do
   echo "== cuda_decode_attention, gpu (KVAD_GPU_ATT_HEADS=$h)"
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture
 done
-# The dp4a products with a lane's next chunk of weights in flight (KVAD_GPU_GS_PREFETCH=1, off until measured).
-echo "== cuda_kernels, gpu (KVAD_GPU_GS_PREFETCH=1)"
-KVAD_GPU_GS_PREFETCH=1 .gpu/bin/cuda_kernels --test-threads=1 --nocapture kernels_writing_8bit gemv
-KVAD_GPU_GS_PREFETCH=1 .gpu/bin/gpu --test-threads=1 --nocapture

@@ -1,7 +1,7 @@
 //! Writes the kernels' PTX for a compute capability as NVRTC makes it at run time (no GPU needed), for
 //! `scripts/gpu/ptxas.sh` to report every kernel's registers and spills: a kernel's occupancy, and whether a change
 //! made it spill, are then known before the device is asked.
-//! One file a compile unit, `DIR/unit-N.ptx`; DEFINEs compile a measuring variant (`KVAD_TAIL_SMEM`, say):
+//! One file a compile unit, `DIR/unit-N.ptx`; DEFINEs compile a measuring variant (`KVAD_TRACE`, say):
 //!     cargo run --release -p kvad-tensor --example kernel_ptx -- DIR [MAJOR MINOR [DEFINE…]]     (default 9 0)
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -80,10 +80,7 @@ pub(crate) fn ptx_units(
 
 /// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
 /// trace records in (`KVAD_TRACE`; otherwise that code is not there at all), `KVAD_GPU_LATE_TRIGGER=0` gives the
-/// latency-bound kernels PDL's early trigger back (`KVAD_EARLY_TRIGGER`, for measuring), `KVAD_GPU_TAIL_SMEM=1` has
-/// the norm tail hold its row in shared memory ([`tail_smem_wanted`]), `KVAD_GPU_GS_PREFETCH=1` has the dp4a
-/// products load a lane's next chunk of weights before working on this one (`KVAD_GS_PREFETCH`); the last two
-/// are being measured.
+/// latency-bound kernels PDL's early trigger back (`KVAD_EARLY_TRIGGER`, for measuring).
 pub(crate) fn defines_from_env() -> Vec<&'static str> {
     let mut d = Vec::new();
     if std::env::var_os("KVAD_GPU_TRACE").is_some() {
@@ -92,22 +89,7 @@ pub(crate) fn defines_from_env() -> Vec<&'static str> {
     if std::env::var("KVAD_GPU_LATE_TRIGGER").is_ok_and(|v| v == "0") {
         d.push("KVAD_EARLY_TRIGGER");
     }
-    if tail_smem_wanted() {
-        d.push("KVAD_TAIL_SMEM");
-    }
-    if std::env::var("KVAD_GPU_GS_PREFETCH").is_ok_and(|v| v == "1") {
-        d.push("KVAD_GS_PREFETCH");
-    }
     d
-}
-
-/// Whether the norm tail holds its row in shared memory, filled by cp.async (`KVAD_TAIL_SMEM` in gemv_split.cu),
-/// rather than in registers that every product with a norm then carries: `KVAD_GPU_TAIL_SMEM=1`. Off by default:
-/// compiled by NVRTC in CI, not yet run on a GPU. The host then gives the norm kernels N floats of dynamic shared
-/// memory (ops.rs).
-pub(crate) fn tail_smem_wanted() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_TAIL_SMEM").is_ok_and(|v| v == "1"))
 }
 
 #[cfg(test)]

@@ -65,6 +65,14 @@ fn split_rows_int8(format: DevFormat, inputs: usize) -> usize {
     }
 }
 
+/// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
+/// it) rather than registers: `split_norm_tail`'s SMEM in gemv_split.cu, chosen there per format by decode on the
+/// H200 — shared memory gave q8 +5% and bf16 +3% (the tail's registers had cut their o/down products' blocks an SM
+/// to a third), q4 −5% (its products hold 8 rows: as many registers either way).
+fn tail_in_smem(format: DevFormat) -> bool {
+    format != DevFormat::Q4
+}
+
 /// The f32-activation split kernels' block height per format and input count, from the kernel benchmark on the
 /// H200 (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
 /// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights. (bf16 at
@@ -454,11 +462,11 @@ impl Gpu {
             let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
             b.arg(&nq).arg(&nq2).arg(&nds);
-            // The tail's row in shared memory where it holds whole rows (compile::tail_smem_wanted; the kernel's
-            // `whole`: N a multiple of 4 up to NORM_TAIL_MAX_N, 32 KB at most, within the 48 KB needing no opt-in).
+            // The tail's row in shared memory where the format's kernels hold it there and it is whole (the
+            // kernel's `whole`: N a multiple of 4 up to NORM_TAIL_MAX_N, 32 KB at most, within the 48 KB needing no
+            // opt-in).
             let whole_f4 = m.rows.is_multiple_of(4) && m.rows <= NORM_TAIL_MAX_N;
-            let smem =
-                if norm.is_some() && whole_f4 && super::compile::tail_smem_wanted() { (m.rows * 4) as u32 } else { 0 };
+            let smem = if norm.is_some() && whole_f4 && tail_in_smem(m.format) { (m.rows * 4) as u32 } else { 0 };
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
             if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;

@@ -61,7 +61,7 @@ __device__ __forceinline__ void act8_store4(float4 o, float amax, float bsum, in
 // With A8 (the dp4a kernels) and `nq` given (and N whole blocks of 32), it also writes the normed rows' two-term
 // 8-bit form (quant_act8 in quant.cu, the same rounding) for a dp4a product next, sparing that product its
 // quant_act8 launch: eight threads hold a block of 32 as float4s and reduce its maximum and sum among themselves.
-template <int B, bool A8>
+template <int B, bool A8, bool SMEM>
 __device__ __forceinline__ void split_norm_tail(const float* y, int N, const float* __restrict__ ng, float* nout,
                                                 float eps, unsigned* counter, signed char* nq, signed char* nq2,
                                                 float2* nds) {
@@ -77,91 +77,76 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     // The norm weights asked of L2 now, so their loads after the sum below do not wait on HBM.
     for (int n = threadIdx.x * 32; n < N; n += blockDim.x * 32) prefetch_l2(ng + n);
     // Rows up to TAIL_V float4s a thread are loaded whole (one round trip to L2, not one per element), summed, and
-    // written from there: into registers, or with KVAD_TAIL_SMEM (compile.rs: `KVAD_GPU_TAIL_SMEM=1`, being
-    // measured) by cp.async into the dynamic shared memory the host gives the norm kernels (N floats), which needs
-    // no registers for them — every product with a norm otherwise carries the tail's 16 float4s a thread.
+    // written from there: with SMEM by cp.async into the dynamic shared memory the host gives the norm kernels (N
+    // floats), which needs no registers for them; otherwise into registers, which every product with a norm then
+    // carries (16 float4s a thread). Measured in decode: shared memory for bf16 and q8 (+3% and +5%: o/down at q8
+    // 135 → 56 registers), registers for q4 (its one-input products hold 8 rows, 127 registers either way: −5%);
+    // ops.rs's tail_in_smem says the same to the host, which gives the shared memory.
     constexpr int TAIL_V = NORM_TAIL_V;
     bool whole = (N & 3) == 0 && N <= (int)blockDim.x * 4 * TAIL_V;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#ifdef KVAD_TAIL_SMEM
     extern __shared__ float4 tail_row[];
-#define TAIL_AT(j) tail_row[threadIdx.x + (j) * blockDim.x]
-// Loops over the row unrolled only in part: fully unrolled, the compiler hoists every shared load and the
-// registers come back.
-#define TAIL_UNROLL _Pragma("unroll 4")
-#define TAIL_UNROLL_GROUPS _Pragma("unroll 1")
-#else
-#define TAIL_AT(j) v[j]
-#define TAIL_UNROLL _Pragma("unroll")
-#define TAIL_UNROLL_GROUPS _Pragma("unroll")
-#endif
+#define TAIL_AT(j) (SMEM ? tail_row[threadIdx.x + (j) * blockDim.x] : v[j])
+    // Loops over the row in shared memory unrolled only in part: fully unrolled, the compiler hoists every shared
+    // load and the registers come back.
+    constexpr int TAIL_UNROLL = SMEM ? 4 : TAIL_V;
 #pragma unroll 1
     for (int b = 0; b < B; b++) {
         const float* yb = y + (size_t)b * N;
         float* ob = nout + (size_t)b * N;
         float ss = 0.0f;
         if (whole) {
-#ifdef KVAD_TAIL_SMEM
-            // Each thread reads back only what it copied, so its own wait suffices (no barrier).
+            float4 v[TAIL_V];  // the row's registers, unused with SMEM
+            if constexpr (SMEM) {
+                // Each thread reads back only what it copied, so its own wait suffices (no barrier).
 #pragma unroll
-            for (int j = 0; j < TAIL_V; j++) {
-                int n = (threadIdx.x + j * blockDim.x) * 4;
-                if (n < N) cp_async16(&TAIL_AT(j), yb + n);
-            }
-            cp_async_commit();
-            cp_async_wait<0>();
-            TAIL_UNROLL
-            for (int j = 0; j < TAIL_V; j++) {
-                int n = (threadIdx.x + j * blockDim.x) * 4;
-                float4 t = n < N ? TAIL_AT(j) : zero4;
-                ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
-            }
-#else
-            float4 v[TAIL_V];
+                for (int j = 0; j < TAIL_V; j++) {
+                    int n = (threadIdx.x + j * blockDim.x) * 4;
+                    if (n < N) cp_async16(&TAIL_AT(j), yb + n);
+                }
+                cp_async_commit();
+                cp_async_wait<0>();
+#pragma unroll TAIL_UNROLL
+                for (int j = 0; j < TAIL_V; j++) {
+                    int n = (threadIdx.x + j * blockDim.x) * 4;
+                    float4 t = n < N ? TAIL_AT(j) : zero4;
+                    ss = fmaf(t.x, t.x, fmaf(t.y, t.y, fmaf(t.z, t.z, fmaf(t.w, t.w, ss))));
+                }
+            } else {
 #pragma unroll
-            for (int j = 0; j < TAIL_V; j++) {
-                int n = (threadIdx.x + j * blockDim.x) * 4;
-                v[j] = n < N ? __ldcg((const float4*)(yb + n)) : zero4;
-                ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
+                for (int j = 0; j < TAIL_V; j++) {
+                    int n = (threadIdx.x + j * blockDim.x) * 4;
+                    v[j] = n < N ? __ldcg((const float4*)(yb + n)) : zero4;
+                    ss = fmaf(v[j].x, v[j].x, fmaf(v[j].y, v[j].y, fmaf(v[j].z, v[j].z, fmaf(v[j].w, v[j].w, ss))));
+                }
             }
-#endif
             float inv = rsqrtf(block_sum(ss, red) / (float)N + eps);
             PDL_LATE_TRIGGER();
             if (threadIdx.x == 0) trace_mark(902);
             bool act8 = A8 && nq && (N & 31) == 0;
-            TAIL_UNROLL
+#pragma unroll TAIL_UNROLL
             for (int j = 0; j < TAIL_V; j++) {
                 int n = (threadIdx.x + j * blockDim.x) * 4;
                 if (n < N) {
                     float4 w = __ldg((const float4*)(ng + n)), t = TAIL_AT(j);
                     t = make_float4(t.x * inv * w.x, t.y * inv * w.y, t.z * inv * w.z, t.w * inv * w.w);
                     *(float4*)(ob + n) = t;
-#ifdef KVAD_TAIL_SMEM
-                    if (act8) TAIL_AT(j) = t;  // only the 8-bit writing below reads the normed row back
-#else
-                    TAIL_AT(j) = t;
-#endif
-                }
-#ifndef KVAD_TAIL_SMEM
-                else {
+                    if (!SMEM || act8) TAIL_AT(j) = t;  // in shared memory only the 8-bit writing reads it back
+                } else if (!SMEM) {
                     v[j] = zero4;
                 }
-#endif
             }
             // Eight consecutive threads hold one block of 32 (all in range or all out, N being whole blocks); four
             // blocks at a time, so their shuffles and divisions overlap rather than wait on one another.
             constexpr int TG = 4;
-            TAIL_UNROLL_GROUPS
-            for (int j0 = 0; j0 < TAIL_V && act8; j0 += TG) {
-                if (((threadIdx.x & ~31u) + j0 * blockDim.x) * 4 >= (unsigned)N) break;  // whole warps
+            // One group of TG blocks from float4 j0 on; false past the row (N being whole warps).
+            auto group = [&](int j0) {
+                if (((threadIdx.x & ~31u) + j0 * blockDim.x) * 4 >= (unsigned)N) return false;
                 float amax[TG], bs[TG];
 #pragma unroll
                 for (int u = 0; u < TG; u++) {
-#ifdef KVAD_TAIL_SMEM
-                    float4 o = (threadIdx.x + (j0 + u) * blockDim.x) * 4 < N ? TAIL_AT(j0 + u) : zero4;
-#else
-                    float4 o = v[j0 + u];  // zero past N
-#endif
+                    // (In registers zero past N.)
+                    float4 o = !SMEM || (threadIdx.x + (j0 + u) * blockDim.x) * 4 < N ? TAIL_AT(j0 + u) : zero4;
                     amax[u] = fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w)));
                     bs[u] = (o.x + o.y) + (o.z + o.w);
                 }
@@ -178,6 +163,18 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
                     int n = (threadIdx.x + (j0 + u) * blockDim.x) * 4;
                     if (n < N) act8_store4(TAIL_AT(j0 + u), amax[u], bs[u], b, n, N, nq, nq2, nds);
                 }
+                return true;
+            };
+            // The groups rolled from shared memory, unrolled from registers (a pragma's count taken from SMEM
+            // changed the register path's code: q4d_2_r4 142 → 162 registers).
+            if constexpr (SMEM) {
+#pragma unroll 1
+                for (int j0 = 0; j0 < TAIL_V && act8; j0 += TG)
+                    if (!group(j0)) break;
+            } else {
+#pragma unroll
+                for (int j0 = 0; j0 < TAIL_V && act8; j0 += TG)
+                    if (!group(j0)) break;
             }
         } else {
             for (int n = threadIdx.x; n < N; n += blockDim.x) {
@@ -190,8 +187,6 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
         }
     }
 #undef TAIL_AT
-#undef TAIL_UNROLL
-#undef TAIL_UNROLL_GROUPS
     if (threadIdx.x == 0) {
         *counter = 0u;
         trace_mark(903);
@@ -224,24 +219,6 @@ __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
     c0 = (threadIdx.x >> 5) * per;
     c1 = min(chunks, c0 + per);
 }
-
-// KVAD_GS_PREFETCH (compile.rs: `KVAD_GPU_GS_PREFETCH=1`, being measured): the dp4a kernels ask for a lane's
-// next chunk of weights before working on this one — two chunks in flight a lane rather than one round trip a
-// chunk, for the products whose lanes walk several (down: 3.5 at q4), at the cost of a second set of registers.
-// The arithmetic and its order are the same. GS_NEXT_CHUNK moves the next chunk in at the loop's end.
-#ifdef KVAD_GS_PREFETCH
-#define GS_NEXT_CHUNK(w, s, wn, sn)              \
-    do {                                         \
-        _Pragma("unroll") for (int r = 0; r < R; r++) { \
-            w[r] = wn[r];                        \
-            s[r] = sn[r];                        \
-        }                                        \
-    } while (0)
-#else
-#define GS_NEXT_CHUNK(w, s, wn, sn) \
-    do {                            \
-    } while (0)
-#endif
 
 // A lane's R rows of one chunk of q8 weights (16 quants, half a block) with their blocks' scales; rows past N
 // repeat the last. Loaded into registers before a kernel's PDL wait for its first chunk: asking L2 for them
@@ -312,7 +289,7 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, false>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
 }
 
 // Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
@@ -362,7 +339,7 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, false>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
 }
 
 // Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
@@ -421,7 +398,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, false>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, false, false>(y, N, NORM_ARGS);
 }
 
 // The same products with activations in two 8-bit terms (quant_act8 in quant.cu: x ≈ d·(q1 + q2/254), the CPU's
@@ -470,13 +447,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
-#ifdef KVAD_GS_PREFETCH
-        uint4 wn[R];
-        float dn[R];
-        if (c + 32 < c1) load_q8<R>(Q, S, n0, N, K, c + 32, wn, dn);
-#else
         if (c != c0 + lane) load_q8<R>(Q, S, n0, N, K, c, w, d);
-#endif
 #pragma unroll
         for (int b = 0; b < B; b++) {
             int4 xv = __ldg((const int4*)(xq + (size_t)b * K + k));
@@ -488,10 +459,9 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
                 acc[b][r] = fmaf(d[r] * dx, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), acc[b][r]);
             }
         }
-        GS_NEXT_CHUNK(w, d, wn, dn);
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, true>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, true, true>(y, N, NORM_ARGS);
 }
 
 template <int B, int R, bool NORM>
@@ -513,13 +483,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
-#ifdef KVAD_GS_PREFETCH
-        uint4 wn[R];
-        unsigned dmn[R];
-        if (blk + 32 < c1) load_q4<R>(Q, DM, n0, N, K, blk + 32, wn, dmn);
-#else
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
-#endif
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
@@ -537,10 +501,9 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
                 acc[b][r] = fmaf(d * ds.x, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), fmaf(mn, ds.y, acc[b][r]));
             }
         }
-        GS_NEXT_CHUNK(w, dm, wn, dmn);
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, true>(y, N, NORM_ARGS);
+    if (NORM && ng) split_norm_tail<B, true, false>(y, N, NORM_ARGS);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                             \

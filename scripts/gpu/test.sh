@@ -15,8 +15,9 @@ done
 # The fixtures again with f32 activations in the q8/q4 GEMVs (the kernels before dp4a), at the same bound.
 echo "== gpu (KVAD_GPU_GEMV=split)"
 KVAD_GPU_GEMV=split .gpu/bin/gpu --test-threads=1 --nocapture
-# The decode attention with a KV head's query heads split over blocks (KVAD_GPU_ATT_HEADS, off until measured).
-for h in 1 2; do
+# The decode attention with two query heads a block, and with a KV head's whole group a block (KVAD_GPU_ATT_HEADS:
+# the default is one head a block).
+for h in 2 8; do
   echo "== cuda_decode_attention, gpu (KVAD_GPU_ATT_HEADS=$h)"
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture

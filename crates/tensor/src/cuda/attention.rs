@@ -182,7 +182,7 @@ impl Gpu {
             return Ok(false);
         }
         let act8 = act8 && (p.nh * p.hd) <= ACT8_MAX_K;
-        // Query heads a block: the whole group, or (KVAD_GPU_ATT_HEADS) a power-of-two share of it over more blocks.
+        // Query heads a block: one (the group over that many blocks; decode_heads).
         let gm = decode_heads(g);
         let parts = g.div_ceil(gm);
         let w = decode_warps(d, gm);
@@ -203,16 +203,20 @@ impl Gpu {
     }
 }
 
-/// Query heads a block of the decode attention takes, for `g` a KV head (the kernel instance's GM): the next power
-/// of two of `g` (one block a KV head), or with `KVAD_GPU_ATT_HEADS=h` (a power of two dividing `g`, being measured)
-/// `h`, the group split over `g / h` blocks — more SMs, each block's key loop a shorter chain (fewer scores to sum
-/// across the warp and fewer heads to update per key), every block reading its KV head's keys.
+/// Query heads a block of the decode attention takes, for `g` a KV head (the kernel instance's GM): one, the group
+/// split over `g` blocks — more SMs busy (32 blocks rather than 8 for one row of the Llama-3-8B shape), each block's
+/// key loop a shorter chain (one score to sum across the warp and one head to update per key), every block reading
+/// its KV head's keys (the same bytes, from L2 after the first). One stream on the H200, 128-token prompt,
+/// alternated twice against one block a KV head: gpu-q8 +5%, gpu-q4 +9%, gpu-bf16 +3.5%
+/// (docs/gpu-results/tail-smem-2026-12-01/). `KVAD_GPU_ATT_HEADS=h` (a power of two dividing `g`) takes `h` a block
+/// instead, for measuring; `h ≥ g` is one block a KV head.
 fn decode_heads(g: usize) -> usize {
-    static WANT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let want = *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_HEADS").ok().and_then(|v| v.parse().ok()));
-    match want {
-        Some(h) if h.is_power_of_two() && h < g && g.is_multiple_of(h) => h,
-        _ => g.next_power_of_two(),
+    static WANT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let want = *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1));
+    if want.is_power_of_two() && want < g && g.is_multiple_of(want) {
+        want
+    } else {
+        g.next_power_of_two()
     }
 }
 

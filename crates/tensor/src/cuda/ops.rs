@@ -56,8 +56,12 @@ pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_R
 
 /// The dp4a kernels' block height per format and input count, from the kernel benchmark of their one-term version
 /// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes); not re-measured for two terms.
-fn split_rows_int8(format: DevFormat, inputs: usize) -> usize {
+/// One q4 input: 8 rows where the product norms its output, 4 where it does not — the norm-free kernels at 8 rows
+/// hold 128 registers, at 4 rows 72, and gpu-q4 decoded 1.5% faster with q/k/v, gate/up and the head at 4
+/// (alternated twice on the H200, docs/gpu-results/tail-smem-2026-12-01/).
+fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     match (format, inputs) {
+        (DevFormat::Q4, 1) if !norm => 4,
         (DevFormat::Q4, 1) => 8,
         (DevFormat::Q4, 8) => 8,
         (DevFormat::Q8, 2) => 8,
@@ -419,7 +423,7 @@ impl Gpu {
         let s = m.s.as_ref().map_or(0, DevBuf::ptr);
         let quantised = m.format != DevFormat::Bf16;
         let (per, int8) = match kernel {
-            GemvKernel::SplitDp4a if quantised => (Some(split_rows_int8(m.format, rows)), true),
+            GemvKernel::SplitDp4a if quantised => (Some(split_rows_int8(m.format, rows, norm.is_some())), true),
             GemvKernel::Split | GemvKernel::SplitDp4a => (Some(split_rows_f32(m.format, rows)), false),
             GemvKernel::SplitRows(per) | GemvKernel::Dp4aRows(per) if !SPLIT_HEIGHTS.contains(&per) => {
                 return Err(GpuError::Shape(format!("split GEMV {per} rows high")))

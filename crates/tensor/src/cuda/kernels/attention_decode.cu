@@ -198,7 +198,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     extern __shared__ float sm_acc_d[];  // [W][G * hd]
     int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Block z of the grid takes query heads z·GM.. of its KV head's group when the host splits the group over
-    // blocks (KVAD_GPU_ATT_HEADS; only where GM divides it): G heads here, the first h0.
+    // blocks (attention.rs's decode_heads: one head a block unless measuring; only where GM divides the group): G
+    // heads here, the first h0.
     int G = gridDim.z > 1 ? GM : nh / nkv, h0 = kvh * (nh / nkv) + blockIdx.z * GM;
     bool first = (threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0;  // the thread that marks the trace
     if (first) trace_mark(910);

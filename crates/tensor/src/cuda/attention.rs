@@ -242,19 +242,16 @@ fn decode_warps(d: usize, gm: usize) -> usize {
 /// there 32 warps a block (one block an SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower
 /// than 8 (docs/performance-gpu.md). It
 /// depends on the shape and on the rows being at most 8, so a row's result is the same alone and in a batch of
-/// up to 8. `KVAD_GPU_ATT_WARPS=8|16` caps it (8: the kernel before, for measuring).
+/// up to 8.
 pub fn attention_warps(d: usize, g: usize) -> usize {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| std::env::var("KVAD_GPU_ATT_WARPS").ok().and_then(|v| v.parse().ok()).unwrap_or(32));
     let gm = g.next_power_of_two();
-    let fit = if gm * d <= 16 {
+    if gm * d <= 16 {
         32
     } else if gm * d <= 32 {
         16
     } else {
         8
-    };
-    fit.min(cap.max(8))
+    }
 }
 
 /// Shared memory of `attention_chunks_{hd}_g{gm}`, as the kernel lays it out (`AcShape` there): two chunks of K

@@ -161,13 +161,6 @@ pub struct NormOut {
 /// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
 const NORM_TAIL_MAX_N: usize = 8192;
 
-/// Whether split products that fold no norm run the norm-free instances (`_nn` in gemv_split.cu, fewer
-/// registers, so more blocks an SM): on unless `KVAD_GPU_NORM_FREE=0`, kept to measure one against the other.
-fn norm_free_wanted() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_FREE").map_or(true, |v| v != "0"))
-}
-
 /// Addresses and sizes for [`Gpu::qkv_post`].
 #[derive(Debug, Clone, Copy)]
 pub struct QkvPost {
@@ -437,8 +430,9 @@ impl Gpu {
         let split = match per {
             Some(per) if rms.is_empty() && m.cols.is_multiple_of(32) => {
                 let d = if int8 { "d" } else { "" };
-                // A product that folds no norm runs the kernel compiled without it (fewer registers).
-                let nn = if norm.is_none() && norm_free_wanted() { "_nn" } else { "" };
+                // A product that folds no norm runs the kernel compiled without it (fewer registers, so more blocks
+                // an SM: gpu-q8 +15%, docs/performance-gpu.md).
+                let nn = if norm.is_none() { "_nn" } else { "" };
                 Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
             }
             _ => None,
@@ -543,7 +537,9 @@ impl Gpu {
         out_bf16: bool,
     ) -> Result<(), GpuError> {
         let (hh, ob) = (i(h), i32::from(out_bf16));
-        if out_bf16 && h.is_multiple_of(4) && h <= 8192 && norm_v4_enabled() {
+        // RMSNorms into bf16 (the activations of passes over 8 rows) by float4s where the row allows (measured
+        // against the scalar kernel, docs/performance-gpu.md); passes of up to 8 rows norm into f32.
+        if out_bf16 && h.is_multiple_of(4) && h <= 8192 {
             let mut b = self.launch("rms_norm_bf16_v4");
             b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps);
             b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
@@ -699,11 +695,4 @@ impl Gpu {
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
     }
-}
-
-/// RMSNorms into bf16 (the activations of passes over 8 rows) run `rms_norm_bf16_v4` unless
-/// `KVAD_GPU_NORM_V4=0` (the kernel before, for measuring). Passes of up to 8 rows norm into f32 and never take it.
-pub fn norm_v4_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_V4").map_or(true, |v| v != "0"))
 }

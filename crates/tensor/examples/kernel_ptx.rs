@@ -6,7 +6,7 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let dir = args.next().ok_or("usage: kernel_ptx DIR [MAJOR MINOR]")?;
+    let dir = args.next().ok_or("usage: kernel_ptx DIR [MAJOR MINOR [DEFINE...]]")?;
     let major: i32 = args.next().map_or(Ok(9), |v| v.parse())?;
     let minor: i32 = args.next().map_or(Ok(0), |v| v.parse())?;
     let defines: Vec<String> = args.collect();

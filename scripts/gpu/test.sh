@@ -7,7 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
 export KVAD_ROOT="$PWD"
 .gpu/bin/kvad doctor || true
-for t in cuda_kernels cuda_decode_attention gpu; do
+for t in cuda_kernels cuda_decode_attention cuda_norm_defer gpu; do
   echo "== $t"
   # NVRTC compiling every kernel for two architectures is checked by CI (scripts/test.sh), not here.
   ".gpu/bin/$t" --test-threads=1 --nocapture --skip every_kernel_compiles_with_nvrtc
@@ -22,3 +22,6 @@ for h in 2 8; do
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture
 done
+# The residual stream's norm deferred to the product that reads it (KVAD_GPU_NORM_DEFER=1, off until measured).
+echo "== gpu (KVAD_GPU_NORM_DEFER=1)"
+KVAD_GPU_NORM_DEFER=1 .gpu/bin/gpu --test-threads=1 --nocapture

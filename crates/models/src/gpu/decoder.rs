@@ -535,15 +535,21 @@ impl GpuDecoder {
             && norm_tail_enabled()
             && rms(&self.p.final_norm).is_some()
             && self.p.layers.iter().all(|l| rms(&l.norm1).is_some() && rms(&l.norm2).is_some());
-        // The norm also writes the two-term 8-bit activations when the product after it reads them (q8/q4 decode).
-        let norm_to = |n: &Norm, next: Option<&DevMatrix>| NormOut {
+        // The norm also writes the two-term 8-bit activations when the product after it reads them (q8/q4 decode),
+        // or leaves the division by the RMS to that product where the GPU defers it (`Gpu::defers_norm`).
+        let norm_to = |n: &Norm, producer: &DevMatrix, next: Option<&DevMatrix>| NormOut {
             g: rms(n).unwrap_or(0),
             out: s.h.ptr(),
             eps: c.norm_eps,
             counter: s.counter.ptr(),
             act8: next.is_some_and(|m| gpu.takes_act8(m, rows)),
+            defer: next.is_some_and(|m| gpu.defers_norm(producer, m, rows)),
         };
-        let normed = |o: &NormOut| if o.act8 { Act::F32Act8(o.out) } else { Act::F32(o.out) };
+        let normed = |o: &NormOut| match (o.defer, o.act8) {
+            (true, _) => Act::Act8Deferred,
+            (false, true) => Act::F32Act8(o.out),
+            (false, false) => Act::F32(o.out),
+        };
         let kern = gpu.gemv_kernel();
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
@@ -606,7 +612,7 @@ impl GpuDecoder {
                     act(&s.att, gemv)
                 };
                 let a = if fused {
-                    let o = norm_to(&l.norm2, Some(&l.up));
+                    let o = norm_to(&l.norm2, &l.o, Some(&l.up));
                     gpu.gemv(kern, &l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, Some(&o))?;
                     normed(&o)
                 } else {
@@ -630,7 +636,7 @@ impl GpuDecoder {
                         Some(n) => (&n.norm1, Some(&n.qkv)),
                         None => (&self.p.final_norm, plan.all_rows.then_some(head)),
                     };
-                    let o = norm_to(next, consumer);
+                    let o = norm_to(next, &l.down, consumer);
                     gpu.gemv(kern, &l.down, down_in, rows, s.x.ptr(), ptr(&l.down_bias), true, Some(&o))?;
                     qkv_in = normed(&o);
                 } else {

@@ -12,6 +12,7 @@ mod buffer;
 mod compile;
 mod launch;
 mod matrix;
+mod norm_defer;
 mod ops;
 mod trace;
 
@@ -102,6 +103,9 @@ pub struct Gpu {
     /// Scratch for decode activations in two 8-bit terms (`quant_act8`, read by the dp4a GEMVs): allocated once
     /// with the GPU, so a product recorded into a CUDA graph always names the same address.
     pub(crate) act8: DevBuf,
+    /// Scratch of the norm deferred to the next product (`norm_defer.rs`): allocated once (and zeroed: its counters
+    /// start and end at zero), like `act8`.
+    pub(crate) defer: DevBuf,
     /// Whether launches carry programmatic dependent launch (`launch::pdl_wanted`).
     pub(crate) pdl: bool,
     /// The kernel trace, when `KVAD_GPU_TRACE` asks for one.
@@ -341,11 +345,13 @@ impl Gpu {
         }
         let blas = blas::Blas::new(stream.clone())?;
         let act8 = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(ops::ACT8_BYTES)?, ops::ACT8_BYTES);
+        let defer_bytes = norm_defer::DEFER_BYTES;
+        let defer = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(defer_bytes)?, defer_bytes);
         let pdl = launch::pdl_wanted(info.capability);
         let trace = trace::Trace::open(&stream, &modules)?;
         let gemv_kernel = GemvKernel::from_env();
         let compile_note = Mutex::new(compile_note);
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, pdl, trace, compile_note })
+        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, defer, pdl, trace, compile_note })
     }
 
     /// The note on compiling the kernels at open, once (None when they came from the cache or were taken): the

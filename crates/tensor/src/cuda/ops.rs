@@ -139,6 +139,10 @@ pub enum Act {
     /// f32 rows at this address whose two-term 8-bit form the kernel before also wrote into the GPU's activation
     /// scratch ([`NormOut::act8`], [`Gpu::silu_mul_act8`]): a dp4a product reads that and skips its `quant_act8`.
     F32Act8(u64),
+    /// Rows whose norm the product before deferred to this one ([`NormOut::defer`]): their 8-bit form, not yet
+    /// divided by each row's RMS, and each row's 1/rms, in the GPU's deferred-norm scratch; only a dp4a product
+    /// takes them.
+    Act8Deferred,
 }
 
 /// An RMSNorm of a GEMV's whole output rows, written by the product itself once all its blocks are done (the
@@ -156,10 +160,13 @@ pub struct NormOut {
     /// Also the normed rows' two-term 8-bit form into the activation scratch, for a dp4a product next
     /// ([`Gpu::takes_act8`]), which then takes them as [`Act::F32Act8`]: one `quant_act8` launch fewer.
     pub act8: bool,
+    /// Instead of norming the rows (`out` is then not written), leave the division by each row's RMS to the dp4a
+    /// product next, which takes [`Act::Act8Deferred`]: where [`Gpu::defers_norm`] says so.
+    pub defer: bool,
 }
 
 /// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
-const NORM_TAIL_MAX_N: usize = 8192;
+pub(crate) const NORM_TAIL_MAX_N: usize = 8192;
 
 /// Addresses and sizes for [`Gpu::qkv_post`].
 #[derive(Debug, Clone, Copy)]
@@ -257,7 +264,7 @@ impl Gpu {
             return Ok(());
         }
         match x {
-            Act::F32(_) | Act::F32Rms { .. } | Act::F32Act8(_) => {
+            Act::F32(_) | Act::F32Rms { .. } | Act::F32Act8(_) | Act::Act8Deferred => {
                 self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?
             }
             Act::Bf16(xp) => match self.few_rows_tiles(m, rows) {
@@ -404,8 +411,10 @@ impl Gpu {
         let (xp, g, eps, rms) = match x {
             Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
             Act::F32(x) | Act::F32Act8(x) => (x, 0u64, 0f32, ""),
+            Act::Act8Deferred => (0u64, 0u64, 0f32, ""),
             Act::Bf16(_) => return Err(GpuError::Shape("GEMV of bf16 activations".into())),
         };
+        let deferred_in = matches!(x, Act::Act8Deferred);
         let fname = match m.format {
             DevFormat::Bf16 => "bf16",
             DevFormat::Q8 => "q8",
@@ -437,13 +446,22 @@ impl Gpu {
             }
             _ => None,
         };
-        let (xq, xq2, xds) = self.act8_planes();
+        if (deferred_in || norm.is_some_and(|o| o.defer)) && !(int8 && split.is_some()) {
+            return Err(GpuError::Shape(format!("deferred norm in a product of {rows} rows × {} not on dp4a", m.cols)));
+        }
+        if norm.is_some_and(|o| o.defer && !Self::defer_fits(m.rows, m.rows)) {
+            return Err(GpuError::Shape(format!("deferred norm of {} columns", m.rows)));
+        }
+        let dp = self.defer_planes();
+        // A deferred input is read from the deferred norm's planes, with each row's 1/rms.
+        let ((xq, xq2, xds), xinv) =
+            if deferred_in { ((dp.q1, dp.q2, dp.ds), dp.inv) } else { (self.act8_planes(), 0u64) };
         // Where the norm tail holds whole rows in registers (gemv_split.cu), the dp4a kernels' tail writes their 8-bit
         // form.
         let whole_rows = m.rows.is_multiple_of(32) && m.rows <= NORM_TAIL_MAX_N;
         let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_rows;
         if let Some((name, per)) = split {
-            if int8 && !matches!(x, Act::F32Act8(_)) {
+            if int8 && !matches!(x, Act::F32Act8(_) | Act::Act8Deferred) {
                 self.quant_act8(xp, rows, m.cols)?;
             }
             let mut b = self.launch(&name);
@@ -452,21 +470,27 @@ impl Gpu {
                 b.arg(&s);
             }
             if int8 {
-                b.arg(&xq).arg(&xq2).arg(&xds);
+                b.arg(&xq).arg(&xq2).arg(&xds).arg(&xinv);
             } else {
                 b.arg(&xp);
             }
-            let (ng, nout, neps, counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
-            let (nq, nq2, nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
+            let (ng, nout, neps, mut counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
+            let (mut nq, mut nq2, mut nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
+            let (mut nss, mut ninv) = (0u64, 0u64);
+            if norm.is_some_and(|o| o.defer) {
+                (counter, nss, ninv) = (dp.counters, dp.sums, dp.inv);
+                (nq, nq2, nds) = (dp.q1, dp.q2, dp.ds);
+            }
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
-            b.arg(&nq).arg(&nq2).arg(&nds);
+            b.arg(&nq).arg(&nq2).arg(&nds).arg(&nss).arg(&ninv);
             // The tail's row in shared memory where the format's kernels hold it there and it is whole (the
             // kernel's `whole`: N a multiple of 4 up to NORM_TAIL_MAX_N, 32 KB at most, within the 48 KB needing no
             // opt-in).
             let whole_f4 = m.rows.is_multiple_of(4) && m.rows <= NORM_TAIL_MAX_N;
-            let smem = if norm.is_some() && whole_f4 && tail_in_smem(m.format) { (m.rows * 4) as u32 } else { 0 };
+            let tail = norm.is_some_and(|o| !o.defer);
+            let smem = if tail && whole_f4 && tail_in_smem(m.format) { (m.rows * 4) as u32 } else { 0 };
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
-            if let Some(o) = norm.filter(|o| o.act8 && !tail_act8(o)) {
+            if let Some(o) = norm.filter(|o| o.act8 && !o.defer && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;
             }
             return Ok(());

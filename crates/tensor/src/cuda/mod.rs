@@ -229,6 +229,9 @@ pub fn kernel_names() -> Vec<String> {
                         names.push(format!("gemvs_{f}d_{b}_r{r}{nn}"));
                     }
                 }
+                if f != "bf16" {
+                    names.push(format!("gemvs_{f}d_{b}_r{r}_gn"));
+                }
             }
         }
         for nt in 1..=ops::MMA_FEW_MAX_ROWS / 8 {

@@ -441,7 +441,11 @@ impl Gpu {
                 let d = if int8 { "d" } else { "" };
                 // A product that folds no norm runs the kernel compiled without it (fewer registers, so more blocks
                 // an SM: gpu-q8 +15%, docs/performance-gpu.md).
-                let nn = if norm.is_none() { "_nn" } else { "" };
+                let nn = match norm {
+                    None => "_nn",
+                    Some(o) if o.defer => "_gn",
+                    Some(_) => "",
+                };
                 Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
             }
             _ => None,
@@ -449,8 +453,17 @@ impl Gpu {
         if (deferred_in || norm.is_some_and(|o| o.defer)) && !(int8 && split.is_some()) {
             return Err(GpuError::Shape(format!("deferred norm in a product of {rows} rows × {} not on dp4a", m.cols)));
         }
-        if norm.is_some_and(|o| o.defer && !Self::defer_fits(m.rows, m.rows)) {
-            return Err(GpuError::Shape(format!("deferred norm of {} columns", m.rows)));
+        if norm.is_some_and(|o| o.defer && (o.g == 0 || !Self::defer_fits(m.rows, m.rows))) {
+            return Err(GpuError::Shape(format!(
+                "deferred norm of {} columns (weights {:#x})",
+                m.rows,
+                norm.map_or(0, |o| o.g)
+            )));
+        }
+        // A deferred input's planes are the deferred norm's own: a product reading them writes no norm of its own
+        // (it would write over them, or into planes the next product does not read).
+        if deferred_in && norm.is_some() {
+            return Err(GpuError::Shape("a product of deferred-norm rows that norms its own output".into()));
         }
         let dp = self.defer_planes();
         // A deferred input is read from the deferred norm's planes, with each row's 1/rms.

@@ -6,6 +6,13 @@
 // bit.
 #define GS_WARPS 4
 
+// What a split kernel does with its output rows once stored (its template's NORM): nothing (instances `_nn`), the
+// norm tail (no suffix: split_norm_tail), or the norm deferred to the next product (dp4a instances `_gn`:
+// split_norm_groups). Each its own instance, so one's code costs the others no registers.
+#define GS_NO_NORM 0
+#define GS_TAIL 1
+#define GS_GROUPS 2
+
 // `xinv` (dp4a kernels; 0: none): each input row's 1/rms where the norm before was deferred to this product
 // (split_norm_groups), asked for here so its load overlaps the warps' sums rather than holding a register through
 // the product (the q4 norm-free kernel at 4 rows: 72 registers, 79 with it loaded at the start).
@@ -210,6 +217,7 @@ template <int B, int R>
 __device__ __forceinline__ void split_norm_groups(const float* y, int N, const float* __restrict__ ng, float eps,
                                                   unsigned* counter, signed char* nq, signed char* nq2, float2* nds,
                                                   float* nss, float* ninv) {
+    static_assert(8 * B <= GS_WARPS * 32 && 32 % R == 0, "eight threads a row of a group; whole groups a block");
     __shared__ unsigned last;
     int G = N / 32, g = blockIdx.x * R / 32;
     __threadfence();
@@ -316,7 +324,7 @@ __device__ __forceinline__ void load_q4(const unsigned char* __restrict__ Q, con
     }
 }
 
-template <int B, int R, bool NORM>
+template <int B, int R, int NORM>
 __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ x, float* y,
                         const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -332,7 +340,7 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
 #pragma unroll
         for (int r = 0; r < R; r++) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + (c0 + lane) * 8);
     }
-    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
+    if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 8;
@@ -359,11 +367,11 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
+    if (NORM == GS_TAIL && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
 }
 
 // Q8: a chunk is half a block (16 quants); the block's f16 scale comes with it.
-template <int B, int R, bool NORM>
+template <int B, int R, int NORM>
 __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, const float* __restrict__ x,
                       float* y, const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -377,7 +385,7 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
     float d[R];
     // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
     if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
-    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
+    if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
@@ -409,11 +417,11 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
+    if (NORM == GS_TAIL && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
 }
 
 // Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
-template <int B, int R, bool NORM>
+template <int B, int R, int NORM>
 __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                       const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
                       int accumulate, NORM_PARAMS) {
@@ -428,7 +436,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
     uint4 w[R];
     unsigned dm[R];
     if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
-    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
+    if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
@@ -468,7 +476,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate);
-    if (NORM && ng) split_norm_tail<B, false, false>(y, N, NORM_ARGS);
+    if (NORM == GS_TAIL && ng) split_norm_tail<B, false, false>(y, N, NORM_ARGS);
 }
 
 // The same products with activations in two 8-bit terms (quant_act8 in quant.cu: x ≈ d·(q1 + q2/254), the CPU's
@@ -496,7 +504,7 @@ __device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], i
     return __dp4a(wh[3], hi.w, s);
 }
 
-template <int B, int R, bool NORM>
+template <int B, int R, int NORM>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xinv, float* y,
@@ -513,7 +521,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     float d[R];
     // The first chunk's weights are loaded before the wait: they do not depend on the kernel before.
     if (c0 + lane < c1) load_q8<R>(Q, S, n0, N, K, c0 + lane, w, d);
-    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
+    if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int c = c0 + lane; c < c1; c += 32) {
         int k = c * 16;
@@ -531,15 +539,11 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate, xinv);
-    if (NORM && ng) {
-        if (nss)
-            split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
-        else
-            split_norm_tail<B, true, true>(y, N, NORM_ARGS);
-    }
+    if (NORM == GS_TAIL && ng) split_norm_tail<B, true, true>(y, N, NORM_ARGS);
+    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
 }
 
-template <int B, int R, bool NORM>
+template <int B, int R, int NORM>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xinv, float* y,
@@ -555,7 +559,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     uint4 w[R];
     unsigned dm[R];
     if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
-    if (!NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
+    if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
         if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
@@ -578,15 +582,11 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         }
     }
     split_store<B, R>(acc, y, bias, n0, N, accumulate, xinv);
-    if (NORM && ng) {
-        if (nss)
-            split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
-        else
-            split_norm_tail<B, true, false>(y, N, NORM_ARGS);
-    }
+    if (NORM == GS_TAIL && ng) split_norm_tail<B, true, false>(y, N, NORM_ARGS);
+    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
 }
 
-#define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                             \
+#define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                       \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
                                int acc, NORM_PARAMS) {                                                         \
@@ -601,7 +601,9 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
         gs_q4<B, R, NORM>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS_ALL);                                        \
-    }                                                                                                          \
+    }
+
+#define GS_INSTANCES_D(B, R, SUFFIX, NORM)                                                                     \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                   \
                               const signed char* xq2, const float2* xds, const float* xinv, float* y,          \
@@ -621,8 +623,14 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 //
 // Each also comes norm-free (suffix `_nn`: the same kernel without the norm's code, whose registers the products
 // that fold no norm — q/k/v, gate/up — need not carry: ptxas gives the q8 one-row kernel 135 registers with it,
-// 56 without).
-#define GS_HEIGHT(B, R) GS_INSTANCES(B, R, _r##R, true) GS_INSTANCES(B, R, _r##R##_nn, false)
+// 56 without); and the dp4a kernels with the norm deferred to the next product (suffix `_gn`, ops.rs's
+// NormOut::defer).
+#define GS_HEIGHT(B, R)                                                                                        \
+    GS_INSTANCES(B, R, _r##R, GS_TAIL)                                                                         \
+    GS_INSTANCES(B, R, _r##R##_nn, GS_NO_NORM)                                                                 \
+    GS_INSTANCES_D(B, R, _r##R, GS_TAIL)                                                                       \
+    GS_INSTANCES_D(B, R, _r##R##_nn, GS_NO_NORM)                                                               \
+    GS_INSTANCES_D(B, R, _r##R##_gn, GS_GROUPS)
 #define GS_HEIGHTS(B) GS_HEIGHT(B, 2) GS_HEIGHT(B, 4) GS_HEIGHT(B, 8)
 
 // These kernels take most of NVRTC's time, so mod.rs compiles them as compile units of their own, side by side:

@@ -22,6 +22,7 @@ for h in 2 8; do
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
   KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture
 done
-# The residual stream's norm deferred to the product that reads it (KVAD_GPU_NORM_DEFER=1, off until measured).
-echo "== gpu (KVAD_GPU_NORM_DEFER=1)"
-KVAD_GPU_NORM_DEFER=1 .gpu/bin/gpu --test-threads=1 --nocapture
+# q8/q4 with the residual stream's norm in the o/down products' tails rather than deferred to the product that
+# reads it (the default; KVAD_GPU_NORM_DEFER=0 is the tail).
+echo "== gpu (KVAD_GPU_NORM_DEFER=0)"
+KVAD_GPU_NORM_DEFER=0 .gpu/bin/gpu --test-threads=1 --nocapture

@@ -58,7 +58,9 @@ pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_R
 /// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes); not re-measured for two terms.
 /// One q4 input: 8 rows where the product norms its output, 4 where it does not — the norm-free kernels at 8 rows
 /// hold 128 registers, at 4 rows 72, and gpu-q4 decoded 1.5% faster with q/k/v, gate/up and the head at 4
-/// (alternated twice on the H200, docs/gpu-results/tail-smem-2026-12-01/).
+/// (alternated twice on the H200, docs/gpu-results/tail-smem-2026-12-01/). The products deferring their norm hold
+/// 72 registers at 4 rows too, but gpu-q4 decoded 8% slower with them there than at 8 (461.6 vs 503.2 tok/s,
+/// docs/gpu-results/norm-defer-2026-12-01/).
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     match (format, inputs) {
         (DevFormat::Q4, 1) if !norm => 4,

@@ -233,7 +233,6 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
     float4 v = on ? __ldcg((const float4*)(y + (size_t)b * N + n)) : zero4;
     float4 w = __ldg((const float4*)(ng + n));
     float ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, v.w * v.w)));
-    PDL_LATE_TRIGGER();
     float4 t = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
     float amax = fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w)));
     float bs = (t.x + t.y) + (t.z + t.w);
@@ -270,7 +269,8 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
 
 // A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
 // tail, once the last block has summed the rows (PDL_ENTER_LATE in common.cuh: the next product's weight loads
-// would queue ahead of the tail's); the others at once.
+// would queue ahead of the tail's), or, deferring its norm, once its own loads are done (gs_q8d, gs_q4d); the
+// others at once.
 #ifdef KVAD_EARLY_TRIGGER
 #define PDL_ENTER_NORM(ng) PDL_ENTER()
 #else
@@ -538,6 +538,10 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
             }
         }
     }
+    // A deferring product lets the next kernel launch once every block's weights are in: its groups' chain is
+    // L2 traffic, which the next product's first weight loads overlap (+1% decode at q8 and q4 against the
+    // trigger in the groups, docs/performance-gpu.md).
+    if (NORM == GS_GROUPS) pdl_trigger();
     split_store<B, R>(acc, y, bias, n0, N, accumulate, xinv);
     if (NORM == GS_TAIL && ng) split_norm_tail<B, true, true>(y, N, NORM_ARGS);
     if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
@@ -581,6 +585,10 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
             }
         }
     }
+    // A deferring product lets the next kernel launch once every block's weights are in: its groups' chain is
+    // L2 traffic, which the next product's first weight loads overlap (+1% decode at q8 and q4 against the
+    // trigger in the groups, docs/performance-gpu.md).
+    if (NORM == GS_GROUPS) pdl_trigger();
     split_store<B, R>(acc, y, bias, n0, N, accumulate, xinv);
     if (NORM == GS_TAIL && ng) split_norm_tail<B, true, false>(y, N, NORM_ARGS);
     if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);

@@ -35,7 +35,7 @@ if [[ " $steps " == *" agree "* ]]; then
 fi
 if [[ " $steps " == *" tg "* ]]; then
   if [ -n "${KVAD_AB_ENV:-}" ]; then
-    # The build with and without an environment setting (KVAD_AB_ENV="KVAD_GPU_CARVEOUT=100", say), alternated twice.
+    # The build with and without an environment setting (KVAD_AB_ENV="KVAD_GPU_NORM_DEFER=0", say), alternated twice.
     for i in 1 2; do
       for v in env plain; do
         pre=(); [ "$v" = env ] && pre=(env $KVAD_AB_ENV)

@@ -332,18 +332,10 @@ impl Gpu {
         });
         let modules = ptx.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>()?;
         let mut funcs = HashMap::new();
-        // KVAD_GPU_CARVEOUT=p (0-100, for measuring): every kernel prefers p% of the L1/shared split as shared
-        // memory, so an SM need not be reconfigured (drained) between a product (little shared memory) and the
-        // decode attention (32-64 KB).
-        let carveout: Option<i32> = std::env::var("KVAD_GPU_CARVEOUT").ok().and_then(|v| v.parse().ok());
         for name in kernel_names() {
             // From the unit that holds it (each kernel is in exactly one).
             let mut found = modules.iter().filter_map(|m| m.load_function(&name).ok());
             let f = found.next().ok_or_else(|| GpuError::Compile(format!("kernel {name} in no compile unit")))?;
-            if let Some(p) = carveout {
-                use cudarc::driver::sys::CUfunction_attribute as A;
-                f.set_attribute(A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, p.clamp(0, 100))?;
-            }
             funcs.insert(name, f);
         }
         let blas = blas::Blas::new(stream.clone())?;

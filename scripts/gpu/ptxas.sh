@@ -3,7 +3,7 @@
 # kernel_ptx example) through NVIDIA's ptxas (from the nvidia-cuda-nvcc wheel, pinned, into .venv-test/nvcc).
 # Prints the kernels that spill, then the registers of those named (a grep pattern), with the blocks of 128
 # threads an SM can then hold by registers (65,536 an SM, given in units of 8 a thread).
-#   bash scripts/gpu/ptxas.sh ['gemvs_q4d_1_r|attention_decode_4_g4'] [DEFINE…]   (a measuring variant: KVAD_EARLY_TRIGGER)
+#   bash scripts/gpu/ptxas.sh ['gemvs_q4d_1_r|attention_decode_4_g4'] [DEFINE…]   (a measuring variant: KVAD_TRACE)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 pattern="${1:-gemvs_q4d_1_r|gemvs_q8d_1_r|gemvs_bf16_1_r|attention_decode_4_g4|silu_mul_act8}"

@@ -539,14 +539,13 @@ fn every_kernel_compiles_with_nvrtc() {
         return;
     }
     // Hopper (with programmatic dependent launch) and Ampere (the oldest kvad takes, where it compiles away; with
-    // the measuring variants compiled in — the kernel trace, the early trigger — so that code is checked too), side
+    // the measuring variant compiled in — the kernel trace — so that code is checked too), side
     // by side: each takes a minute on one core.
     let caps = [(9, 0), (8, 0)];
     let ptxs: Vec<Vec<String>> = std::thread::scope(|s| {
         let jobs: Vec<_> = caps
             .map(|cap| {
-                let defines: &'static [&'static str] =
-                    if cap.0 < 9 { &["KVAD_TRACE", "KVAD_EARLY_TRIGGER"] } else { &[] };
+                let defines: &'static [&'static str] = if cap.0 < 9 { &["KVAD_TRACE"] } else { &[] };
                 s.spawn(move || kvad_tensor::cuda::compile_kernels(cap, defines))
             })
             .into();

@@ -79,15 +79,11 @@ pub(crate) fn ptx_units(
 }
 
 /// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
-/// trace records in (`KVAD_TRACE`; otherwise that code is not there at all), `KVAD_GPU_LATE_TRIGGER=0` gives the
-/// latency-bound kernels PDL's early trigger back (`KVAD_EARLY_TRIGGER`, for measuring).
+/// trace records in (`KVAD_TRACE`; otherwise that code is not there at all).
 pub(crate) fn defines_from_env() -> Vec<&'static str> {
     let mut d = Vec::new();
     if std::env::var_os("KVAD_GPU_TRACE").is_some() {
         d.push("KVAD_TRACE");
-    }
-    if std::env::var("KVAD_GPU_LATE_TRIGGER").is_ok_and(|v| v == "0") {
-        d.push("KVAD_EARLY_TRIGGER");
     }
     d
 }

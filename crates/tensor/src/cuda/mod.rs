@@ -173,7 +173,7 @@ const KERNELS: &[&str] = &[
 
 /// The kernels' PTX for a GPU of this compute capability, one text per compile unit, compiled by NVRTC (no GPU
 /// needed): what CI checks, so a kernel that does not compile is found without the device. `defines` name the
-/// measuring variants (`KVAD_TRACE`, `KVAD_EARLY_TRIGGER`; none for the kernels kvad runs).
+/// measuring variant (`KVAD_TRACE`; none for the kernels kvad runs).
 pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<String>, GpuError> {
     let (ptx, _) = compile::ptx_units(&compile_units(), capability, None, defines)?;
     Ok(ptx.iter().map(|p| p.to_src()).collect())

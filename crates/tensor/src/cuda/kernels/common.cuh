@@ -138,21 +138,14 @@ __device__ __forceinline__ void trace_mark(unsigned id) { trace_record(id); }
 // (PDL_LATE_TRIGGER), because that kernel's blocks start by loading their first weights — megabytes across the
 // GPU — which would queue in the memory system ahead of the few loads this kernel waits on. Measured by the trace
 // (gpu-q4, docs/performance-gpu.md): the decode attention's query loads 1.9 → 1.0 µs and the o/down products'
-// rows 1.5 µs sooner, but the tail's second half 1.6 µs longer — the step unchanged (2,258 vs 2,260 µs).
-// KVAD_GPU_LATE_TRIGGER=0 compiles them with the early trigger of PDL_ENTER (-DKVAD_EARLY_TRIGGER, for measuring).
-#ifdef KVAD_EARLY_TRIGGER
-#define PDL_ENTER_LATE() PDL_ENTER()
-#define PDL_LATE_TRIGGER() \
-    do {                   \
-    } while (0)
-#else
+// rows 1.5 µs sooner, but the tail's second half 1.6 µs longer — the step unchanged (2,258 vs 2,260 µs); with
+// the deferred norm (session 13), the early trigger everywhere lost 1–2% (gpu-q8 374.1 vs 378.8 tok/s).
 #define PDL_ENTER_LATE() \
     do {                 \
         pdl_wait();      \
         trace_entry();   \
     } while (0)
 #define PDL_LATE_TRIGGER() pdl_trigger()
-#endif
 
 // The decode activations' two 8-bit terms (quant_act8 in quant.cu): the block's scale d = max|x|/127 and its
 // inverse, then x/d = t ≈ q1 + q2/254. Every kernel that writes them goes through these, so all round alike.

@@ -271,16 +271,12 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
 // tail, once the last block has summed the rows (PDL_ENTER_LATE in common.cuh: the next product's weight loads
 // would queue ahead of the tail's), or, deferring its norm, once its own loads are done (gs_q8d, gs_q4d); the
 // others at once.
-#ifdef KVAD_EARLY_TRIGGER
-#define PDL_ENTER_NORM(ng) PDL_ENTER()
-#else
 #define PDL_ENTER_NORM(ng)     \
     do {                       \
         pdl_wait();            \
         trace_entry();         \
         if (!(ng)) pdl_trigger(); \
     } while (0)
-#endif
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, the
 // two-term 8-bit output (0: none), and where the norm is deferred (split_norm_groups; dp4a kernels only, 0: not)

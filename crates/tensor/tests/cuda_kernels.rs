@@ -6,7 +6,7 @@ use kvad_tensor::cuda::{
     mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 mod common;
-use common::{data, gpu};
+use common::{data, gpu, gpu_dp4a};
 
 /// bf16 matrix of these values, as the loader would hold it.
 fn bf16_matrix(rows: usize, cols: usize, w: &[f32]) -> QMatrix {
@@ -222,11 +222,7 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
 /// another order). The tail leaves the block count at zero.
 #[test]
 fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
-    let Some(g) = gpu() else { return };
-    if g.gemv_kernel() != GemvKernel::SplitDp4a {
-        eprintln!("KVAD_GPU_GEMV is set: the 8-bit activations are not the default here");
-        return;
-    }
+    let Some(g) = gpu_dp4a() else { return };
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for &(n1, k1, n2) in &[(256usize, 128usize, 96usize), (4096, 64, 48), (8224, 64, 40)] {
         for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {

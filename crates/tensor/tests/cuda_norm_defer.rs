@@ -7,7 +7,7 @@ use kvad_tensor::cuda::{Act, DevBuf, DevMatrix, GemvKernel, Gpu, NormOut};
 use std::sync::Arc;
 
 mod common;
-use common::{data, gpu};
+use common::{data, gpu_dp4a};
 
 /// A producer (accumulating into a residual stream) whose output norm goes to a dp4a consumer (with a bias), once
 /// through the norm tail and once deferred, then the consumer: the residual stream equal bit for bit (the deferral
@@ -18,11 +18,7 @@ use common::{data, gpu};
 /// widest), every block format, the producers' block heights for 1, 3 and 8 rows (4 and 8) and height 2.
 #[test]
 fn deferred_norm_equals_the_norm_tail() {
-    let Some(g) = gpu() else { return };
-    if g.gemv_kernel() != GemvKernel::SplitDp4a {
-        eprintln!("KVAD_GPU_GEMV is set: the 8-bit activations are not the default here");
-        return;
-    }
+    let Some(g) = gpu_dp4a() else { return };
     let k1 = 64usize;
     for &(n1, n2) in &[(96usize, 40usize), (4096, 72), (8192, 48)] {
         for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {

@@ -58,6 +58,12 @@ impl GenStats {
     }
 }
 
+/// What a step gives: the model's greedy pick, or the logits row for the sampler.
+enum Next {
+    Id(u32),
+    Logits(Vec<f32>),
+}
+
 /// What a request adds to a generation beyond [`GenerateRequest`] (the server's seam; the CLI needs none of it).
 #[derive(Debug, Clone, Default)]
 pub struct GenerateOptions {
@@ -110,16 +116,37 @@ pub fn generate_with(
     for chunk in head.chunks(model.prefill_chunk().max(1)) {
         model.forward(&mut [SeqInput { tokens: chunk, kv: &mut kv }], LogitsMode::None)?;
     }
-    let mut logits = model.forward(&mut [SeqInput { tokens: last, kv: &mut kv }], LogitsMode::Last)?;
+    // Plain greedy replies take the model's own pick (`forward_greedy`, the first maximum as the sampler's): a GPU
+    // then copies back one id a step instead of a vocabulary row for the CPU to scan.
+    let greedy = crate::device_greedy_enabled() && req.params.plain_greedy() && opts.logit_bias.is_empty();
+    let step = |tokens: &[u32], kv: &mut kvad_models::SeqKv| -> Result<Next, EngineError> {
+        let mut b = [SeqInput { tokens, kv }];
+        if !greedy {
+            return Ok(Next::Logits(model.forward(&mut b, LogitsMode::Last)?.swap_remove(0)));
+        }
+        let id = model.forward_greedy(&mut b)?.first().copied();
+        match id {
+            Some(id) if (id as usize) < vocab => Ok(Next::Id(id)),
+            other => Err(EngineError::Model(kvad_models::ModelError::BadInput(format!(
+                "the model's greedy pick was {other:?} for a vocabulary of {vocab}"
+            )))),
+        }
+    };
+    let mut next = step(last, &mut kv)?;
     let prefill = t0.elapsed();
     let t1 = Instant::now();
     let mut reply: Vec<u32> = Vec::new();
     let mut finish = FinishReason::Length;
     while reply.len() < req.max_tokens {
-        for &(id, b) in &opts.logit_bias {
-            logits[0][id as usize] += b;
-        }
-        let s = sampler.sample(&logits[0], &req.prompt, &reply);
+        let s = match next {
+            Next::Id(id) => Sampled { id, logprob: f32::NAN, top: Vec::new(), in_play: Vec::new() },
+            Next::Logits(mut logits) => {
+                for &(id, b) in &opts.logit_bias {
+                    logits[id as usize] += b;
+                }
+                sampler.sample(&logits, &req.prompt, &reply)
+            }
+        };
         reply.push(s.id);
         let go_on = on_token(&s);
         if req.stop_ids.contains(&s.id) || !go_on {
@@ -129,7 +156,88 @@ pub fn generate_with(
         if reply.len() == req.max_tokens || kv.len() + 1 >= ctx {
             break;
         }
-        logits = model.forward(&mut [SeqInput { tokens: &[s.id], kv: &mut kv }], LogitsMode::Last)?;
+        next = step(&[s.id], &mut kv)?;
     }
     Ok(GenStats { prompt_tokens: req.prompt.len(), generated: reply.len(), prefill, decode: t1.elapsed(), finish })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvad_models::{ModelConfig, ModelError, SeqKv};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A fixture model that counts which entry each step took, and can be told to pick a token out of range.
+    struct Counting {
+        inner: Box<dyn CausalLm>,
+        forwards: AtomicUsize,
+        greedy: AtomicUsize,
+        pick_out_of_range: bool,
+    }
+
+    impl CausalLm for Counting {
+        fn config(&self) -> &ModelConfig {
+            self.inner.config()
+        }
+        fn new_cache(&self) -> SeqKv {
+            self.inner.new_cache()
+        }
+        fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+            if mode == LogitsMode::Last {
+                self.forwards.fetch_add(1, Ordering::Relaxed);
+            }
+            self.inner.forward(batch, mode)
+        }
+        fn weight_bytes(&self) -> usize {
+            self.inner.weight_bytes()
+        }
+        fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
+            self.greedy.fetch_add(1, Ordering::Relaxed);
+            let ids = self.inner.forward_greedy(batch)?;
+            Ok(if self.pick_out_of_range { vec![self.config().vocab_size as u32] } else { ids })
+        }
+    }
+
+    fn model(pick_out_of_range: bool) -> Counting {
+        let dir = format!("{}/../../fixtures/models/llama", env!("CARGO_MANIFEST_DIR"));
+        let files = kvad_models::ModelFiles::detect(std::path::Path::new(&dir)).unwrap();
+        Counting {
+            inner: kvad_models::load_model(&files).unwrap().model,
+            forwards: AtomicUsize::new(0),
+            greedy: AtomicUsize::new(0),
+            pick_out_of_range,
+        }
+    }
+
+    fn run(m: &Counting, params: SamplingParams) -> Result<Vec<u32>, EngineError> {
+        let req = GenerateRequest { prompt: vec![1, 5, 9, 14], params, max_tokens: 12, stop_ids: Vec::new() };
+        let mut ids = Vec::new();
+        generate(m, &req, |s| {
+            ids.push(s.id);
+            true
+        })?;
+        Ok(ids)
+    }
+
+    #[test]
+    fn plain_greedy_takes_the_models_pick_and_the_same_tokens_as_the_sampler() {
+        let picked = model(false);
+        let ids = run(&picked, SamplingParams::default()).unwrap();
+        assert_eq!(picked.greedy.load(Ordering::Relaxed), 12, "every step should be the model's pick");
+        assert_eq!(picked.forwards.load(Ordering::Relaxed), 0, "no logits row should have crossed");
+        // Logprobs asked for: the sampler sees every row, and must pick the same tokens.
+        let sampled = model(false);
+        let with_rows = run(&sampled, SamplingParams { top_logprobs: Some(1), ..Default::default() }).unwrap();
+        assert_eq!(sampled.greedy.load(Ordering::Relaxed), 0);
+        assert_eq!(sampled.forwards.load(Ordering::Relaxed), 12);
+        assert_eq!(ids, with_rows);
+    }
+
+    #[test]
+    fn a_pick_outside_the_vocabulary_is_an_error_naming_it() {
+        let m = model(true);
+        let vocab = m.config().vocab_size;
+        let e = run(&m, SamplingParams::default()).unwrap_err().to_string();
+        assert!(e.contains(&format!("Some({vocab})")) && e.contains("vocabulary"), "{e}");
+    }
 }

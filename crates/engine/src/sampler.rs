@@ -29,6 +29,20 @@ pub struct SamplingParams {
     pub top_logprobs: Option<usize>,
 }
 
+impl SamplingParams {
+    /// Whether the next token is the plain argmax of the logits (temperature 0, no penalty, no logprobs), so the
+    /// model can pick it where the logits are (`CausalLm::forward_greedy`: on a GPU only the id crosses back)
+    /// instead of handing a whole vocabulary row to [`Sampler::sample`]. A request's logit bias is the caller's
+    /// to check: it is not a sampling parameter.
+    pub fn plain_greedy(&self) -> bool {
+        self.temperature == 0.0
+            && self.repetition_penalty == 1.0
+            && self.presence_penalty == 0.0
+            && self.frequency_penalty == 0.0
+            && self.top_logprobs.is_none()
+    }
+}
+
 impl Default for SamplingParams {
     fn default() -> Self {
         SamplingParams {

@@ -380,19 +380,7 @@ enum Out {
 /// logprobs), so the device can pick it and only the id crosses back: copying and log-softmaxing a full
 /// vocabulary row per reply on the engine thread cost more than the GPU's whole pass at 16 replies.
 fn plain_greedy(p: &GenParams) -> bool {
-    let s = &p.sampling;
-    s.temperature == 0.0
-        && s.repetition_penalty == 1.0
-        && s.presence_penalty == 0.0
-        && s.frequency_penalty == 0.0
-        && s.top_logprobs.is_none()
-        && p.options.logit_bias.is_empty()
-}
-
-/// Device-side greedy picks unless `KVAD_DEVICE_GREEDY=0` (for measuring what they bring).
-fn device_greedy_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_DEVICE_GREEDY").map_or(true, |v| v != "0"))
+    p.sampling.plain_greedy() && p.options.logit_bias.is_empty()
 }
 
 /// `KVAD_STEP_TRACE=1`: each pass's forward and sampling times on stderr (where a step's time goes).
@@ -435,8 +423,8 @@ fn forward_parts(
     let rows: usize = tokens.iter().map(Vec::len).sum();
     let any_chunk = parts.iter().any(|p| !sampling(p));
     let any_sampling = parts.iter().any(sampling);
-    let greedy =
-        device_greedy_enabled() && parts.iter().zip(seqs.iter()).all(|(p, s)| !sampling(p) || plain_greedy(&s.params));
+    let greedy = kvad_engine::device_greedy_enabled()
+        && parts.iter().zip(seqs.iter()).all(|(p, s)| !sampling(p) || plain_greedy(&s.params));
     let chunk_out = |mut v: Vec<Out>| {
         for (o, p) in v.iter_mut().zip(parts) {
             if !sampling(p) {

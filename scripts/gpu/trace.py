@@ -5,7 +5,7 @@ Each record is `ns grid_x grid_y block_x`, taken by a kernel's first block as it
 kernel before it had ended: the gap to the next record is that kernel's time on the critical path inside the
 graph. A step starts at the embedding kernel (grid rows x 1, block 256); the steps with the most common kernel
 count are decode steps. Marks inside kernels (common.cuh's trace_mark: 901-903 the norm tail's last block as it
-starts, after its sum, at its end; 904-905 the deferred norm's last group's block as it starts and ends; 910-913 decode attention's first block before its PDL wait, before its keys,
+starts, after its sum, at its end; 910-913 decode attention's first block before its PDL wait, before its keys,
 after them, after its merge) are records of shape (id, 0, 0). Per kernel position: the mean gap over those
 steps; then the sums by launch shape.
     python3 scripts/gpu/trace.py TRACE [ROWS]     (one report per decode-step shape seen 5 times or more)

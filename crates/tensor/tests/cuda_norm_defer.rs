@@ -20,20 +20,21 @@ use common::{data, gpu_dp4a};
 fn deferred_norm_equals_the_norm_tail() {
     let Some(g) = gpu_dp4a() else { return };
     let k1 = 64usize;
-    for &(n1, n2) in &[(96usize, 40usize), (4096, 72), (8192, 48)] {
+    // At the narrowest width an epsilon near the rows' mean square (~7.3), so a product taking the wrong one shows.
+    for &(n1, n2, eps) in &[(96usize, 40usize, 4.0f32), (4096, 72, 1e-5), (8192, 48, 1e-5)] {
         for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
             let a = DevMatrix::upload(&g, &QMatrix::quantize(qt, n1, k1, &data(n1 * k1, 61)).unwrap(), None).unwrap();
             let b = DevMatrix::upload(&g, &QMatrix::quantize(qt, n2, n1, &data(n2 * n1, 63)).unwrap(), None).unwrap();
             let ng = DevBuf::from_slice(&g, &data(n1, 65)).unwrap();
             let bias = DevBuf::from_slice(&g, &data(n2, 66)).unwrap();
-            let t = Mats { a: &a, b: &b, ng: &ng, bias: &bias };
+            let t = Mats { a: &a, b: &b, ng: &ng, bias: &bias, eps };
             for (rows, kern) in [
                 (1usize, GemvKernel::SplitDp4a),
                 (3, GemvKernel::SplitDp4a),
                 (8, GemvKernel::SplitDp4a),
                 (2, GemvKernel::Dp4aRows(2)),
             ] {
-                let what = format!("{qt:?} {n1}x{k1} ({kern:?}) then {n2}x{n1}, {rows} rows");
+                let what = format!("{qt:?} {n1}x{k1} ({kern:?}) then {n2}x{n1}, {rows} rows, eps {eps}");
                 // Residual rows whose rms after the product is ~2.7 (1/rms far from 1, so a factor left out shows).
                 let resid: Vec<f32> = data(rows * n1, 67).iter().map(|v| v * 0.5).collect();
                 let x = data(rows * k1, 69 + rows as u64);
@@ -63,9 +64,19 @@ fn deferred_norm_equals_the_norm_tail() {
                 NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8: false, defer: false };
             // SAFETY: shapes as allocated above.
             unsafe {
-                let f32_family = g.gemv(GemvKernel::Split, &b, Act::Act8Deferred, 1, z.ptr(), 0, false, None);
+                let f32_family =
+                    g.gemv(GemvKernel::Split, &b, Act::Act8Deferred { eps: 1e-5 }, 1, z.ptr(), 0, false, None);
                 assert!(f32_family.is_err(), "{qt:?}: a deferred input to an f32-activation product");
-                let normed = g.gemv(GemvKernel::SplitDp4a, &b, Act::Act8Deferred, 1, z.ptr(), 0, false, Some(&norm));
+                let normed = g.gemv(
+                    GemvKernel::SplitDp4a,
+                    &b,
+                    Act::Act8Deferred { eps: 1e-5 },
+                    1,
+                    z.ptr(),
+                    0,
+                    false,
+                    Some(&norm),
+                );
                 assert!(normed.is_err(), "{qt:?}: a product of deferred rows norming its own output");
             }
         }
@@ -76,12 +87,14 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-/// The producer, the norm's weights and the consumer with its bias.
+/// The producer, the norm's weights and epsilon, and the consumer with its bias.
 struct Mats<'a> {
     a: &'a DevMatrix,
     b: &'a DevMatrix,
     ng: &'a DevBuf,
     bias: &'a DevBuf,
+    /// The norm's epsilon.
+    eps: f32,
 }
 
 /// `resid += x · aᵀ` by `kern`, its norm by `ng` to `b` (tail or deferred), `z = norm · bᵀ + bias`: (resid, z).
@@ -100,8 +113,8 @@ fn run(
     let nout = DevBuf::zeros(g, rows * n1 * 4).unwrap();
     let counter = DevBuf::zeros(g, 4).unwrap();
     let z = DevBuf::zeros(g, rows * n2 * 4).unwrap();
-    let norm = NormOut { g: t.ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8: true, defer };
-    let next = if defer { Act::Act8Deferred } else { Act::F32Act8(nout.ptr()) };
+    let norm = NormOut { g: t.ng.ptr(), out: nout.ptr(), eps: t.eps, counter: counter.ptr(), act8: true, defer };
+    let next = if defer { Act::Act8Deferred { eps: t.eps } } else { Act::F32Act8(nout.ptr()) };
     // SAFETY: shapes as allocated above.
     unsafe {
         g.gemv(kern, t.a, Act::F32(xb.ptr()), rows, y.ptr(), 0, true, Some(&norm)).unwrap();

@@ -546,7 +546,7 @@ impl GpuDecoder {
             defer: next.is_some_and(|m| gpu.defers_norm(producer, m, rows)),
         };
         let normed = |o: &NormOut| match (o.defer, o.act8) {
-            (true, _) => Act::Act8Deferred,
+            (true, _) => Act::Act8Deferred { eps: o.eps },
             (false, true) => Act::F32Act8(o.out),
             (false, false) => Act::F32(o.out),
         };

@@ -2,8 +2,8 @@
 //! gemv_split.cu): the o and down products at q8/q4 normed their whole output rows in one last block, a serial
 //! ~5 µs twice a layer (the trace, docs/performance-gpu.md). Deferred, each group of 32 columns is quantised by the
 //! last of its blocks as `y·g` (the weights applied, the RMS not yet divided out: it scales a block and its 8-bit
-//! form alike), with the group's sum of squares; the last group turns those into each row's 1/rms, and the next
-//! product multiplies it into its sums. On by default (gpu-q8 +8% on the H200); `KVAD_GPU_NORM_DEFER=0` is the tail.
+//! form alike), with the group's sum of squares; the next product sums those into each row's 1/rms as it stores
+//! its outputs and multiplies it in. On by default (gpu-q8 +8% on the H200); `KVAD_GPU_NORM_DEFER=0` is the tail.
 
 use super::ops::{GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
 use super::{DevMatrix, Gpu};
@@ -11,28 +11,25 @@ use super::{DevMatrix, Gpu};
 /// Groups of 32 columns the widest deferred row has.
 const GROUPS: usize = NORM_TAIL_MAX_N / 32;
 
-/// The scratch's layout in bytes: the groups' counters and the rows' counter (`GROUPS + 1` u32, zero between
-/// launches), each row's groups' sums of squares, each row's 1/rms, then the 8-bit activations' planes (two terms,
-/// then a (scale, sum) pair a block of 32). The planes are the deferring product's own, not the GPU's activation
-/// scratch: its blocks still read their input from there while finished groups write their output.
+/// The scratch's layout in bytes: the groups' counters (`GROUPS` u32, zero between launches), each row's groups'
+/// sums of squares, then the 8-bit activations' planes (two terms, then a (scale, sum) pair a block of 32). The
+/// planes are the deferring product's own, not the GPU's activation scratch: its blocks still read their input
+/// from there while finished groups write their output.
 const COUNTERS: usize = 0;
 const SUMS: usize = 4096;
-const INV: usize = SUMS + GEMV_MAX_ROWS * GROUPS * 4;
-const Q1: usize = INV + 256;
+const Q1: usize = SUMS + GEMV_MAX_ROWS * GROUPS * 4;
 const Q2: usize = Q1 + GEMV_MAX_ROWS * NORM_TAIL_MAX_N;
 const DS: usize = Q2 + GEMV_MAX_ROWS * NORM_TAIL_MAX_N;
 /// Bytes of the deferred norm's scratch (`Gpu::defer`).
 pub(crate) const DEFER_BYTES: usize = DS + GEMV_MAX_ROWS * GROUPS * 8;
-const _: () = assert!((GROUPS + 1) * 4 <= SUMS);
+const _: () = assert!(GROUPS * 4 <= SUMS);
 
 /// Addresses in the deferred norm's scratch that the kernels take.
 pub(crate) struct DeferPlanes {
-    /// The counters (`GROUPS + 1` u32).
+    /// The groups' counters (`GROUPS` u32).
     pub counters: u64,
-    /// Each row's groups' sums of squares.
+    /// Each row's groups' sums of squares, `[rows][N/32]`.
     pub sums: u64,
-    /// Each row's 1/rms.
-    pub inv: u64,
     /// The 8-bit activations: first terms, second terms, (scale, sum) pairs.
     pub q1: u64,
     pub q2: u64,
@@ -49,14 +46,7 @@ impl Gpu {
     /// The deferred norm's addresses (fixed for the GPU's life, so CUDA graphs may record them).
     pub(crate) fn defer_planes(&self) -> DeferPlanes {
         let d = &self.defer;
-        DeferPlanes {
-            counters: d.at(COUNTERS),
-            sums: d.at(SUMS),
-            inv: d.at(INV),
-            q1: d.at(Q1),
-            q2: d.at(Q2),
-            ds: d.at(DS),
-        }
+        DeferPlanes { counters: d.at(COUNTERS), sums: d.at(SUMS), q1: d.at(Q1), q2: d.at(Q2), ds: d.at(DS) }
     }
 
     /// Whether the norm of `producer`'s output, for `next` to read, may be deferred to `next` ([`super::NormOut::defer`],

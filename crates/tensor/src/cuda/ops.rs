@@ -142,9 +142,12 @@ pub enum Act {
     /// scratch ([`NormOut::act8`], [`Gpu::silu_mul_act8`]): a dp4a product reads that and skips its `quant_act8`.
     F32Act8(u64),
     /// Rows whose norm the product before deferred to this one ([`NormOut::defer`]): their 8-bit form, not yet
-    /// divided by each row's RMS, and each row's 1/rms, in the GPU's deferred-norm scratch; only a dp4a product
-    /// takes them.
-    Act8Deferred,
+    /// divided by each row's RMS, and their sums of squares by group of 32 columns, in the GPU's deferred-norm
+    /// scratch; only a dp4a product takes them, making each row's 1/rms with this epsilon (the norm's).
+    Act8Deferred {
+        /// Norm epsilon.
+        eps: f32,
+    },
 }
 
 /// An RMSNorm of a GEMV's whole output rows, written by the product itself once all its blocks are done (the
@@ -266,7 +269,7 @@ impl Gpu {
             return Ok(());
         }
         match x {
-            Act::F32(_) | Act::F32Rms { .. } | Act::F32Act8(_) | Act::Act8Deferred => {
+            Act::F32(_) | Act::F32Rms { .. } | Act::F32Act8(_) | Act::Act8Deferred { .. } => {
                 self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?
             }
             Act::Bf16(xp) => match self.few_rows_tiles(m, rows) {
@@ -413,10 +416,10 @@ impl Gpu {
         let (xp, g, eps, rms) = match x {
             Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
             Act::F32(x) | Act::F32Act8(x) => (x, 0u64, 0f32, ""),
-            Act::Act8Deferred => (0u64, 0u64, 0f32, ""),
+            Act::Act8Deferred { .. } => (0u64, 0u64, 0f32, ""),
             Act::Bf16(_) => return Err(GpuError::Shape("GEMV of bf16 activations".into())),
         };
-        let deferred_in = matches!(x, Act::Act8Deferred);
+        let deferred_in = matches!(x, Act::Act8Deferred { .. });
         let fname = match m.format {
             DevFormat::Bf16 => "bf16",
             DevFormat::Q8 => "q8",
@@ -468,15 +471,17 @@ impl Gpu {
             return Err(GpuError::Shape("a product of deferred-norm rows that norms its own output".into()));
         }
         let dp = self.defer_planes();
-        // A deferred input is read from the deferred norm's planes, with each row's 1/rms.
-        let ((xq, xq2, xds), xinv) =
-            if deferred_in { ((dp.q1, dp.q2, dp.ds), dp.inv) } else { (self.act8_planes(), 0u64) };
+        // A deferred input is read from the deferred norm's planes, with its rows' sums of squares.
+        let ((xq, xq2, xds), xss, xeps) = match x {
+            Act::Act8Deferred { eps } => ((dp.q1, dp.q2, dp.ds), dp.sums, eps),
+            _ => (self.act8_planes(), 0u64, 0f32),
+        };
         // Where the norm tail holds whole rows in registers (gemv_split.cu), the dp4a kernels' tail writes their 8-bit
         // form.
         let whole_rows = m.rows.is_multiple_of(32) && m.rows <= NORM_TAIL_MAX_N;
         let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_rows;
         if let Some((name, per)) = split {
-            if int8 && !matches!(x, Act::F32Act8(_) | Act::Act8Deferred) {
+            if int8 && !matches!(x, Act::F32Act8(_) | Act::Act8Deferred { .. }) {
                 self.quant_act8(xp, rows, m.cols)?;
             }
             let mut b = self.launch(&name);
@@ -485,19 +490,19 @@ impl Gpu {
                 b.arg(&s);
             }
             if int8 {
-                b.arg(&xq).arg(&xq2).arg(&xds).arg(&xinv);
+                b.arg(&xq).arg(&xq2).arg(&xds).arg(&xss).arg(&xeps);
             } else {
                 b.arg(&xp);
             }
             let (ng, nout, neps, mut counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
             let (mut nq, mut nq2, mut nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
-            let (mut nss, mut ninv) = (0u64, 0u64);
+            let mut nss = 0u64;
             if norm.is_some_and(|o| o.defer) {
-                (counter, nss, ninv) = (dp.counters, dp.sums, dp.inv);
+                (counter, nss) = (dp.counters, dp.sums);
                 (nq, nq2, nds) = (dp.q1, dp.q2, dp.ds);
             }
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
-            b.arg(&nq).arg(&nq2).arg(&nds).arg(&nss).arg(&ninv);
+            b.arg(&nq).arg(&nq2).arg(&nds).arg(&nss);
             // The tail's row in shared memory where the format's kernels hold it there and it is whole (the
             // kernel's `whole`: N a multiple of 4 up to NORM_TAIL_MAX_N, 32 KB at most, within the 48 KB needing no
             // opt-in).

@@ -13,16 +13,28 @@
 #define GS_TAIL 1
 #define GS_GROUPS 2
 
-// `xinv` (dp4a kernels; 0: none): each input row's 1/rms where the norm before was deferred to this product
-// (split_norm_groups), asked for here so its load overlaps the warps' sums rather than holding a register through
-// the product (the q4 norm-free kernel at 4 rows: 72 registers, 79 with it loaded at the start).
+// `xss` (dp4a kernels; 0: none): where the norm before was deferred to this product (split_norm_groups), each
+// input row's sums of squares by group of 32 columns, [B][K/32]; each row's 1/rms is made from them here, a warp
+// a row, the groups summed in a fixed order (so every block, and a row batched or alone, gets the same bits), its
+// loads beside the warps' sums. ptxas: the q4 norm-free kernel at 4 rows 72 → 79 registers with this code, wherever
+// it is placed (after a barrier too); the q8 one-row kernels 56 → 48 (4 rows) and 95 → 71 (8).
 template <int B, int R>
 __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const float* __restrict__ bias, int n0, int N,
-                                            int accumulate, const float* __restrict__ xinv = nullptr) {
+                                            int accumulate, const float* __restrict__ xss = nullptr, int K = 0,
+                                            float xeps = 0.0f) {
     __shared__ float red[GS_WARPS][B * R];
+    __shared__ float rinv[B];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // Thread i < B·R stores output i (below): its row's factor.
-    float inv = xinv && threadIdx.x < B * R ? __ldcg(xinv + threadIdx.x / R) : 1.0f;
+    if (xss) {
+        int G = K / 32;
+        for (int b = warp; b < B; b += GS_WARPS) {
+            float s = 0.0f;
+#pragma unroll 4
+            for (int i = lane; i < G; i += 32) s += __ldcg(xss + (size_t)b * G + i);
+            s = warp_sum(s);
+            if (lane == 0) rinv[b] = rsqrtf(s / (float)K + xeps);
+        }
+    }
 #pragma unroll
     for (int b = 0; b < B; b++) {
 #pragma unroll
@@ -38,7 +50,7 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
         float s = red[0][i];
 #pragma unroll
         for (int w = 1; w < GS_WARPS; w++) s += red[w][i];
-        s *= inv;
+        if (xss) s *= rinv[b];
         if (bias) s += bias[n];
         float* o = y + (size_t)b * N + n;
         *o = accumulate ? *o + s : s;
@@ -210,28 +222,29 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
 // last-block tail above norms the whole row in one block, a serial ~5 µs. Here each group of 32 output columns is
 // finished by the last of its 32/R blocks (one counter a group, counter[g]): it writes the group's two-term 8-bit
 // form of y·g — the norm's weights applied, not yet divided by the row's RMS, which scales a block of 32 and its
-// 8-bit form alike — and the group's sum of squares (nss[b][g]). The last group's block (counter[G]) sums those in
-// a fixed order into each row's 1/rms (ninv[b]), which the next product multiplies into its sums (split_store's
-// `inv`). Every sum's order is fixed, so rows give the same bits alone and batched. Needs N a multiple of 32.
+// 8-bit form alike — and the group's sum of squares (nss[b][g]), from which the next product makes each row's
+// 1/rms (split_store's `xss`). Every sum's order is fixed, so rows give the same bits alone and batched. Needs N a
+// multiple of 32.
 template <int B, int R>
-__device__ __forceinline__ void split_norm_groups(const float* y, int N, const float* __restrict__ ng, float eps,
+__device__ __forceinline__ void split_norm_groups(const float* y, int N, const float* __restrict__ ng,
                                                   unsigned* counter, signed char* nq, signed char* nq2, float2* nds,
-                                                  float* nss, float* ninv) {
+                                                  float* nss) {
     static_assert(8 * B <= GS_WARPS * 32 && 32 % R == 0, "eight threads a row of a group; whole groups a block");
     __shared__ unsigned last;
     int G = N / 32, g = blockIdx.x * R / 32;
+    // Eight threads a row of the group, four columns each (threads past B rows idle in the shuffles).
+    int b = threadIdx.x >> 3, n = g * 32 + (threadIdx.x & 7) * 4;
+    // The norm's weights are constants: asked for before the count, so the group's last block has them by then.
+    float4 w = __ldg((const float4*)(ng + n));
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(counter + g, 1u) == 32 / R - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // Eight threads a row of the group, four columns each (threads past B rows idle in the shuffles).
-    int b = threadIdx.x >> 3, n = g * 32 + (threadIdx.x & 7) * 4;
     bool on = b < B;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 v = on ? __ldcg((const float4*)(y + (size_t)b * N + n)) : zero4;
-    float4 w = __ldg((const float4*)(ng + n));
     float ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, v.w * v.w)));
     float4 t = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
     float amax = fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w)));
@@ -247,24 +260,6 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
         if ((threadIdx.x & 7) == 0) nss[(size_t)b * G + g] = ss;
     }
     if (threadIdx.x == 0) counter[g] = 0u;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter + G, 1u) == (unsigned)G - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) trace_mark(904);
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int r = warp; r < B; r += GS_WARPS) {
-        float s = 0.0f;
-        for (int i = lane; i < G; i += 32) s += __ldcg(nss + (size_t)r * G + i);
-        s = warp_sum(s);
-        if (lane == 0) ninv[r] = rsqrtf(s / (float)N + eps);
-    }
-    if (threadIdx.x == 0) {
-        counter[G] = 0u;
-        trace_mark(905);
-    }
 }
 
 // A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
@@ -280,12 +275,12 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, the
 // two-term 8-bit output (0: none), and where the norm is deferred (split_norm_groups; dp4a kernels only, 0: not)
-// the groups' sums of squares and the rows' 1/rms.
+// the groups' sums of squares.
 #define NORM_PARAMS                                                                                              \
     const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds, \
-        float *nss, float *ninv
+        float *nss
 #define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds
-#define NORM_ARGS_ALL NORM_ARGS, nss, ninv
+#define NORM_ARGS_ALL NORM_ARGS, nss
 
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
@@ -503,7 +498,7 @@ __device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], i
 template <int B, int R, int NORM>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
-                       const float2* __restrict__ xds, const float* __restrict__ xinv, float* y,
+                       const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 16, c0, c1);
@@ -538,15 +533,16 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
     // L2 traffic, which the next product's first weight loads overlap (+1% decode at q8 and q4 against the
     // trigger in the groups, docs/performance-gpu.md).
     if (NORM == GS_GROUPS) pdl_trigger();
-    split_store<B, R>(acc, y, bias, n0, N, accumulate, xinv);
+    // Only a norm-free product takes deferred rows (ops.rs): the others compile without the 1/rms code.
+    split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
     if (NORM == GS_TAIL && ng) split_norm_tail<B, true, true>(y, N, NORM_ARGS);
-    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
+    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
 }
 
 template <int B, int R, int NORM>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
-                       const float2* __restrict__ xds, const float* __restrict__ xinv, float* y,
+                       const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     int nb = K / 32;
@@ -585,9 +581,10 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     // L2 traffic, which the next product's first weight loads overlap (+1% decode at q8 and q4 against the
     // trigger in the groups, docs/performance-gpu.md).
     if (NORM == GS_GROUPS) pdl_trigger();
-    split_store<B, R>(acc, y, bias, n0, N, accumulate, xinv);
+    // Only a norm-free product takes deferred rows (ops.rs): the others compile without the 1/rms code.
+    split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
     if (NORM == GS_TAIL && ng) split_norm_tail<B, true, false>(y, N, NORM_ARGS);
-    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, eps, counter, nq, nq2, nds, nss, ninv);
+    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                       \
@@ -610,15 +607,15 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 #define GS_INSTANCES_D(B, R, SUFFIX, NORM)                                                                     \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                   \
-                              const signed char* xq2, const float2* xds, const float* xinv, float* y,          \
+                              const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
                               const float* bias, int N, int K, int acc, NORM_PARAMS) {                         \
-        gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, xinv, y, bias, N, K, acc, NORM_ARGS_ALL);                       \
+        gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS_ALL);                    \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,               \
-                              const signed char* xq2, const float2* xds, const float* xinv, float* y,          \
+                              const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
                               const float* bias, int N, int K, int acc, NORM_PARAMS) {                         \
-        gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, xinv, y, bias, N, K, acc, NORM_ARGS_ALL);                      \
+        gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS_ALL);                   \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input

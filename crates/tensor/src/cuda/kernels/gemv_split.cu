@@ -604,14 +604,14 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         gs_q4<B, R, NORM>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS_ALL);                                        \
     }
 
-#define GS_INSTANCES_D(B, R, SUFFIX, NORM)                                                                     \
+#define GS_INSTANCES_D(B, R, SUFFIX, NORM, Q4_BOUNDS)                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                   \
                               const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
                               const float* bias, int N, int K, int acc, NORM_PARAMS) {                         \
         gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS_ALL);                    \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
+    extern "C" __global__ void __launch_bounds__(Q4_BOUNDS())                                                  \
         gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,               \
                               const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
                               const float* bias, int N, int K, int acc, NORM_PARAMS) {                         \
@@ -626,13 +626,28 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 // that fold no norm — q/k/v, gate/up — need not carry: ptxas gives the q8 one-row kernel 135 registers with it,
 // 56 without); and the dp4a kernels with the norm deferred to the next product (suffix `_gn`, ops.rs's
 // NormOut::defer).
-#define GS_HEIGHT(B, R)                                                                                        \
+//
+// q4's one-input norm-free products at height 4 (q/k/v, gate/up) held 7 blocks an SM at 72 registers; the
+// deferred norm's 1/rms in their store took them to 79 (6 blocks: gate/up 18.0 → 22.3 µs a layer in decode), so
+// those ask ptxas for 7 (GS_NN4_BOUNDS_1; at two inputs it spilled). A minimum of 1 is not the same as none:
+// ptxas then gave other q4 kernels 50 more registers. (Function-like, so the comma appears only where the bounds
+// are used, not as a macro argument.)
+#define GS_BOUNDS() GS_WARPS * 32
+#define GS_NN4_BOUNDS_1() GS_WARPS * 32, 7
+#define GS_NN4_BOUNDS_2 GS_BOUNDS
+#define GS_NN4_BOUNDS_3 GS_BOUNDS
+#define GS_NN4_BOUNDS_4 GS_BOUNDS
+#define GS_NN4_BOUNDS_5 GS_BOUNDS
+#define GS_NN4_BOUNDS_6 GS_BOUNDS
+#define GS_NN4_BOUNDS_7 GS_BOUNDS
+#define GS_NN4_BOUNDS_8 GS_BOUNDS
+#define GS_HEIGHT(B, R, NN_BOUNDS)                                                                             \
     GS_INSTANCES(B, R, _r##R, GS_TAIL)                                                                         \
     GS_INSTANCES(B, R, _r##R##_nn, GS_NO_NORM)                                                                 \
-    GS_INSTANCES_D(B, R, _r##R, GS_TAIL)                                                                       \
-    GS_INSTANCES_D(B, R, _r##R##_nn, GS_NO_NORM)                                                               \
-    GS_INSTANCES_D(B, R, _r##R##_gn, GS_GROUPS)
-#define GS_HEIGHTS(B) GS_HEIGHT(B, 2) GS_HEIGHT(B, 4) GS_HEIGHT(B, 8)
+    GS_INSTANCES_D(B, R, _r##R, GS_TAIL, GS_BOUNDS)                                                            \
+    GS_INSTANCES_D(B, R, _r##R##_nn, GS_NO_NORM, NN_BOUNDS)                                                    \
+    GS_INSTANCES_D(B, R, _r##R##_gn, GS_GROUPS, GS_BOUNDS)
+#define GS_HEIGHTS(B) GS_HEIGHT(B, 2, GS_BOUNDS) GS_HEIGHT(B, 4, GS_NN4_BOUNDS_##B) GS_HEIGHT(B, 8, GS_BOUNDS)
 
 // These kernels take most of NVRTC's time, so mod.rs compiles them as compile units of their own, side by side:
 // KVAD_GS_PART = p instantiates input counts 2p+1 and 2p+2 only, −1 none (the unit of all other kernels); unset,

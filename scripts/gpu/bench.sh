@@ -34,25 +34,14 @@ if [[ " $steps " == *" agree "* ]]; then
     KVAD_BIG_REF="$W/teacher.json" .gpu/bin/gpu_big --nocapture
 fi
 if [[ " $steps " == *" tg "* ]]; then
+  tg=("$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2)
   if [ -n "${KVAD_AB_ENV:-}" ]; then
     # The build with and without an environment setting (KVAD_AB_ENV="KVAD_GPU_NORM_DEFER=0", say), alternated twice.
-    for i in 1 2; do
-      for v in env plain; do
-        pre=(); [ "$v" = env ] && pre=(env $KVAD_AB_ENV)
-        "${pre[@]}" $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2 \
-          --out "$O/tg128-$v-$i.json"
-      done
-    done
+    bash scripts/gpu/alternate.sh "$O" "env|$K|$KVAD_AB_ENV" "plain|$K|" -- "${tg[@]}"
   elif [ -n "${KVAD_OLD:-}" ]; then
     # A change against the build before it (KVAD_OLD: that build's kvad, e.g. .gpu/old/kvad copied there before
     # staging the change), alternated twice in this one lease: only alternated figures compare.
-    for i in 1 2; do
-      for v in new old; do
-        k=$K; [ "$v" = old ] && k="$KVAD_OLD"
-        $k bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2 \
-          --out "$O/tg128-$v-$i.json"
-      done
-    done
+    bash scripts/gpu/alternate.sh "$O" "new|$K|" "old|$KVAD_OLD|" -- "${tg[@]}"
   else
     $K bench "$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 3 --out "$O/tg128.json"
   fi

@@ -118,18 +118,13 @@ pub fn generate_with(
     }
     // Plain greedy replies take the model's own pick (`forward_greedy`, the first maximum as the sampler's): a GPU
     // then copies back one id a step instead of a vocabulary row for the CPU to scan.
-    let greedy = crate::device_greedy_enabled() && req.params.plain_greedy() && opts.logit_bias.is_empty();
+    let greedy = crate::device_picks(&req.params, opts);
     let step = |tokens: &[u32], kv: &mut kvad_models::SeqKv| -> Result<Next, EngineError> {
         let mut b = [SeqInput { tokens, kv }];
-        if !greedy {
-            return Ok(Next::Logits(model.forward(&mut b, LogitsMode::Last)?.swap_remove(0)));
-        }
-        let id = model.forward_greedy(&mut b)?.first().copied();
-        match id {
-            Some(id) if (id as usize) < vocab => Ok(Next::Id(id)),
-            other => Err(EngineError::Model(kvad_models::ModelError::BadInput(format!(
-                "the model's greedy pick was {other:?} for a vocabulary of {vocab}"
-            )))),
+        if greedy {
+            Ok(Next::Id(crate::greedy_picks(model, &mut b)?[0]))
+        } else {
+            Ok(Next::Logits(model.forward(&mut b, LogitsMode::Last)?.swap_remove(0)))
         }
     };
     let mut next = step(last, &mut kv)?;
@@ -139,7 +134,7 @@ pub fn generate_with(
     let mut finish = FinishReason::Length;
     while reply.len() < req.max_tokens {
         let s = match next {
-            Next::Id(id) => Sampled { id, logprob: f32::NAN, top: Vec::new(), in_play: Vec::new() },
+            Next::Id(id) => Sampled::picked(id),
             Next::Logits(mut logits) => {
                 for &(id, b) in &opts.logit_bias {
                     logits[id as usize] += b;

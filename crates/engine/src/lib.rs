@@ -23,6 +23,31 @@ pub fn device_greedy_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("KVAD_DEVICE_GREEDY").map_or(true, |v| v != "0"))
 }
 
+/// Whether a reply's tokens are the model's own greedy picks (`forward_greedy`: on a GPU only the ids cross back):
+/// plain greedy sampling, no logit bias, and not switched off by `KVAD_DEVICE_GREEDY=0`. One-stream generation
+/// and the server's scheduler both ask this.
+pub fn device_picks(params: &SamplingParams, opts: &GenerateOptions) -> bool {
+    device_greedy_enabled() && params.plain_greedy() && opts.logit_bias.is_empty()
+}
+
+/// The model's greedy pick for each sequence of the pass, checked against its vocabulary (a GPU's ids come back
+/// from device memory: a bad one is an error here, not an index out of range later).
+pub fn greedy_picks(
+    model: &dyn kvad_models::CausalLm,
+    batch: &mut [kvad_models::SeqInput<'_>],
+) -> Result<Vec<u32>, EngineError> {
+    let vocab = model.config().vocab_size;
+    let n = batch.len();
+    let ids = model.forward_greedy(batch)?;
+    match ids.iter().find(|&&i| i as usize >= vocab) {
+        None if ids.len() == n => Ok(ids),
+        bad => Err(EngineError::Model(kvad_models::ModelError::BadInput(format!(
+            "the model's greedy pick was {bad:?} (of {} for {n} sequences) for a vocabulary of {vocab}",
+            ids.len()
+        )))),
+    }
+}
+
 /// Why a generation could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

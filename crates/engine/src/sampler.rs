@@ -121,6 +121,14 @@ pub struct Sampled {
     pub in_play: Vec<bool>,
 }
 
+impl Sampled {
+    /// A token the model picked itself (`CausalLm::forward_greedy`): no logits row reached the sampler, so no
+    /// log-probability or alternatives.
+    pub fn picked(id: u32) -> Sampled {
+        Sampled { id, logprob: f32::NAN, top: Vec::new(), in_play: Vec::new() }
+    }
+}
+
 /// A small, fast, seedable generator (SplitMix64): the same seed gives the same draws on every machine.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);

@@ -376,13 +376,6 @@ enum Out {
     Nothing,
 }
 
-/// Whether a reply's next token is the plain argmax of its logits (temperature 0, no penalty, bias or
-/// logprobs), so the device can pick it and only the id crosses back: copying and log-softmaxing a full
-/// vocabulary row per reply on the engine thread cost more than the GPU's whole pass at 16 replies.
-fn plain_greedy(p: &GenParams) -> bool {
-    p.sampling.plain_greedy() && p.options.logit_bias.is_empty()
-}
-
 /// `KVAD_STEP_TRACE=1`: each pass's forward and sampling times on stderr (where a step's time goes).
 pub(crate) fn step_trace() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -398,11 +391,7 @@ fn one_pass(
 ) -> Result<Vec<Out>, ApiError> {
     let err = |e: kvad_models::ModelError| ApiError::internal(e.to_string());
     if sampling && greedy {
-        let vocab = model.config().vocab_size as u32;
-        let ids = model.forward_greedy(batch).map_err(err)?;
-        if let Some(bad) = ids.iter().find(|&&i| i >= vocab) {
-            return Err(ApiError::internal(format!("the device picked token {bad} of a vocabulary of {vocab}")));
-        }
+        let ids = kvad_engine::greedy_picks(model, batch).map_err(|e| ApiError::internal(e.to_string()))?;
         return Ok(ids.into_iter().map(Out::Id).collect());
     }
     let mode = if sampling { LogitsMode::Last } else { LogitsMode::None };
@@ -423,8 +412,12 @@ fn forward_parts(
     let rows: usize = tokens.iter().map(Vec::len).sum();
     let any_chunk = parts.iter().any(|p| !sampling(p));
     let any_sampling = parts.iter().any(sampling);
-    let greedy = kvad_engine::device_greedy_enabled()
-        && parts.iter().zip(seqs.iter()).all(|(p, s)| !sampling(p) || plain_greedy(&s.params));
+    // Only the ids cross back when every sampling part is plain greedy: copying and log-softmaxing a full
+    // vocabulary row per reply on the engine thread cost more than the GPU's whole pass at 16 replies.
+    let greedy = parts
+        .iter()
+        .zip(seqs.iter())
+        .all(|(p, s)| !sampling(p) || kvad_engine::device_picks(&s.params.sampling, &s.params.options));
     let chunk_out = |mut v: Vec<Out>| {
         for (o, p) in v.iter_mut().zip(parts) {
             if !sampling(p) {
@@ -497,7 +490,7 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
             Work::Decode => {}
         }
         let sampled = match got {
-            Out::Id(id) => Sampled { id, logprob: f32::NAN, top: Vec::new(), in_play: Vec::new() },
+            Out::Id(id) => Sampled::picked(id),
             Out::Logits(mut row) => {
                 for &(id, b) in &s.params.options.logit_bias {
                     if let Some(v) = row.get_mut(id as usize) {

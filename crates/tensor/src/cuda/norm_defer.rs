@@ -5,7 +5,7 @@
 //! form alike), with the group's sum of squares; the next product sums those into each row's 1/rms as it stores
 //! its outputs and multiplies it in. On by default (gpu-q8 +8% on the H200); `KVAD_GPU_NORM_DEFER=0` is the tail.
 
-use super::ops::{GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
+use super::ops::{whole_groups, GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
 use super::{DevMatrix, Gpu};
 
 /// Groups of 32 columns the widest deferred row has.
@@ -53,15 +53,10 @@ impl Gpu {
     /// then [`super::Act::Act8Deferred`]): both dp4a products of `rows` rows, the output whole groups of 32 columns
     /// up to [`NORM_TAIL_MAX_N`], unless `KVAD_GPU_NORM_DEFER=0`.
     pub fn defers_norm(&self, producer: &DevMatrix, next: &DevMatrix, rows: usize) -> bool {
-        Self::defer_fits(producer.rows, next.cols)
+        whole_groups(producer.rows)
+            && next.cols == producer.rows
             && defer_wanted()
             && self.takes_act8(producer, rows)
             && self.takes_act8(next, rows)
-    }
-
-    /// The shapes the deferred norm takes: an output of whole groups of 32 columns up to the scratch's width, read
-    /// whole by the next product.
-    pub(crate) fn defer_fits(n: usize, next_k: usize) -> bool {
-        n.is_multiple_of(32) && n <= NORM_TAIL_MAX_N && next_k == n
     }
 }

@@ -173,6 +173,12 @@ pub struct NormOut {
 /// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
 pub(crate) const NORM_TAIL_MAX_N: usize = 8192;
 
+/// Whether a product's output rows are whole groups of 32 columns up to [`NORM_TAIL_MAX_N`]: what the dp4a norm
+/// tail writes in 8-bit form and what the deferred norm takes.
+pub(crate) fn whole_groups(n: usize) -> bool {
+    n.is_multiple_of(32) && n <= NORM_TAIL_MAX_N
+}
+
 /// Addresses and sizes for [`Gpu::qkv_post`].
 #[derive(Debug, Clone, Copy)]
 pub struct QkvPost {
@@ -458,7 +464,7 @@ impl Gpu {
         if (deferred_in || norm.is_some_and(|o| o.defer)) && !(int8 && split.is_some()) {
             return Err(GpuError::Shape(format!("deferred norm in a product of {rows} rows × {} not on dp4a", m.cols)));
         }
-        if norm.is_some_and(|o| o.defer && (o.g == 0 || !Self::defer_fits(m.rows, m.rows))) {
+        if norm.is_some_and(|o| o.defer && (o.g == 0 || !whole_groups(m.rows))) {
             return Err(GpuError::Shape(format!(
                 "deferred norm of {} columns (weights {:#x})",
                 m.rows,
@@ -478,8 +484,7 @@ impl Gpu {
         };
         // Where the norm tail holds whole rows in registers (gemv_split.cu), the dp4a kernels' tail writes their 8-bit
         // form.
-        let whole_rows = m.rows.is_multiple_of(32) && m.rows <= NORM_TAIL_MAX_N;
-        let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_rows;
+        let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_groups(m.rows);
         if let Some((name, per)) = split {
             if int8 && !matches!(x, Act::F32Act8(_) | Act::Act8Deferred { .. }) {
                 self.quant_act8(xp, rows, m.cols)?;

@@ -18,7 +18,7 @@ pub use sampler::{Sampled, Sampler, SamplingError, SamplingParams};
 
 /// Plain greedy tokens are picked by the model (`forward_greedy`) unless `KVAD_DEVICE_GREEDY=0`, which hands
 /// every step's logits row to the CPU sampler instead (for measuring what device-side picks bring).
-pub fn device_greedy_enabled() -> bool {
+fn device_greedy_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KVAD_DEVICE_GREEDY").map_or(true, |v| v != "0"))
 }

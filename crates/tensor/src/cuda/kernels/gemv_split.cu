@@ -17,7 +17,8 @@
 // input row's sums of squares by group of 32 columns, [B][K/32]; each row's 1/rms is made from them here, a warp
 // a row, the groups summed in a fixed order (so every block, and a row batched or alone, gets the same bits), its
 // loads beside the warps' sums. ptxas: the q4 norm-free kernel at 4 rows 72 → 79 registers with this code, wherever
-// it is placed (after a barrier too); the q8 one-row kernels 56 → 48 (4 rows) and 95 → 71 (8).
+// it is placed (after a barrier too), held at 72 by its launch bounds (GS_NN4_BOUNDS_1 below); the q8 one-row
+// kernels 56 → 48 (4 rows) and 95 → 71 (8).
 template <int B, int R>
 __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const float* __restrict__ bias, int n0, int N,
                                             int accumulate, const float* __restrict__ xss = nullptr, int K = 0,

@@ -13,6 +13,9 @@ use common::{data, gpu};
 /// shape for, with and without q/k norms, RoPE and a window: the same pages (bit for bit without the norms, whose
 /// sums of squares add in another order; within one f16 step with them), outputs within 1e-5, and the 8-bit
 /// activations it writes are those `quant_act8` makes of its output (a dp4a product over them gives the same bits).
+/// Each with the keys in one block a query head and split over blocks (64 and 16 keys a block, the latter also
+/// under page tables padded to 64 pages, as a graph recorded for longer sequences pads them: the same bits, since a
+/// row's split is its own).
 #[test]
 fn decode_attention_equals_qkv_post_then_attention() {
     let Some(g) = gpu() else { return };
@@ -36,6 +39,14 @@ fn decode_attention_equals_qkv_post_then_attention() {
         meta.extend(tables.concat());
         let mb = DevBuf::from_slice(&g, &meta).unwrap();
         let m = Meta { row_pos: mb.ptr(), row_seq: mb.at(rows * 4), tables: mb.at(rows * 8), max_pages };
+        let wide_pages = 64;
+        let mut wide: Vec<i32> = meta[..2 * rows].to_vec();
+        for t in &tables {
+            wide.extend(t);
+            wide.extend(std::iter::repeat_n(0, wide_pages - max_pages));
+        }
+        let wb = DevBuf::from_slice(&g, &wide).unwrap();
+        let mw = Meta { row_pos: wb.ptr(), row_seq: wb.at(rows * 4), tables: wb.at(rows * 8), max_pages: wide_pages };
         let inv_freq: Vec<f32> = (0..hd / 2).map(|i| 10000f32.powf(-2.0 * i as f32 / hd as f32)).collect();
         let inv_freq = DevBuf::from_slice(&g, &inv_freq).unwrap();
         let (qn, kn) = (DevBuf::from_slice(&g, &data(hd, 13)).unwrap(), DevBuf::from_slice(&g, &data(hd, 17)).unwrap());
@@ -45,7 +56,16 @@ fn decode_attention_equals_qkv_post_then_attention() {
         for (norms, rope, window) in [(false, true, 0usize), (true, true, 0), (false, false, 50), (true, true, 50)] {
             let what = format!("hd {hd}, group {group}, norms {norms}, rope {rope}, window {window}");
             let mut got = Vec::new();
-            for fused in [false, true] {
+            // (fused, most blocks a row, keys a block, padded tables): the reference first.
+            let variants = [
+                (false, 1, 64, false),
+                (true, 1, 64, false),
+                (true, 16, 64, false),
+                (true, 16, 16, false),
+                (true, 16, 16, true),
+            ];
+            for &(fused, splits, keys, padded) in &variants {
+                let m = if padded { mw } else { m };
                 let (kp, vp) = (DevBuf::from_slice(&g, &k0).unwrap(), DevBuf::from_slice(&g, &v0).unwrap());
                 let q = DevBuf::zeros(&g, rows * nh * hd * 4).unwrap();
                 let out = DevBuf::zeros(&g, rows * nh * hd * 4).unwrap();
@@ -84,7 +104,7 @@ fn decode_attention_equals_qkv_post_then_attention() {
                 // SAFETY: every buffer holds the shapes above; the tables cover every position; one row a sequence.
                 let act8 = unsafe {
                     if fused {
-                        g.attention_decode(&post, &attn, true).unwrap()
+                        g.attention_decode_split(&post, &attn, true, splits, keys).unwrap()
                     } else {
                         g.qkv_post(&post).unwrap();
                         g.attention(&attn).unwrap();
@@ -106,35 +126,46 @@ fn decode_attention_equals_qkv_post_then_attention() {
                     if product { y.read::<f32>(&g, rows * 48).unwrap() } else { Vec::new() },
                 ));
             }
-            let (a, b) = (&got[0], &got[1]);
-            assert_eq!(a.1, b.1, "V pages, {what}");
-            for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
-                let step = (*x as i32 - *y as i32).abs();
-                assert!(step <= i32::from(norms), "K pages at {i}, {what}: {x:#06x} vs {y:#06x}");
-            }
-            let changed = a.0.iter().zip(&k0).filter(|(x, y)| x != y).count();
-            assert!(changed > 0, "the new keys were written, {what}");
-            for (i, (x, y)) in a.2.iter().zip(&b.2).enumerate() {
-                assert!(
-                    (x - y).abs() <= 1e-5,
-                    "output at row {} head {}, {what}: {x} vs {y}",
-                    i / (nh * hd),
-                    i / hd % nh
-                );
-            }
-            // Same output bits make the same 8-bit terms: compare the products where the outputs agree exactly.
-            if !a.3.is_empty() {
-                let fused_out = &b.2;
-                let y_ref = {
-                    let out = DevBuf::from_slice(&g, fused_out).unwrap();
-                    let y = DevBuf::zeros(&g, rows * 48 * 4).unwrap();
-                    // SAFETY: as above.
-                    unsafe { g.gemv(GemvKernel::SplitDp4a, &o, Act::F32(out.ptr()), rows, y.ptr(), 0, false, None) }
+            // The split under padded tables: the bits of the same split under the pass's own.
+            let (narrow, padded) = (&got[3], &got[4]);
+            assert_eq!(narrow.0, padded.0, "K pages under padded tables, {what}");
+            assert_eq!(narrow.1, padded.1, "V pages under padded tables, {what}");
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&narrow.2), bits(&padded.2), "output under padded tables, {what}");
+            for (vi, b) in got.iter().enumerate().skip(1) {
+                let (splits, keys) = (variants[vi].1, variants[vi].2);
+                let what = format!("{what}, split over up to {splits} blocks of {keys} keys");
+                let a = &got[0];
+                assert_eq!(a.1, b.1, "V pages, {what}");
+                for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
+                    let step = (*x as i32 - *y as i32).abs();
+                    assert!(step <= i32::from(norms), "K pages at {i}, {what}: {x:#06x} vs {y:#06x}");
+                }
+                let changed = a.0.iter().zip(&k0).filter(|(x, y)| x != y).count();
+                assert!(changed > 0, "the new keys were written, {what}");
+                for (i, (x, y)) in a.2.iter().zip(&b.2).enumerate() {
+                    assert!(
+                        (x - y).abs() <= 1e-5,
+                        "output at row {} head {}, {what}: {x} vs {y}",
+                        i / (nh * hd),
+                        i / hd % nh
+                    );
+                }
+                // Same output bits make the same 8-bit terms: compare the products where the outputs agree exactly.
+                if !a.3.is_empty() {
+                    let fused_out = &b.2;
+                    let y_ref = {
+                        let out = DevBuf::from_slice(&g, fused_out).unwrap();
+                        let y = DevBuf::zeros(&g, rows * 48 * 4).unwrap();
+                        // SAFETY: as above.
+                        unsafe {
+                            g.gemv(GemvKernel::SplitDp4a, &o, Act::F32(out.ptr()), rows, y.ptr(), 0, false, None)
+                        }
                         .unwrap();
-                    y.read::<f32>(&g, rows * 48).unwrap()
-                };
-                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&y_ref), bits(&b.3), "o product over the kernel's 8-bit activations, {what}");
+                        y.read::<f32>(&g, rows * 48).unwrap()
+                    };
+                    assert_eq!(bits(&y_ref), bits(&b.3), "o product over the kernel's 8-bit activations, {what}");
+                }
             }
         }
     }

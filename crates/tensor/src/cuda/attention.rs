@@ -3,7 +3,7 @@
 //! `attention_chunks.cu`, passes of more rows). Which kernel a pass runs depends on its shape and row count alone,
 //! so a row's bits never depend on the other rows of its pass.
 
-use super::ops::{cfg, i, Meta, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS};
+use super::ops::{cfg, i, Meta, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE};
 use super::{Gpu, GpuError};
 
 /// Addresses and sizes for [`Gpu::attention`].
@@ -168,6 +168,23 @@ impl Gpu {
     /// Every address must hold what [`QkvPost`] and [`Attn`] say; no two rows may share a sequence (a row would
     /// not see the key another block writes).
     pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool) -> Result<bool, GpuError> {
+        self.attention_decode_split(p, a, act8, split_wanted(), split_keys())
+    }
+
+    /// [`Gpu::attention_decode`] with each row's keys split over at most `max_splits` blocks of at most `keys`
+    /// keys (`max_splits` 1: one block a query head, the kernel before the split), so tests can run each;
+    /// [`decode_splits`] says how many a pass launches and the kernel how many a row takes.
+    ///
+    /// # Safety
+    /// As [`Gpu::attention_decode`].
+    pub unsafe fn attention_decode_split(
+        &self,
+        p: &QkvPost,
+        a: &Attn,
+        act8: bool,
+        max_splits: usize,
+        keys: usize,
+    ) -> Result<bool, GpuError> {
         let g = p.nh / p.nkv.max(1);
         let d = p.hd / 32;
         let takes = p.rows <= GEMV_MAX_ROWS
@@ -194,13 +211,64 @@ impl Gpu {
         }
         let (oq, oq2, ods) = if act8 { self.act8_planes() } else { (0, 0, 0) };
         let (mp, nh, nkv, win) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(a.window));
+        let keys = keys.max(1);
+        let splits = decode_splits(max_splits, keys, p.meta.max_pages, p.nh, p.hd);
+        let (sp, kpb) = (i(splits), i(keys));
+        let (part_acc, part_ml, counters) = self.att_split_planes();
         let mut b = super::launch::Launch::new(self, f);
         b.arg(&p.qkv).arg(&p.k_pages).arg(&p.v_pages).arg(&a.out).arg(&p.q_norm).arg(&p.k_norm).arg(&p.inv_freq);
         b.arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win);
         b.arg(&a.scale).arg(&p.eps).arg(&oq).arg(&oq2).arg(&ods);
-        b.launch(cfg((p.rows as u32, p.nkv as u32, parts as u32), (w * 32) as u32, smem))?;
+        b.arg(&sp).arg(&kpb).arg(&part_acc).arg(&part_ml).arg(&counters);
+        b.launch(cfg(((p.rows * splits) as u32, p.nkv as u32, parts as u32), (w * 32) as u32, smem))?;
         Ok(act8)
     }
+
+    /// The split decode attention's scratch: partial numerators, (maximum, denominator) pairs, counters.
+    fn att_split_planes(&self) -> (u64, u64, u64) {
+        let acc = GEMV_MAX_ROWS * ATT_SPLIT_MAX * ATT_SPLIT_MAX_Q * 4;
+        let ml = GEMV_MAX_ROWS * ATT_SPLIT_MAX * ATT_SPLIT_MAX_HEADS * 8;
+        (self.att_split.ptr(), self.att_split.at(acc), self.att_split.at(acc + ml))
+    }
+}
+
+/// Most blocks the decode attention splits a row's keys over.
+pub(crate) const ATT_SPLIT_MAX: usize = 16;
+/// Largest query width (heads × head width) and head count the split's scratch holds; wider shapes run unsplit.
+pub(crate) const ATT_SPLIT_MAX_Q: usize = 16384;
+/// See [`ATT_SPLIT_MAX_Q`].
+pub(crate) const ATT_SPLIT_MAX_HEADS: usize = 256;
+/// Bytes of [`Gpu`]'s split scratch (zeroed at open: the counters start and end at zero).
+pub(crate) const ATT_SPLIT_BYTES: usize =
+    GEMV_MAX_ROWS * ATT_SPLIT_MAX * (ATT_SPLIT_MAX_Q * 4 + ATT_SPLIT_MAX_HEADS * 8)
+        + GEMV_MAX_ROWS * ATT_SPLIT_MAX_HEADS * 4;
+
+/// Blocks a decode pass launches per row for its keys: enough for a row of the page tables' full width at
+/// `keys` a block, at most `max_splits` (and 1 for shapes past the scratch). The kernel takes
+/// ⌈n / keys⌉ of them for a row of n keys (capped alike), a count of the row's own, so a row's bits do not depend on
+/// the pass's width. A pass of one row of the 8B shape launches 32 blocks a layer unsplit, on 32 of the H200's 132
+/// SMs, each walking every key of its head: more blocks a row spread the keys over more SMs.
+fn decode_splits(max_splits: usize, keys: usize, max_pages: usize, nh: usize, hd: usize) -> usize {
+    if nh * hd > ATT_SPLIT_MAX_Q || nh > ATT_SPLIT_MAX_HEADS {
+        return 1;
+    }
+    (max_pages * KV_PAGE).div_ceil(keys).clamp(1, max_splits.clamp(1, ATT_SPLIT_MAX))
+}
+
+/// Most blocks a row's keys are split over: [`ATT_SPLIT_MAX`] unless `KVAD_GPU_ATT_SPLIT=s` (1: unsplit, the
+/// kernel before the split; for measuring).
+fn split_wanted() -> usize {
+    static WANT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_SPLIT").ok().and_then(|v| v.parse().ok()).unwrap_or(ATT_SPLIT_MAX))
+}
+
+/// Keys a split block takes at most: 64 (a warp's four keys for each of 16 warps, one step of its key loop)
+/// unless `KVAD_GPU_ATT_KEYS=k` (for measuring).
+fn split_keys() -> usize {
+    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("KVAD_GPU_ATT_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&k| k > 0).unwrap_or(64)
+    })
 }
 
 /// Query heads a block of the decode attention takes, for `g` a KV head (the kernel instance's GM): one, the group

@@ -106,6 +106,9 @@ pub struct Gpu {
     /// Scratch of the norm deferred to the next product (`norm_defer.rs`): allocated once (and zeroed: its counters
     /// start and end at zero), like `act8`.
     pub(crate) defer: DevBuf,
+    /// Scratch of the decode attention split over blocks (`attention.rs`'s `decode_splits`): partial softmaxes
+    /// and counters, allocated once and zeroed, like `defer`.
+    pub(crate) att_split: DevBuf,
     /// Whether launches carry programmatic dependent launch (`launch::pdl_wanted`).
     pub(crate) pdl: bool,
     /// The kernel trace, when `KVAD_GPU_TRACE` asks for one.
@@ -342,11 +345,26 @@ impl Gpu {
         let act8 = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(ops::ACT8_BYTES)?, ops::ACT8_BYTES);
         let defer_bytes = norm_defer::DEFER_BYTES;
         let defer = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(defer_bytes)?, defer_bytes);
+        let split_bytes = attention::ATT_SPLIT_BYTES;
+        let att_split = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(split_bytes)?, split_bytes);
         let pdl = launch::pdl_wanted(info.capability);
         let trace = trace::Trace::open(&stream, &modules)?;
         let gemv_kernel = GemvKernel::from_env();
         let compile_note = Mutex::new(compile_note);
-        Ok(Gpu { ctx, stream, funcs, blas: Mutex::new(blas), info, gemv_kernel, act8, defer, pdl, trace, compile_note })
+        Ok(Gpu {
+            ctx,
+            stream,
+            funcs,
+            blas: Mutex::new(blas),
+            info,
+            gemv_kernel,
+            act8,
+            defer,
+            att_split,
+            pdl,
+            trace,
+            compile_note,
+        })
     }
 
     /// The note on compiling the kernels at open, once (None when they came from the cache or were taken): the

@@ -148,11 +148,13 @@ __device__ __forceinline__ void key_step(const float (&qr)[GM][D], const float (
 }
 
 // The end of a key-stream block: each warp's (m, l, accumulators) into shared memory (sm_m/sm_l [W][GM], sm_acc
-// [W][G·hd]), then one output of the block per thread per turn, `emit(o, value)` for o in [0, G·hd) — whole warps
-// take consecutive outputs, so `emit` may use warp shuffles.
+// [W][G·hd]), then one output of the block per thread per turn, `emit(o, num, den, mx)` for o in [0, G·hd): the
+// block's softmax numerator and denominator at its running maximum mx (−inf, 0, 0 where no warp saw a key) — whole
+// warps take consecutive outputs, so `emit` may use warp shuffles.
 template <int D, int W, int GM, typename Emit>
-__device__ __forceinline__ void merge_warps(const float (&acc)[GM][D], const float (&m)[GM], const float (&l)[GM],
-                                            float (*sm_m)[GM], float (*sm_l)[GM], float* sm_acc, int G, Emit emit) {
+__device__ __forceinline__ void merge_warps_raw(const float (&acc)[GM][D], const float (&m)[GM], const float (&l)[GM],
+                                                float (*sm_m)[GM], float (*sm_l)[GM], float* sm_acc, int G,
+                                                Emit emit) {
     const int hd = 32 * D;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
@@ -175,8 +177,16 @@ __device__ __forceinline__ void merge_warps(const float (&acc)[GM][D], const flo
             num = fmaf(sm_acc[w * G * hd + o], c, num);
             den = fmaf(sm_l[w][g], c, den);
         }
-        emit(o, num / den);
+        emit(o, num, den, mx);
     }
+}
+
+// merge_warps_raw's outputs divided out: `emit(o, value)`.
+template <int D, int W, int GM, typename Emit>
+__device__ __forceinline__ void merge_warps(const float (&acc)[GM][D], const float (&m)[GM], const float (&l)[GM],
+                                            float (*sm_m)[GM], float (*sm_l)[GM], float* sm_acc, int G, Emit emit) {
+    merge_warps_raw<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc, G,
+                              [&](int o, float num, float den, float) { emit(o, num / den); });
 }
 
 template <int D>

@@ -19,6 +19,14 @@
 // after rounding to f16 as the pages hold it. Without q/k norms the pages get qkv_post's bits; with them the head's
 // sum of squares adds in another order (within one f16 step, tested), and the output is a key-stream kernel's of W
 // warps to rounding (the scores and softmax sums add in another order).
+//
+// The keys may be split over blocks too (flash-decoding; attention.rs's `decode_splits`): grid x is rows × S, block
+// x = r·S + c taking chunk c of its row's keys lo..=pos, S_r = min(S, ⌈n / kpb⌉) chunks for its n keys — a row's
+// own count, never the pass's, so a row's bits do not depend on who shares its pass or how wide the graph's page
+// tables are (blocks c ≥ S_r leave at once). Each block merges its warps into a partial softmax (numerator, maximum,
+// denominator) in global scratch; the last of the row's S_r blocks to arrive (a counter, reset by it) merges those
+// in chunk order and writes the output as a one-block row would. With S_r = 1 the block writes its output itself,
+// the arithmetic of the kernel before the split.
 #define AD_KB 4
 
 template <int D> struct HalfRow;
@@ -191,12 +199,14 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                                    const float* __restrict__ inv_freq, const int* __restrict__ row_pos,
                                    const int* __restrict__ row_seq, const int* __restrict__ tables, int max_pages,
                                    int nh, int nkv, int window, float scale, float eps, signed char* oq,
-                                   signed char* oq2, float2* ods) {
+                                   signed char* oq2, float2* ods, int splits, int kpb, float* part_acc,
+                                   float2* part_ml, unsigned* counters) {
     typedef typename HalfRow<D>::T raw_t;
     const int hd = 32 * D;
     __shared__ float sm_m[W][GM], sm_l[W][GM];
     extern __shared__ float sm_acc_d[];  // [W][G * hd]
-    int r = blockIdx.x, kvh = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = blockIdx.x / splits, chunk = blockIdx.x % splits, kvh = blockIdx.y, warp = threadIdx.x >> 5,
+        lane = threadIdx.x & 31;
     // Block z of the grid takes query heads z·GM.. of its KV head's group when the host splits the group over
     // blocks (attention.rs's decode_heads: one head a block unless measuring; only where GM divides the group): G
     // heads here, the first h0.
@@ -206,15 +216,20 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     int pos = row_pos[r];
     const int* table = tables + (size_t)row_seq[r] * max_pages;
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
-    int pbase = lo / PAGE;
+    // This block's chunk of the row's n keys: [c0, c1), the last one ending with pos.
+    int n = pos - lo + 1, S = min(splits, (n + kpb - 1) / kpb);
+    if (chunk >= S) return;
+    int len = (n + S - 1) / S, c0 = min(lo + chunk * len, pos + 1), c1 = min(c0 + len, pos + 1);
+    int pbase = c0 / PAGE;
     int tab = pbase + lane < max_pages ? table[pbase + lane] : 0;
-    // This warp's keys before pos: lo + warp + W·i for i < nk.
-    int nk = pos - lo > warp ? (pos - lo - warp + W - 1) / W : 0;
+    // This warp's keys before pos: c0 + warp + W·i for i < nk.
+    int kend = min(c1, pos);
+    int nk = kend - c0 > warp ? (kend - c0 - warp + W - 1) / W : 0;
     raw_t ck[AD_KB] = {}, cv[AD_KB] = {};
 #pragma unroll
     for (int j = 0; j < AD_KB; j++) {
         if (j < nk) {
-            size_t a = ad_key_at(lo + warp + W * j, pbase, tab, table, nkv, kvh, hd, lane, D);
+            size_t a = ad_key_at(c0 + warp + W * j, pbase, tab, table, nkv, kvh, hd, lane, D);
             ck[j] = *(const raw_t*)(k_pages + a);
             cv[j] = *(const raw_t*)(v_pages + a);
         }
@@ -232,8 +247,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     // Every query head's values asked for before any is used: one round trip, not one a head.
 #pragma unroll
     for (int g = 0; g < GM; g++) ad_load<D>(row + (size_t)(h0 + min(g, G - 1)) * hd, qr[g]);
-    // And the new key and value, by the warp whose stream ends with them.
-    bool owner = warp == (pos - lo) % W;
+    // And the new key and value, by the warp of the last chunk whose stream ends with them.
+    bool owner = c1 == pos + 1 && warp == (pos - c0) % W;
     float kf[D], vf[D];
     if (owner) {
         ad_load<D>(row + (size_t)(nh + kvh) * hd, kf);
@@ -256,7 +271,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
 #pragma unroll
         for (int j = 0; j < AD_KB; j++) {
             if (base + AD_KB + j < nk) {
-                size_t a = ad_key_at(lo + warp + W * (base + AD_KB + j), pbase, tab, table, nkv, kvh, hd, lane, D);
+                size_t a = ad_key_at(c0 + warp + W * (base + AD_KB + j), pbase, tab, table, nkv, kvh, hd, lane, D);
                 nk_[j] = *(const raw_t*)(k_pages + a);
                 nv_[j] = *(const raw_t*)(v_pages + a);
             }
@@ -290,11 +305,48 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     PDL_LATE_TRIGGER();
     if (first) trace_mark(912);
     size_t obase = (size_t)r * nh * hd + (size_t)h0 * hd;
-    merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, [&](int o, float v) {
+    auto write = [&](int o, float v) {
         out[obase + o] = v;
         if (oq) act8_block(v, obase + o, (obase + o) / 32, oq, oq2, ods);
+    };
+    if (S == 1) {
+        merge_warps<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, write);
+        if (first) trace_mark(913);
+        return;
+    }
+    // Split: this chunk's partial softmax of heads h0.. (part_acc [rows][splits][nh·hd], part_ml [rows][splits][nh]
+    // as (maximum, denominator)).
+    size_t pbase_o = ((size_t)r * splits + chunk) * nh;
+    merge_warps_raw<D, W, GM>(acc, m, l, sm_m, sm_l, sm_acc_d, G, [&](int o, float num, float den, float mx) {
+        part_acc[(pbase_o + h0) * hd + o] = num;
+        if (o % hd == 0) part_ml[pbase_o + h0 + o / hd] = make_float2(mx, den);
     });
     if (first) trace_mark(913);
+    __shared__ unsigned last;
+    unsigned* counter = counters + ((size_t)r * gridDim.y + kvh) * gridDim.z + blockIdx.z;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)S - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) *counter = 0;  // every chunk has counted: ready for the next launch
+    // The chunks' partials in chunk order (a fixed order: the same bits whichever block arrives last).
+    for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
+        int g = o / hd;
+        float mx = -INFINITY;
+        for (int c = 0; c < S; c++) mx = fmaxf(mx, __ldcg(part_ml + ((size_t)r * splits + c) * nh + h0 + g).x);
+        float num = 0.0f, den = 0.0f;
+        for (int c = 0; c < S; c++) {
+            size_t pc = ((size_t)r * splits + c) * nh;
+            float2 ml = __ldcg(part_ml + pc + h0 + g);
+            if (ml.x == -INFINITY) continue;  // a chunk that saw no key
+            float e = expf(ml.x - mx);
+            num = fmaf(__ldcg(part_acc + (pc + h0) * hd + o), e, num);
+            den = fmaf(ml.y, e, den);
+        }
+        write(o, num / den);
+    }
 }
 
 // Warps a block per (D, GM): as many as the registers allow (the accumulators, queries and two groups of AD_KB
@@ -307,10 +359,12 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     extern "C" __global__ void __launch_bounds__(AD_WARPS(D, GM) * 32) attention_decode_##D##_g##GM(          \
         const float* qkv, f16_t* k_pages, f16_t* v_pages, float* out, const float* q_norm, const float* k_norm, \
         const float* inv_freq, const int* row_pos, const int* row_seq, const int* tables, int max_pages, int nh, \
-        int nkv, int window, float scale, float eps, signed char* oq, signed char* oq2, float2* ods) {          \
+        int nkv, int window, float scale, float eps, signed char* oq, signed char* oq2, float2* ods,            \
+        int splits, int kpb, float* part_acc, float2* part_ml, unsigned* counters) {                           \
         attention_decode_t<D, AD_WARPS(D, GM), GM>(qkv, k_pages, v_pages, out, q_norm, k_norm, inv_freq,        \
                                                    row_pos, row_seq, tables, max_pages, nh, nkv, window, scale, \
-                                                   eps, oq, oq2, ods);                                          \
+                                                   eps, oq, oq2, ods, splits, kpb, part_acc, part_ml,           \
+                                                   counters);                                                   \
     }
 ATT_DECODE(1, 1) ATT_DECODE(1, 2) ATT_DECODE(1, 4) ATT_DECODE(1, 8)
 ATT_DECODE(2, 1) ATT_DECODE(2, 2) ATT_DECODE(2, 4) ATT_DECODE(2, 8)

@@ -13,9 +13,10 @@ use common::{data, gpu};
 /// shape for, with and without q/k norms, RoPE and a window: the same pages (bit for bit without the norms, whose
 /// sums of squares add in another order; within one f16 step with them), outputs within 1e-5, and the 8-bit
 /// activations it writes are those `quant_act8` makes of its output (a dp4a product over them gives the same bits).
-/// Each with the keys in one block a query head and split over blocks (64 and 16 keys a block, the latter also
-/// under page tables padded to 64 pages, as a graph recorded for longer sequences pads them: the same bits, since a
-/// row's split is its own).
+/// Each with the keys in one block a query head and split over blocks (64, 16 and 1 keys a block — the last leaves
+/// chunks empty — and the first two also under page tables padded to 64 pages, as a graph recorded for longer
+/// sequences pads them: the same bits, since a row's split is its own; a row that takes one block gives the
+/// unsplit kernel's bits).
 #[test]
 fn decode_attention_equals_qkv_post_then_attention() {
     let Some(g) = gpu() else { return };
@@ -63,6 +64,9 @@ fn decode_attention_equals_qkv_post_then_attention() {
                 (true, 16, 64, false),
                 (true, 16, 16, false),
                 (true, 16, 16, true),
+                (true, 16, 64, true),
+                // One key a block: a row of 17 keys in 16 chunks of 2, the last seven empty.
+                (true, 16, 1, false),
             ];
             for &(fused, splits, keys, padded) in &variants {
                 let m = if padded { mw } else { m };
@@ -126,12 +130,22 @@ fn decode_attention_equals_qkv_post_then_attention() {
                     if product { y.read::<f32>(&g, rows * 48).unwrap() } else { Vec::new() },
                 ));
             }
-            // The split under padded tables: the bits of the same split under the pass's own.
-            let (narrow, padded) = (&got[3], &got[4]);
-            assert_eq!(narrow.0, padded.0, "K pages under padded tables, {what}");
-            assert_eq!(narrow.1, padded.1, "V pages under padded tables, {what}");
+            // The splits under padded tables (at 64 keys a block, 5 blocks a row launched against 16): the bits
+            // of the same splits under the pass's own.
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&narrow.2), bits(&padded.2), "output under padded tables, {what}");
+            for (narrow, padded) in [(&got[3], &got[4]), (&got[2], &got[5])] {
+                assert_eq!(narrow.0, padded.0, "K pages under padded tables, {what}");
+                assert_eq!(narrow.1, padded.1, "V pages under padded tables, {what}");
+                assert_eq!(bits(&narrow.2), bits(&padded.2), "output under padded tables, {what}");
+            }
+            // Rows of at most 64 keys take one block at 64 keys a block: the unsplit kernel's bits.
+            for (r, &c) in ctx.iter().enumerate() {
+                let n = if window > 0 { c.min(window) } else { c };
+                let span = r * nh * hd..(r + 1) * nh * hd;
+                if n <= 64 {
+                    assert_eq!(bits(&got[1].2[span.clone()]), bits(&got[2].2[span]), "row {r} of {n} keys, {what}");
+                }
+            }
             for (vi, b) in got.iter().enumerate().skip(1) {
                 let (splits, keys) = (variants[vi].1, variants[vi].2);
                 let what = format!("{what}, split over up to {splits} blocks of {keys} keys");

@@ -171,9 +171,9 @@ impl Gpu {
         self.attention_decode_split(p, a, act8, split_wanted(), split_keys())
     }
 
-    /// [`Gpu::attention_decode`] with each row's keys split over at most `max_splits` blocks of at most `keys`
-    /// keys (`max_splits` 1: one block a query head, the kernel before the split), so tests can run each;
-    /// [`decode_splits`] says how many a pass launches and the kernel how many a row takes.
+    /// [`Gpu::attention_decode`] with a row of n keys split over min(`max_splits`, ⌈n / `keys`⌉) blocks of
+    /// ⌈n / that⌉ keys (`max_splits` 1: one block a query head, the kernel before the split), so tests can run each;
+    /// [`decode_splits`] says how many a pass launches.
     ///
     /// # Safety
     /// As [`Gpu::attention_decode`].
@@ -211,7 +211,7 @@ impl Gpu {
         }
         let (oq, oq2, ods) = if act8 { self.act8_planes() } else { (0, 0, 0) };
         let (mp, nh, nkv, win) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(a.window));
-        let keys = keys.max(1);
+        let keys = keys.clamp(1, 1 << 20);
         let splits = decode_splits(max_splits, keys, p.meta.max_pages, p.nh, p.hd);
         let (sp, kpb) = (i(splits), i(keys));
         let (part_acc, part_ml, counters) = self.att_split_planes();
@@ -262,12 +262,13 @@ fn split_wanted() -> usize {
     *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_SPLIT").ok().and_then(|v| v.parse().ok()).unwrap_or(ATT_SPLIT_MAX))
 }
 
-/// Keys a split block takes at most: 64 (a warp's four keys for each of 16 warps, one step of its key loop)
-/// unless `KVAD_GPU_ATT_KEYS=k` (for measuring).
+/// Keys per block that earn a row another block (until [`ATT_SPLIT_MAX`]): 64, a warp's four keys for each of 16
+/// warps, one step of its key loop; `KVAD_GPU_ATT_KEYS=k` (1 to 2^20) sets it, for measuring.
 fn split_keys() -> usize {
     static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *KEYS.get_or_init(|| {
-        std::env::var("KVAD_GPU_ATT_KEYS").ok().and_then(|v| v.parse().ok()).filter(|&k| k > 0).unwrap_or(64)
+        let k = std::env::var("KVAD_GPU_ATT_KEYS").ok().and_then(|v| v.parse().ok());
+        k.filter(|&k| (1..=1 << 20).contains(&k)).unwrap_or(64)
     })
 }
 

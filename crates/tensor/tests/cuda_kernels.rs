@@ -287,6 +287,66 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
                 }
                 assert_eq!(bits(&got[0].0), bits(&got[1].0), "SwiGLU output, {what}");
                 assert_eq!(bits(&got[0].1), bits(&got[1].1), "product after SwiGLU, {what}");
+                // The first norm of a decode step: rms_norm then quantised by the product, or writing the 8-bit
+                // terms itself.
+                let xr = DevBuf::from_slice(&g, &data(rows * n1, 53)).unwrap();
+                let mut got = Vec::new();
+                for fused in [false, true] {
+                    let normed = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
+                    let z = DevBuf::zeros(&g, rows * n2 * 4).unwrap();
+                    // SAFETY: shapes as allocated above.
+                    unsafe {
+                        let next = if fused {
+                            g.rms_norm_act8(xr.ptr(), ng.ptr(), normed.ptr(), rows, n1, 1e-5).unwrap();
+                            Act::F32Act8(normed.ptr())
+                        } else {
+                            g.rms_norm(xr.ptr(), ng.ptr(), normed.ptr(), rows, n1, 1e-5, false).unwrap();
+                            Act::F32(normed.ptr())
+                        };
+                        g.gemv(GemvKernel::SplitDp4a, &b, next, rows, z.ptr(), 0, false, None).unwrap();
+                    }
+                    got.push((normed.read::<f32>(&g, rows * n1).unwrap(), z.read::<f32>(&g, rows * n2).unwrap()));
+                }
+                assert_eq!(bits(&got[0].0), bits(&got[1].0), "norm output, {what}");
+                assert_eq!(bits(&got[0].1), bits(&got[1].1), "product after the first norm, {what}");
+            }
+        }
+    }
+}
+
+/// Embedding rows (a row spread over blocks of 256 columns, the last one partial) are the CPU's dequantised rows
+/// bit for bit, in every format, with GPT-2's learned positions added where given.
+#[test]
+fn embedding_rows_equal_the_cpu_rows() {
+    let Some(g) = gpu() else { return };
+    let (n, cols) = (50usize, 4160usize);
+    let ids = [7i32, 0, 49, 7];
+    let pos = [3i32, 0, 1, 5];
+    let pe = data(8 * cols, 61);
+    for qt in [QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+        let q = QMatrix::quantize(qt, n, cols, &data(n * cols, 59)).unwrap();
+        let m = DevMatrix::upload(&g, &q, None).unwrap();
+        let rows = dequantized(&q);
+        let (idb, posb, peb) = (
+            DevBuf::from_slice(&g, &ids).unwrap(),
+            DevBuf::from_slice(&g, &pos).unwrap(),
+            DevBuf::from_slice(&g, &pe).unwrap(),
+        );
+        for learned in [false, true] {
+            let out = DevBuf::zeros(&g, ids.len() * cols * 4).unwrap();
+            let pe_ptr = if learned { peb.ptr() } else { 0 };
+            // SAFETY: ids index the matrix's rows, positions the table's; out holds the rows.
+            unsafe { g.embed(&m, idb.ptr(), posb.ptr(), pe_ptr, out.ptr(), ids.len()) }.unwrap();
+            let got = out.read::<f32>(&g, ids.len() * cols).unwrap();
+            for (k, (&id, &p)) in ids.iter().zip(&pos).enumerate() {
+                let want: Vec<u32> = (0..cols)
+                    .map(|c| {
+                        let v = rows[id as usize * cols + c];
+                        (if learned { v + pe[p as usize * cols + c] } else { v }).to_bits()
+                    })
+                    .collect();
+                let have: Vec<u32> = got[k * cols..(k + 1) * cols].iter().map(|v| v.to_bits()).collect();
+                assert_eq!(have, want, "{qt:?} row {k} (id {id}), learned positions {learned}");
             }
         }
     }

@@ -560,7 +560,14 @@ impl GpuDecoder {
         unsafe {
             gpu.embed(&self.p.embed, ids, m.row_pos, ptr(&self.p.pos_emb), s.x.ptr(), rows)?;
             if fused {
-                self.norm(&layers[0].norm1, s.x.ptr(), s.h.ptr(), rows, false)?;
+                // The first norm writes the q/k/v product's 8-bit activations itself where that product reads them.
+                match &layers[0].norm1 {
+                    Norm::Rms(w) if gpu.takes_act8(&layers[0].qkv, rows) => {
+                        gpu.rms_norm_act8(s.x.ptr(), w.ptr(), s.h.ptr(), rows, h, c.norm_eps)?;
+                        qkv_in = Act::F32Act8(s.h.ptr());
+                    }
+                    n => self.norm(n, s.x.ptr(), s.h.ptr(), rows, false)?,
+                }
             }
             for (li, l) in layers.iter().enumerate() {
                 let (kp, vp) = self.layer_pages(li);

@@ -594,10 +594,49 @@ impl Gpu {
             b.launch(cfg((rows as u32, 1, 1), 256, 0))?;
             return Ok(());
         }
+        self.rms_norm_kernel(x, w, out, rows, hh, eps, ob, (0, 0, 0))
+    }
+
+    /// The `rms_norm` kernel, a block of 1,024 threads a row; `act8` the 8-bit planes it also writes (0s: none).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rms_norm_kernel(
+        &self,
+        x: u64,
+        w: u64,
+        out: u64,
+        rows: usize,
+        h: i32,
+        eps: f32,
+        out_bf16: i32,
+        act8: (u64, u64, u64),
+    ) -> Result<(), GpuError> {
+        let (xq, xq2, xds) = act8;
         let mut b = self.launch("rms_norm");
-        b.arg(&x).arg(&w).arg(&out).arg(&hh).arg(&eps).arg(&ob);
+        b.arg(&x).arg(&w).arg(&out).arg(&h).arg(&eps).arg(&out_bf16).arg(&xq).arg(&xq2).arg(&xds);
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
+    }
+
+    /// [`Gpu::rms_norm`] into f32 that also writes its output as the dp4a products' 8-bit activations (as
+    /// `quant_act8` would, bit for bit), for a product that takes [`Act::F32Act8`] next: the decode step's first
+    /// norm, which otherwise cost the q/k/v product a quantising launch.
+    ///
+    /// # Safety
+    /// As [`Gpu::rms_norm`]; `rows` up to [`GEMV_MAX_ROWS`] and `h` a multiple of 32 up to [`ACT8_MAX_K`]
+    /// (checked).
+    pub unsafe fn rms_norm_act8(
+        &self,
+        x: u64,
+        w: u64,
+        out: u64,
+        rows: usize,
+        h: usize,
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        if rows > GEMV_MAX_ROWS || !h.is_multiple_of(32) || h > ACT8_MAX_K {
+            return Err(GpuError::Shape(format!("a norm into 8-bit activations of {rows} rows × {h}")));
+        }
+        self.rms_norm_kernel(x, w, out, rows, i(h), eps, 0, self.act8_planes())
     }
 
     /// GPT-2's LayerNorm per row of `h`.
@@ -715,7 +754,8 @@ impl Gpu {
         let (q, s, fmt, h) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), m.format.code(), i(m.cols));
         let mut b = self.launch("embed");
         b.arg(&q).arg(&s).arg(&fmt).arg(&ids).arg(&pos).arg(&pos_emb).arg(&out).arg(&h);
-        b.launch(cfg((n as u32, 1, 1), 256, 0))?;
+        // A row over blocks of 256 columns (a decode step's one row in one block waited 16 loads deep).
+        b.launch(cfg((n as u32, m.cols.div_ceil(256) as u32, 1), 256, 0))?;
         Ok(())
     }
 

@@ -160,3 +160,15 @@ __device__ __forceinline__ void act8_terms(float v, float id, signed char& q1, s
     q1 = (signed char)a;
     q2 = (signed char)fminf(127.0f, fmaxf(-127.0f, rintf(__fmul_rn(__fsub_rn(t, a), 254.0f))));
 }
+
+// One block of 32 in the two terms, a value a lane (the whole warp calls it); `blk` indexes its (d, sum) pair.
+// quant_act8, silu_mul_act8, the decode attention and rms_norm write through it (and the norm tail in
+// gemv_split.cu through act8_scale/act8_terms), so all round alike.
+__device__ __forceinline__ void act8_block(float v, size_t at, size_t blk, signed char* xq, signed char* xq2,
+                                           float2* xds) {
+    float d, id;
+    act8_scale(warp_max(fabsf(v)), d, id);
+    act8_terms(v, id, xq[at], xq2[at]);
+    float s = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) xds[blk] = make_float2(d, s);
+}

@@ -1,8 +1,10 @@
 // Norms, activations, embeddings, RoPE with the KV-cache write, conversions.
 
-// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, as PyTorch computes it in f32. One block per row.
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, as PyTorch computes it in f32. One block per row. With `xq`
+// (f32 out, H a multiple of 32) the output also in the dp4a products' two 8-bit terms (act8_block), as quant_act8
+// would write them: the decode step's first norm spares the q/k/v product that launch.
 extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, void* out, int H,
-                                    float eps, int out_bf16) {
+                                    float eps, int out_bf16, signed char* xq, signed char* xq2, float2* xds) {
     PDL_ENTER();
     __shared__ float red[32];
     const float* xr = x + (size_t)blockIdx.x * H;
@@ -13,8 +15,10 @@ extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __
     float inv = rsqrtf(ss / (float)H + eps);
     for (int i = threadIdx.x; i < H; i += blockDim.x) {
         float v = xr[i] * inv * w[i];
-        if (out_bf16) ((bf16_t*)out)[(size_t)blockIdx.x * H + i] = f2bf(v);
-        else ((float*)out)[(size_t)blockIdx.x * H + i] = v;
+        size_t at = (size_t)blockIdx.x * H + i;
+        if (out_bf16) ((bf16_t*)out)[at] = f2bf(v);
+        else ((float*)out)[at] = v;
+        if (xq) act8_block(v, at, at / 32, xq, xq2, xds);  // whole warps: H is a multiple of 32
     }
 }
 
@@ -93,7 +97,9 @@ extern "C" __global__ void embed(const void* __restrict__ q, const void* __restr
     size_t row = (size_t)ids[blockIdx.x];
     float* o = out + (size_t)blockIdx.x * H;
     int nb = H / 32;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    // Grid y spreads a row over blocks: one block of a 4,096-wide row took 7 µs at the start of every decode step,
+    // its threads' 16 loads each waiting on the row one after another.
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
         float v;
         if (fmt == 0) {
             v = bf2f(((const bf16_t*)q)[row * H + i]);

@@ -88,17 +88,7 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, in
 // scale d = max|x|/127, t = x/d, q1 = rint(t), q2 = rint((t - q1)·254), so x ≈ d·(q1 + q2/254) to 1/64,000 of the
 // block's maximum (the CPU's i16 activations: 1/65,534); (d, f32 sum of the block) beside them, the sum for Q4's
 // minimums. Both terms go through dp4a: twice the integer products, still a quarter of the f32 kernels' work.
-//
-// act8_block: one such block, a value a lane; `blk` indexes its (d, sum) pair. quant_act8 and silu_mul_act8 both
-// write through it (and the norm tail in gemv_split.cu through act8_scale/act8_terms), so all round alike.
-__device__ __forceinline__ void act8_block(float v, size_t at, size_t blk, signed char* xq, signed char* xq2,
-                                           float2* xds) {
-    float d, id;
-    act8_scale(warp_max(fabsf(v)), d, id);
-    act8_terms(v, id, xq[at], xq2[at]);
-    float s = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) xds[blk] = make_float2(d, s);
-}
+// (act8_block in common.cuh writes one such block.)
 
 extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* xq, signed char* xq2, float2* xds,
                                       int K, int rows) {

@@ -482,6 +482,22 @@ fn argmax_takes_the_first_maximum() {
     unsafe { g.argmax_rows(xb.ptr(), out.ptr(), 2, 5000) }.unwrap();
     let got: Vec<i32> = out.read(&g, 2).unwrap();
     assert_eq!(got, vec![1234, 77]);
+    // A vocabulary's width (float4s, four a thread in flight): ties within a float4, within one thread's
+    // values, and across threads where the later index sits in an earlier thread; and a width not a multiple of 4.
+    for (n, ties) in [(49152usize, [[8, 4100], [5, 7], [100, 4196]]), (4999, [[3, 4998], [17, 1041], [0, 4000]])] {
+        let mut x = data(3 * n, 43);
+        for (r, t) in ties.iter().enumerate() {
+            for &i in t {
+                x[r * n + i] = 9.0;
+            }
+        }
+        let (xb, out) = (DevBuf::from_slice(&g, &x).unwrap(), DevBuf::zeros(&g, 3 * 4).unwrap());
+        // SAFETY: shapes as allocated above.
+        unsafe { g.argmax_rows(xb.ptr(), out.ptr(), 3, n) }.unwrap();
+        let got: Vec<i32> = out.read(&g, 3).unwrap();
+        let want: Vec<i32> = ties.iter().map(|t| t[0] as i32).collect();
+        assert_eq!(got, want, "width {n}");
+    }
 }
 
 /// Two sequences' prompt rows (one starting mid-sequence, over scattered pages) through both attention kernels,

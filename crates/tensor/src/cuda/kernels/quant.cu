@@ -65,7 +65,28 @@ extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, in
     const float* row = x + (size_t)blockIdx.x * N;
     float best = -INFINITY;
     int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+    // Four float4s a thread asked for at once (rows of a multiple of 4): one value at a time, each thread's loop
+    // was 48 round trips to L2 one after another for a 49,152-wide vocabulary. A thread still sees its values in
+    // increasing index order, so the strict > keeps the first maximum.
+    int n4 = N % 4 == 0 ? N / 4 : 0;
+    const float4* row4 = (const float4*)row;
+    for (int base = threadIdx.x; base < n4; base += 4 * blockDim.x) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = base + u * blockDim.x;
+            v[u] = j < n4 ? __ldg(row4 + j) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int j = 4 * (base + u * blockDim.x);
+            if (v[u].x > best) { best = v[u].x; idx = j; }
+            if (v[u].y > best) { best = v[u].y; idx = j + 1; }
+            if (v[u].z > best) { best = v[u].z; idx = j + 2; }
+            if (v[u].w > best) { best = v[u].w; idx = j + 3; }
+        }
+    }
+    for (int i = 4 * n4 + threadIdx.x; i < N; i += blockDim.x) {
         float v = row[i];
         if (v > best) { best = v; idx = i; }
     }

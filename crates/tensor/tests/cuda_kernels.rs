@@ -3,7 +3,7 @@
 
 use kvad_tensor::cpu::{QMatrix, QType};
 use kvad_tensor::cuda::{
-    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, NormTo, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 mod common;
 use common::{data, gpu, gpu_dp4a};
@@ -139,14 +139,8 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                 let ngb = DevBuf::from_slice(&g, &ng).unwrap();
                 let nout = DevBuf::zeros(&g, rows * n * 4).unwrap();
                 let counter = DevBuf::zeros(&g, 4).unwrap();
-                let norm = NormOut {
-                    g: ngb.ptr(),
-                    out: nout.ptr(),
-                    eps: 1e-5,
-                    counter: counter.ptr(),
-                    act8: false,
-                    defer: false,
-                };
+                let norm =
+                    NormOut { g: ngb.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), to: NormTo::F32 };
                 for kernel in families {
                     let xa = Act::F32(xb.ptr());
                     // SAFETY: shapes as allocated above.
@@ -247,8 +241,8 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
                     let y = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
                     let nout = DevBuf::zeros(&g, rows * n1 * 4).unwrap();
                     let z = DevBuf::zeros(&g, rows * n2 * 4).unwrap();
-                    let norm =
-                        NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8, defer: false };
+                    let to = if act8 { NormTo::Act8 } else { NormTo::F32 };
+                    let norm = NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), to };
                     let next = if act8 { Act::F32Act8(nout.ptr()) } else { Act::F32(nout.ptr()) };
                     // SAFETY: shapes as allocated above.
                     unsafe {

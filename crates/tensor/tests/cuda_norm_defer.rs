@@ -3,7 +3,7 @@
 //! with no usable GPU the test says so and returns.
 
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, DevBuf, DevMatrix, GemvKernel, Gpu, NormOut};
+use kvad_tensor::cuda::{Act, DevBuf, DevMatrix, GemvKernel, Gpu, NormOut, NormTo};
 use std::sync::Arc;
 
 mod common;
@@ -60,8 +60,7 @@ fn deferred_norm_equals_the_norm_tail() {
             let z = DevBuf::zeros(&g, n2 * 4).unwrap();
             let nout = DevBuf::zeros(&g, n2 * 4).unwrap();
             let counter = DevBuf::zeros(&g, 4).unwrap();
-            let norm =
-                NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), act8: false, defer: false };
+            let norm = NormOut { g: ng.ptr(), out: nout.ptr(), eps: 1e-5, counter: counter.ptr(), to: NormTo::F32 };
             // SAFETY: shapes as allocated above.
             unsafe {
                 let f32_family =
@@ -113,7 +112,8 @@ fn run(
     let nout = DevBuf::zeros(g, rows * n1 * 4).unwrap();
     let counter = DevBuf::zeros(g, 4).unwrap();
     let z = DevBuf::zeros(g, rows * n2 * 4).unwrap();
-    let norm = NormOut { g: t.ng.ptr(), out: nout.ptr(), eps: t.eps, counter: counter.ptr(), act8: true, defer };
+    let to = if defer { NormTo::Deferred } else { NormTo::Act8 };
+    let norm = NormOut { g: t.ng.ptr(), out: nout.ptr(), eps: t.eps, counter: counter.ptr(), to };
     let next = if defer { Act::Act8Deferred { eps: t.eps } } else { Act::F32Act8(nout.ptr()) };
     // SAFETY: shapes as allocated above.
     unsafe {

@@ -11,8 +11,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, QkvPost,
-    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, NormTo,
+    QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -542,13 +542,16 @@ impl GpuDecoder {
             out: s.h.ptr(),
             eps: c.norm_eps,
             counter: s.counter.ptr(),
-            act8: next.is_some_and(|m| gpu.takes_act8(m, rows)),
-            defer: next.is_some_and(|m| gpu.defers_norm(producer, m, rows)),
+            to: match next {
+                Some(m) if gpu.defers_norm(producer, m, rows) => NormTo::Deferred,
+                Some(m) if gpu.takes_act8(m, rows) => NormTo::Act8,
+                _ => NormTo::F32,
+            },
         };
-        let normed = |o: &NormOut| match (o.defer, o.act8) {
-            (true, _) => Act::Act8Deferred { eps: o.eps },
-            (false, true) => Act::F32Act8(o.out),
-            (false, false) => Act::F32(o.out),
+        let normed = |o: &NormOut| match o.to {
+            NormTo::Deferred => Act::Act8Deferred { eps: o.eps },
+            NormTo::Act8 => Act::F32Act8(o.out),
+            NormTo::F32 => Act::F32(o.out),
         };
         let kern = gpu.gemv_kernel();
         let layers = &self.p.layers;

@@ -20,8 +20,8 @@ pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkK
 pub use buffer::DevBuf;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE,
-    MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS,
+    KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};

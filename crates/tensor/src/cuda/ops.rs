@@ -162,12 +162,21 @@ pub struct NormOut {
     pub eps: f32,
     /// A u32: the count of blocks done, which finds the last (zero before a launch and left zero).
     pub counter: u64,
-    /// Also the normed rows' two-term 8-bit form into the activation scratch, for a dp4a product next
-    /// ([`Gpu::takes_act8`]), which then takes them as [`Act::F32Act8`]: one `quant_act8` launch fewer.
-    pub act8: bool,
-    /// Instead of norming the rows (`out` is then not written), leave the division by each row's RMS to the dp4a
-    /// product next, which takes [`Act::Act8Deferred`]: where [`Gpu::defers_norm`] says so.
-    pub defer: bool,
+    /// What the next product reads.
+    pub to: NormTo,
+}
+
+/// What a product's folded norm leaves for the product after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormTo {
+    /// The normed rows in f32 at `out` ([`Act::F32`]).
+    F32,
+    /// Those and their two-term 8-bit form in the activation scratch, for a dp4a product next
+    /// ([`Gpu::takes_act8`]), which takes [`Act::F32Act8`]: one `quant_act8` launch fewer.
+    Act8,
+    /// No normed rows (`out` is not written): the division by each row's RMS left to the dp4a product next, which
+    /// takes [`Act::Act8Deferred`] — where [`Gpu::defers_norm`] says so.
+    Deferred,
 }
 
 /// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
@@ -454,17 +463,17 @@ impl Gpu {
                 // an SM: gpu-q8 +15%, docs/performance-gpu.md).
                 let nn = match norm {
                     None => "_nn",
-                    Some(o) if o.defer => "_gn",
+                    Some(o) if o.to == NormTo::Deferred => "_gn",
                     Some(_) => "",
                 };
                 Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
             }
             _ => None,
         };
-        if (deferred_in || norm.is_some_and(|o| o.defer)) && !(int8 && split.is_some()) {
+        if (deferred_in || norm.is_some_and(|o| o.to == NormTo::Deferred)) && !(int8 && split.is_some()) {
             return Err(GpuError::Shape(format!("deferred norm in a product of {rows} rows × {} not on dp4a", m.cols)));
         }
-        if norm.is_some_and(|o| o.defer && (o.g == 0 || !whole_groups(m.rows))) {
+        if norm.is_some_and(|o| o.to == NormTo::Deferred && (o.g == 0 || !whole_groups(m.rows))) {
             return Err(GpuError::Shape(format!(
                 "deferred norm of {} columns (weights {:#x})",
                 m.rows,
@@ -484,7 +493,7 @@ impl Gpu {
         };
         // Where the norm tail holds whole rows in registers (gemv_split.cu), the dp4a kernels' tail writes their 8-bit
         // form.
-        let tail_act8 = |o: &NormOut| o.act8 && int8 && whole_groups(m.rows);
+        let tail_act8 = |o: &NormOut| o.to == NormTo::Act8 && int8 && whole_groups(m.rows);
         if let Some((name, per)) = split {
             if int8 && !matches!(x, Act::F32Act8(_) | Act::Act8Deferred { .. }) {
                 self.quant_act8(xp, rows, m.cols)?;
@@ -502,20 +511,23 @@ impl Gpu {
             let (ng, nout, neps, mut counter) = norm.map_or((0, 0, 0.0f32, 0), |o| (o.g, o.out, o.eps, o.counter));
             let (mut nq, mut nq2, mut nds) = if norm.is_some_and(tail_act8) { (xq, xq2, xds) } else { (0, 0, 0) };
             let mut nss = 0u64;
-            if norm.is_some_and(|o| o.defer) {
+            if norm.is_some_and(|o| o.to == NormTo::Deferred) {
                 (counter, nss) = (dp.counters, dp.sums);
                 (nq, nq2, nds) = (dp.q1, dp.q2, dp.ds);
             }
             b.arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&ng).arg(&nout).arg(&neps).arg(&counter);
-            b.arg(&nq).arg(&nq2).arg(&nds).arg(&nss);
+            b.arg(&nq).arg(&nq2).arg(&nds);
+            if int8 {
+                b.arg(&nss);
+            }
             // The tail's row in shared memory where the format's kernels hold it there and it is whole (the
             // kernel's `whole`: N a multiple of 4 up to NORM_TAIL_MAX_N, 32 KB at most, within the 48 KB needing no
             // opt-in).
             let whole_f4 = m.rows.is_multiple_of(4) && m.rows <= NORM_TAIL_MAX_N;
-            let tail = norm.is_some_and(|o| !o.defer);
+            let tail = norm.is_some_and(|o| o.to != NormTo::Deferred);
             let smem = if tail && whole_f4 && tail_in_smem(m.format) { (m.rows * 4) as u32 } else { 0 };
             b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
-            if let Some(o) = norm.filter(|o| o.act8 && !o.defer && !tail_act8(o)) {
+            if let Some(o) = norm.filter(|o| o.to == NormTo::Act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;
             }
             return Ok(());
@@ -531,7 +543,7 @@ impl Gpu {
         b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
         if let Some(o) = norm {
             self.rms_norm(y, o.g, o.out, rows, m.rows, o.eps, false)?;
-            if o.act8 {
+            if o.to == NormTo::Act8 {
                 self.quant_act8(o.out, rows, m.rows)?;
             }
         }

@@ -275,13 +275,11 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
     } while (0)
 
 // The folded norm's parameters every split kernel takes: norm weights and output, epsilon, the blocks' counter, the
-// two-term 8-bit output (0: none), and where the norm is deferred (split_norm_groups; dp4a kernels only, 0: not)
-// the groups' sums of squares.
-#define NORM_PARAMS                                                                                              \
-    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds, \
-        float *nss
+// two-term 8-bit output (0: none). The dp4a kernels also take, last, where the norm is deferred
+// (split_norm_groups), the groups' sums of squares (0: not deferred).
+#define NORM_PARAMS \
+    const float *ng, float *nout, float eps, unsigned *counter, signed char *nq, signed char *nq2, float2 *nds
 #define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds
-#define NORM_ARGS_ALL NORM_ARGS, nss
 
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
@@ -496,11 +494,25 @@ __device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], i
     return __dp4a(wh[3], hi.w, s);
 }
 
+// The dp4a products' end: the store (with the deferred rows' 1/rms in the norm-free instances, the only ones that
+// take deferred rows, ops.rs), then the norm tail or the deferred norm's groups. A deferring product lets the next
+// kernel launch once every block's weights are in: its groups' chain is L2 traffic, which the next product's first
+// weight loads overlap (+1% decode at q8 and q4 against the trigger in the groups, docs/performance-gpu.md).
+template <int B, int R, int NORM, bool Q8>
+__device__ __forceinline__ void gs_d_finish(float (&acc)[B][R], float* y, const float* __restrict__ bias, int n0,
+                                            int N, int K, int accumulate, const float* __restrict__ xss,
+                                            float xeps, NORM_PARAMS, float* nss) {
+    if (NORM == GS_GROUPS) pdl_trigger();
+    split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
+    if (NORM == GS_TAIL && ng) split_norm_tail<B, true, Q8>(y, N, NORM_ARGS);
+    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
+}
+
 template <int B, int R, int NORM>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
-                       const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
+                       const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS, float* nss) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     split_range(K / 16, c0, c1);
     int nb = K / 32;
@@ -530,21 +542,14 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
             }
         }
     }
-    // A deferring product lets the next kernel launch once every block's weights are in: its groups' chain is
-    // L2 traffic, which the next product's first weight loads overlap (+1% decode at q8 and q4 against the
-    // trigger in the groups, docs/performance-gpu.md).
-    if (NORM == GS_GROUPS) pdl_trigger();
-    // Only a norm-free product takes deferred rows (ops.rs): the others compile without the 1/rms code.
-    split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
-    if (NORM == GS_TAIL && ng) split_norm_tail<B, true, true>(y, N, NORM_ARGS);
-    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
+    gs_d_finish<B, R, NORM, true>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
 }
 
 template <int B, int R, int NORM>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
-                       const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS) {
+                       const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS, float* nss) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
     int nb = K / 32;
     split_range(nb, c0, c1);
@@ -578,45 +583,38 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
             }
         }
     }
-    // A deferring product lets the next kernel launch once every block's weights are in: its groups' chain is
-    // L2 traffic, which the next product's first weight loads overlap (+1% decode at q8 and q4 against the
-    // trigger in the groups, docs/performance-gpu.md).
-    if (NORM == GS_GROUPS) pdl_trigger();
-    // Only a norm-free product takes deferred rows (ops.rs): the others compile without the 1/rms code.
-    split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
-    if (NORM == GS_TAIL && ng) split_norm_tail<B, true, false>(y, N, NORM_ARGS);
-    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
+    gs_d_finish<B, R, NORM, false>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                       \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
                                int acc, NORM_PARAMS) {                                                         \
-        gs_bf16<B, R, NORM>(W, x, y, bias, N, K, acc, NORM_ARGS_ALL);                                          \
+        gs_bf16<B, R, NORM>(W, x, y, bias, N, K, acc, NORM_ARGS);                                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const float* x, float* y,                 \
                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
-        gs_q8<B, R, NORM>(Q, S, x, y, bias, N, K, acc, NORM_ARGS_ALL);                                         \
+        gs_q8<B, R, NORM>(Q, S, x, y, bias, N, K, acc, NORM_ARGS);                                         \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
-        gs_q4<B, R, NORM>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS_ALL);                                        \
+        gs_q4<B, R, NORM>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS);                                        \
     }
 
 #define GS_INSTANCES_D(B, R, SUFFIX, NORM, Q4_BOUNDS)                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_q8d_##B##SUFFIX(const unsigned char* Q, const f16_t* S, const signed char* xq,                   \
                               const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
-                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                         \
-        gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS_ALL);                    \
+                              const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) {            \
+        gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);               \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(Q4_BOUNDS())                                                  \
         gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,               \
                               const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
-                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                         \
-        gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS_ALL);                   \
+                              const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) {            \
+        gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);              \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input

@@ -3,7 +3,8 @@
 
 Each record is `ns grid_x grid_y block_x`, taken by a kernel's first block as it passed its PDL wait, when the
 kernel before it had ended: the gap to the next record is that kernel's time on the critical path inside the
-graph. A step starts at the embedding kernel (grid rows x 1, block 256); the steps with the most common kernel
+graph. A step starts at the embedding kernel (grid rows x any, block 256: one block a row, or a row's columns over
+grid y); the steps with the most common kernel
 count are decode steps. Marks inside kernels (common.cuh's trace_mark: 901-903 the norm tail's last block as it
 starts, after its sum, at its end; 910-913 decode attention's first block before its PDL wait, before its keys,
 after them, after its merge) are records of shape (id, 0, 0). Per kernel position: the mean gap over those
@@ -17,7 +18,7 @@ import sys
 path = sys.argv[1]
 rows = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 recs = [tuple(int(v) for v in line.split()) for line in open(path) if line.strip()]
-starts = [i for i, r in enumerate(recs) if r[1:] == (rows, 1, 256)]
+starts = [i for i, r in enumerate(recs) if r[1] == rows and r[2] >= 1 and r[3] == 256]
 steps = [recs[a:b] for a, b in zip(starts, starts[1:])]
 if not steps:
     sys.exit("no decode steps found")

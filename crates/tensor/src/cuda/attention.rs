@@ -168,7 +168,43 @@ impl Gpu {
     /// Every address must hold what [`QkvPost`] and [`Attn`] say; no two rows may share a sequence (a row would
     /// not see the key another block writes).
     pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool) -> Result<bool, GpuError> {
-        self.attention_decode_split(p, a, act8, split_wanted(), split_keys())
+        let max_splits = split_wanted().min(self.decode_wave_splits(p)?);
+        self.attention_decode_split(p, a, act8, max_splits, split_keys())
+    }
+
+    /// Most blocks a row's keys may take so that one row's pass fits the GPU in one wave of blocks
+    /// ([`one_wave_splits`]): from the kernel's occupancy at its block size and shared memory, and the model's
+    /// shape only — not the pass's rows — so a row's bits stay the same alone and in a pass.
+    fn decode_wave_splits(&self, p: &QkvPost) -> Result<usize, GpuError> {
+        let Some(k) = self.decode_kernel(p)? else { return Ok(1) };
+        let resident = k.f.occupancy_max_active_blocks_per_multiprocessor(k.threads, k.smem as usize, None)?;
+        Ok(one_wave_splits(self.info.sms.max(1) as usize, resident as usize, p.nkv * k.parts))
+    }
+
+    /// The decode attention kernel for `p`'s shape (None: a shape it does not take), with its dynamic shared
+    /// memory allowed where it passes the default 48 KB.
+    fn decode_kernel(&self, p: &QkvPost) -> Result<Option<DecodeKernel<'_>>, GpuError> {
+        let g = p.nh / p.nkv.max(1);
+        let d = p.hd / 32;
+        let takes = p.rows <= GEMV_MAX_ROWS
+            && p.nkv > 0
+            && p.nh.is_multiple_of(p.nkv)
+            && g <= 8
+            && p.hd.is_multiple_of(32)
+            && matches!(d, 1 | 2 | 4 | 8);
+        if !takes {
+            return Ok(None);
+        }
+        // Query heads a block: one (the group over that many blocks; decode_heads).
+        let gm = decode_heads(g);
+        let w = decode_warps(d, gm);
+        let f = self.func(&format!("attention_decode_{d}_g{gm}"));
+        let smem = (w * g.min(gm) * p.hd * 4) as u32;
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        Ok(Some(DecodeKernel { f, parts: g.div_ceil(gm), threads: (w * 32) as u32, smem }))
     }
 
     /// [`Gpu::attention_decode`] with a row of n keys split over min(`max_splits`, ⌈n / `keys`⌉) blocks of
@@ -185,30 +221,12 @@ impl Gpu {
         max_splits: usize,
         keys: usize,
     ) -> Result<bool, GpuError> {
-        let g = p.nh / p.nkv.max(1);
-        let d = p.hd / 32;
-        let takes = p.rows <= GEMV_MAX_ROWS
-            && p.nkv > 0
-            && p.nh.is_multiple_of(p.nkv)
-            && g <= 8
-            && p.hd.is_multiple_of(32)
-            && matches!(d, 1 | 2 | 4 | 8);
-        if !takes {
+        let Some(DecodeKernel { f, parts, threads, smem }) = self.decode_kernel(p)? else {
             self.qkv_post(p)?;
             self.attention(a)?;
             return Ok(false);
-        }
+        };
         let act8 = act8 && (p.nh * p.hd) <= ACT8_MAX_K;
-        // Query heads a block: one (the group over that many blocks; decode_heads).
-        let gm = decode_heads(g);
-        let parts = g.div_ceil(gm);
-        let w = decode_warps(d, gm);
-        let f = self.func(&format!("attention_decode_{d}_g{gm}"));
-        let smem = (w * g.min(gm) * p.hd * 4) as u32;
-        if smem > 48 * 1024 {
-            use cudarc::driver::sys::CUfunction_attribute as A;
-            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
-        }
         let (oq, oq2, ods) = if act8 { self.act8_planes() } else { (0, 0, 0) };
         let (mp, nh, nkv, win) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(a.window));
         let keys = keys.clamp(1, 1 << 20);
@@ -220,7 +238,7 @@ impl Gpu {
         b.arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win);
         b.arg(&a.scale).arg(&p.eps).arg(&oq).arg(&oq2).arg(&ods);
         b.arg(&sp).arg(&kpb).arg(&part_acc).arg(&part_ml).arg(&counters);
-        b.launch(cfg(((p.rows * splits) as u32, p.nkv as u32, parts as u32), (w * 32) as u32, smem))?;
+        b.launch(cfg(((p.rows * splits) as u32, p.nkv as u32, parts as u32), threads, smem))?;
         Ok(act8)
     }
 
@@ -253,6 +271,24 @@ fn decode_splits(max_splits: usize, keys: usize, max_pages: usize, nh: usize, hd
         return 1;
     }
     (max_pages * KV_PAGE).div_ceil(keys).clamp(1, max_splits.clamp(1, ATT_SPLIT_MAX))
+}
+
+/// The decode attention kernel a shape runs, as [`Gpu::attention_decode_split`] launches it.
+struct DecodeKernel<'a> {
+    f: &'a cudarc::driver::CudaFunction,
+    /// Blocks a KV head's group of query heads is split over.
+    parts: usize,
+    threads: u32,
+    smem: u32,
+}
+
+/// Most blocks a row's keys may be split over so that a pass of one row fills the GPU in one wave: `sms` × the
+/// kernel's `resident` blocks an SM, over the `row_blocks` one row launches unsplit (at least 1, at most
+/// [`ATT_SPLIT_MAX`]). One block past a wave leaves the whole pass waiting on a second: at a 1,024-token context,
+/// gpu-q4 of the 8B shape (32 blocks a row, one block an SM by registers, 132 SMs) decoded 480.8 tok/s with 4
+/// splits, 431.5 with 5, 379.3 with 16 and 367.4 unsplit (docs/gpu-results/split-2026-12-01/).
+fn one_wave_splits(sms: usize, resident: usize, row_blocks: usize) -> usize {
+    (sms * resident / row_blocks.max(1)).clamp(1, ATT_SPLIT_MAX)
 }
 
 /// Most blocks a row's keys are split over: [`ATT_SPLIT_MAX`] unless `KVAD_GPU_ATT_SPLIT=s` (1: unsplit, the
@@ -371,4 +407,21 @@ pub fn attention_chunks() -> ChunkKernel {
         Ok("chunks") => ChunkKernel::Chunks,
         _ => ChunkKernel::Split,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_splits_to_fill_one_wave_and_no_more() {
+        // The H200 and the 8B shape: 132 SMs, one block an SM, 32 blocks a row.
+        assert_eq!(one_wave_splits(132, 1, 32), 4);
+        assert_eq!(one_wave_splits(132, 2, 32), 8);
+        // Rows that fill the GPU unsplit stay unsplit; a small shape stops at the scratch's most.
+        assert_eq!(one_wave_splits(132, 1, 200), 1);
+        assert_eq!(one_wave_splits(132, 0, 32), 1);
+        assert_eq!(one_wave_splits(132, 4, 2), ATT_SPLIT_MAX);
+        assert_eq!(one_wave_splits(132, 1, 0), ATT_SPLIT_MAX);
+    }
 }

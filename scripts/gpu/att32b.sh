@@ -39,7 +39,8 @@ T.from_pretrained('.gpu', gguf_file='smollm2-tokenizer.gguf').save_pretrained('.
   fi
 fi
 tests() {  # label, binary folder, test filter (empty: all)
-  for t in cuda_kernels gpu; do
+  for t in cuda_kernels cuda_attention gpu; do
+    [ -x "$2/$t" ] || continue  # cuda_attention: split from cuda_kernels in session 15
     echo "== $1 $t ${3:-}"
     timeout 240 "$2/$t" --test-threads=1 ${3:-} > "$R/test-$1-$t.log" 2>&1
     echo "rc=$?"

@@ -168,17 +168,15 @@ impl Gpu {
     /// Every address must hold what [`QkvPost`] and [`Attn`] say; no two rows may share a sequence (a row would
     /// not see the key another block writes).
     pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool) -> Result<bool, GpuError> {
-        let max_splits = split_wanted().min(self.decode_wave_splits(p)?);
-        self.attention_decode_split(p, a, act8, max_splits, split_keys())
+        self.decode_launch(p, a, act8, None, split_keys())
     }
 
-    /// Most blocks a row's keys may take so that one row's pass fits the GPU in one wave of blocks
+    /// Most blocks a row's keys may take so that a one-row pass of kernel `k` fits the GPU in one wave of blocks
     /// ([`one_wave_splits`]): from the kernel's occupancy at its block size and shared memory, and the model's
     /// shape only — not the pass's rows — so a row's bits stay the same alone and in a pass.
-    fn decode_wave_splits(&self, p: &QkvPost) -> Result<usize, GpuError> {
-        let Some(k) = self.decode_kernel(p)? else { return Ok(1) };
+    fn wave_splits(&self, k: &DecodeKernel, nkv: usize) -> Result<usize, GpuError> {
         let resident = k.f.occupancy_max_active_blocks_per_multiprocessor(k.threads, k.smem as usize, None)?;
-        Ok(one_wave_splits(self.info.sms.max(1) as usize, resident as usize, p.nkv * k.parts))
+        Ok(one_wave_splits(self.info.sms.max(1) as usize, resident as usize, nkv * k.parts))
     }
 
     /// The decode attention kernel for `p`'s shape (None: a shape it does not take), with its dynamic shared
@@ -221,11 +219,29 @@ impl Gpu {
         max_splits: usize,
         keys: usize,
     ) -> Result<bool, GpuError> {
-        let Some(DecodeKernel { f, parts, threads, smem }) = self.decode_kernel(p)? else {
+        self.decode_launch(p, a, act8, Some(max_splits), keys)
+    }
+
+    /// [`Gpu::attention_decode_split`], or with `max_splits` None the default: [`split_wanted`] within one wave
+    /// ([`Gpu::wave_splits`]).
+    unsafe fn decode_launch(
+        &self,
+        p: &QkvPost,
+        a: &Attn,
+        act8: bool,
+        max_splits: Option<usize>,
+        keys: usize,
+    ) -> Result<bool, GpuError> {
+        let Some(k) = self.decode_kernel(p)? else {
             self.qkv_post(p)?;
             self.attention(a)?;
             return Ok(false);
         };
+        let max_splits = match max_splits {
+            Some(m) => m,
+            None => split_wanted().min(self.wave_splits(&k, p.nkv)?),
+        };
+        let DecodeKernel { f, parts, threads, smem } = k;
         let act8 = act8 && (p.nh * p.hd) <= ACT8_MAX_K;
         let (oq, oq2, ods) = if act8 { self.act8_planes() } else { (0, 0, 0) };
         let (mp, nh, nkv, win) = (i(p.meta.max_pages), i(p.nh), i(p.nkv), i(a.window));

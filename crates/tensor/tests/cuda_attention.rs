@@ -4,7 +4,8 @@
 
 mod common;
 use common::{data, gpu};
-use kvad_tensor::cuda::DevBuf;
+use half::f16;
+use kvad_tensor::cuda::{DevBuf, KV_PAGE};
 
 /// Two sequences' prompt rows (one starting mid-sequence, over scattered pages) through both attention kernels,
 /// against attention computed here in f64 from the same f16 keys and values: the key-stream kernel (f32) within
@@ -133,9 +134,6 @@ fn key_stream_attention_in_every_warp_count_equals_the_reference() {
             (0..rows).map(|s| (0..max_pages).rev().map(|i| (s + i * rows) as i32).collect()).collect();
         let pos: Vec<i32> = ctx.iter().map(|&c| c as i32 - 1).collect();
         let seq: Vec<i32> = (0..rows as i32).collect();
-        let at = |s: usize, key: usize, kvh: usize, dd: usize| {
-            ((tables[s][key / KV_PAGE] as usize * nkv + kvh) * KV_PAGE + key % KV_PAGE) * hd + dd
-        };
         let scale = 1.0 / (hd as f32).sqrt();
         let bits = |x: &[f16]| x.iter().map(|h| h.to_bits()).collect::<Vec<u16>>();
         let (kb, vb) = (DevBuf::from_slice(&g, &bits(&k)).unwrap(), DevBuf::from_slice(&g, &bits(&v)).unwrap());
@@ -146,26 +144,9 @@ fn key_stream_attention_in_every_warp_count_equals_the_reference() {
         let mb = DevBuf::from_slice(&g, &meta).unwrap();
         let out = DevBuf::zeros(&g, rows * nh * hd * 4).unwrap();
         let m = Meta { row_pos: mb.ptr(), row_seq: mb.at(rows * 4), tables: mb.at(rows * 8), max_pages };
+        let pages = Pages { k: &k, v: &v, tables: &tables, nkv, hd };
         for window in [0usize, 50] {
-            let mut want = vec![0f64; rows * nh * hd];
-            for r in 0..rows {
-                let p = pos[r] as usize;
-                let lo = if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
-                for h in 0..nh {
-                    let kvh = h / group;
-                    let qr = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
-                    let sc: Vec<f64> = (lo..=p)
-                        .map(|j| (0..hd).map(|dd| (qr[dd] * scale) as f64 * k[at(r, j, kvh, dd)].to_f64()).sum())
-                        .collect();
-                    let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
-                    let z: f64 = e.iter().sum();
-                    for dd in 0..hd {
-                        let o: f64 = (lo..=p).zip(&e).map(|(j, w)| w * v[at(r, j, kvh, dd)].to_f64()).sum();
-                        want[(r * nh + h) * hd + dd] = o / z;
-                    }
-                }
-            }
+            let want = decode_reference(&pages, &q, &pos, nh, window, scale);
             // The instances attention.cu has: 32 warps where GM·D <= 16, 16 where GM·D <= 32, 8 always.
             let warps: Vec<usize> = [8usize, 16, 32]
                 .into_iter()
@@ -232,9 +213,6 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
             (0..rows).map(|s| (0..max_pages).rev().map(|i| (s + i * rows) as i32).collect()).collect();
         let pos: Vec<i32> = ctx.iter().map(|&c| c as i32 - 1).collect();
         let seq: Vec<i32> = (0..rows as i32).collect();
-        let at = |s: usize, key: usize, kvh: usize, dd: usize| {
-            ((tables[s][key / KV_PAGE] as usize * nkv + kvh) * KV_PAGE + key % KV_PAGE) * hd + dd
-        };
         let scale = 1.0 / (hd as f32).sqrt();
         let bits = |x: &[f16]| x.iter().map(|h| h.to_bits()).collect::<Vec<u16>>();
         let (kb, vb) = (DevBuf::from_slice(&g, &bits(&k)).unwrap(), DevBuf::from_slice(&g, &bits(&v)).unwrap());
@@ -261,26 +239,9 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
             tiles: 0,
             n_tiles: 0,
         };
+        let pages = Pages { k: &k, v: &v, tables: &tables, nkv, hd };
         for window in [0usize, 50] {
-            let mut want = vec![0f64; rows * nh * hd];
-            for r in 0..rows {
-                let p = pos[r] as usize;
-                let lo = if window > 0 { (p + 1).saturating_sub(window) } else { 0 };
-                for h in 0..nh {
-                    let kvh = h / group;
-                    let qr = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
-                    let sc: Vec<f64> = (lo..=p)
-                        .map(|j| (0..hd).map(|dd| (qr[dd] * scale) as f64 * k[at(r, j, kvh, dd)].to_f64()).sum())
-                        .collect();
-                    let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
-                    let z: f64 = e.iter().sum();
-                    for dd in 0..hd {
-                        let o: f64 = (lo..=p).zip(&e).map(|(j, w)| w * v[at(r, j, kvh, dd)].to_f64()).sum();
-                        want[(r * nh + h) * hd + dd] = o / z;
-                    }
-                }
-            }
+            let want = decode_reference(&pages, &q, &pos, nh, window, scale);
             for kernel in [ChunkKernel::Simt, ChunkKernel::Chunks, ChunkKernel::Split] {
                 // SAFETY: every buffer holds the shapes above; the tables cover every position.
                 unsafe { g.attention_in_chunks(&attn(qb.ptr(), out.ptr(), m, rows, window), kernel) }.unwrap();
@@ -315,4 +276,45 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
             }
         }
     }
+}
+
+/// The f16 keys and values in pages of [`KV_PAGE`] keys × `nkv` heads × `hd`, and each sequence's page table.
+struct Pages<'a> {
+    k: &'a [f16],
+    v: &'a [f16],
+    tables: &'a [Vec<i32>],
+    nkv: usize,
+    hd: usize,
+}
+
+/// Decode rows' attention computed here in f64: row r (sequence r, at position `pos[r]`) over its keys lo..=pos
+/// (lo from `window`, 0: none), query head h reading KV head h / (nh / nkv), the queries scaled in f32 first as
+/// the kernels do.
+fn decode_reference(p: &Pages, q: &[f32], pos: &[i32], nh: usize, window: usize, scale: f32) -> Vec<f64> {
+    let (nkv, hd) = (p.nkv, p.hd);
+    let group = nh / nkv;
+    let at = |s: usize, key: usize, kvh: usize, dd: usize| {
+        ((p.tables[s][key / KV_PAGE] as usize * nkv + kvh) * KV_PAGE + key % KV_PAGE) * hd + dd
+    };
+    let rows = pos.len();
+    let mut want = vec![0f64; rows * nh * hd];
+    for r in 0..rows {
+        let end = pos[r] as usize;
+        let lo = if window > 0 { (end + 1).saturating_sub(window) } else { 0 };
+        for h in 0..nh {
+            let kvh = h / group;
+            let qr = &q[(r * nh + h) * hd..(r * nh + h + 1) * hd];
+            let sc: Vec<f64> = (lo..=end)
+                .map(|j| (0..hd).map(|dd| (qr[dd] * scale) as f64 * p.k[at(r, j, kvh, dd)].to_f64()).sum())
+                .collect();
+            let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for dd in 0..hd {
+                let o: f64 = (lo..=end).zip(&e).map(|(j, w)| w * p.v[at(r, j, kvh, dd)].to_f64()).sum();
+                want[(r * nh + h) * hd + dd] = o / z;
+            }
+        }
+    }
+    want
 }

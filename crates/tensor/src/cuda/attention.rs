@@ -440,4 +440,13 @@ mod tests {
         assert_eq!(one_wave_splits(132, 4, 2), ATT_SPLIT_MAX);
         assert_eq!(one_wave_splits(132, 1, 0), ATT_SPLIT_MAX);
     }
+
+    #[test]
+    fn the_kernel_merges_as_many_chunks_as_the_host_launches() {
+        let src = include_str!("kernels/attention_decode.cu");
+        assert!(
+            src.contains(&format!("#define AD_SPLIT_MAX {ATT_SPLIT_MAX}\n")),
+            "AD_SPLIT_MAX is not {ATT_SPLIT_MAX}"
+        );
+    }
 }

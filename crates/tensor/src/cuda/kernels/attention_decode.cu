@@ -28,6 +28,8 @@
 // in chunk order and writes the output as a one-block row would. With S_r = 1 the block writes its output itself,
 // the arithmetic of the kernel before the split.
 #define AD_KB 4
+// Most chunks a row's keys are split over: attention.rs's ATT_SPLIT_MAX (a test there checks they agree).
+#define AD_SPLIT_MAX 16
 
 template <int D> struct HalfRow;
 template <> struct HalfRow<1> { typedef unsigned short T; };
@@ -331,19 +333,31 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     if (!last) return;
     __threadfence();
     if (threadIdx.x == 0) *counter = 0;  // every chunk has counted: ready for the next launch
-    // The chunks' partials in chunk order (a fixed order: the same bits whichever block arrives last).
+    // The chunks' partials in chunk order (a fixed order: the same bits whichever block arrives last). Each head's
+    // (maximum, denominator) pairs once into shared memory, then every output's numerators four chunks at a time:
+    // two L2 round trips for up to four chunks, where a chunk at a time took two a chunk one after another.
+    __shared__ float2 sm_pml[GM][AD_SPLIT_MAX];
+    for (int i = threadIdx.x; i < G * S; i += blockDim.x)
+        sm_pml[i / S][i % S] = __ldcg(part_ml + ((size_t)r * splits + i % S) * nh + h0 + i / S);
+    __syncthreads();
     for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
         int g = o / hd;
         float mx = -INFINITY;
-        for (int c = 0; c < S; c++) mx = fmaxf(mx, __ldcg(part_ml + ((size_t)r * splits + c) * nh + h0 + g).x);
+        for (int c = 0; c < S; c++) mx = fmaxf(mx, sm_pml[g][c].x);
         float num = 0.0f, den = 0.0f;
-        for (int c = 0; c < S; c++) {
-            size_t pc = ((size_t)r * splits + c) * nh;
-            float2 ml = __ldcg(part_ml + pc + h0 + g);
-            if (ml.x == -INFINITY) continue;  // a chunk that saw no key
-            float e = expf(ml.x - mx);
-            num = fmaf(__ldcg(part_acc + (pc + h0) * hd + o), e, num);
-            den = fmaf(ml.y, e, den);
+        for (int cb = 0; cb < S; cb += 4) {
+            float pa[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                pa[j] = cb + j < S ? __ldcg(part_acc + (((size_t)r * splits + cb + j) * nh + h0) * hd + o) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float2 ml = sm_pml[g][min(cb + j, S - 1)];
+                if (cb + j >= S || ml.x == -INFINITY) continue;  // past the row's chunks, or a chunk that saw no key
+                float e = expf(ml.x - mx);
+                num = fmaf(pa[j], e, num);
+                den = fmaf(ml.y, e, den);
+            }
         }
         write(o, num / den);
     }

@@ -12,7 +12,9 @@ use common::{data, gpu_dp4a};
 /// A producer (accumulating into a residual stream) whose output norm goes to a dp4a consumer (with a bias), once
 /// through the norm tail and once deferred, then the consumer: the residual stream equal bit for bit (the deferral
 /// does not touch it); the consumer's outputs within 1e-4 of the largest (the 8-bit terms are of `y·g` instead of
-/// the normed row: the same up to rounding); rows batched equal to each row alone, bit for bit; and a run after one
+/// the normed row: the same up to rounding); rows batched equal to each row alone, bit for bit (a row alone runs the
+/// kernel whose blocks hold their group of 32 outputs whole, `_gb`, batched rows the counted groups, `_gn`: this
+/// compares the two, unless `KVAD_GPU_GROUPS_BLOCK=0`); and a run after one
 /// on other inputs equal to the first (the group counters were left at zero: stuck ones would skip the writes, and
 /// the other inputs' planes would show). Widths of 3 groups (a partial warp of group sums), 128 and 256 (the
 /// widest), every block format, the producers' block heights for 1, 3 and 8 rows (4 and 8) and height 2.

@@ -234,6 +234,10 @@ pub fn kernel_names() -> Vec<String> {
                 }
                 if f != "bf16" {
                     names.push(format!("gemvs_{f}d_{b}_r{r}_gn"));
+                    // One input, whole groups a block (gemv_split.cu's GS_INSTANCES_GB).
+                    if b == 1 && (r == 4 || r == 8) {
+                        names.push(format!("gemvs_{f}d_{b}_r{r}_gb"));
+                    }
                 }
             }
         }

@@ -4,6 +4,7 @@
 //! last of its blocks as `y·g` (the weights applied, the RMS not yet divided out: it scales a block and its 8-bit
 //! form alike), with the group's sum of squares; the next product sums those into each row's 1/rms as it stores
 //! its outputs and multiplies it in. On by default (gpu-q8 +8% on the H200); `KVAD_GPU_NORM_DEFER=0` is the tail.
+//! One-stream decode runs the products whose blocks hold a group whole (`_gb`, [`groups_in_block`]): no counter.
 
 use super::ops::{whole_groups, GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
 use super::{DevMatrix, Gpu};
@@ -42,6 +43,18 @@ fn defer_wanted() -> bool {
     *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_DEFER").map_or(true, |v| v != "0"))
 }
 
+/// Whether a deferring product runs the kernel whose blocks hold whole groups of 32 output rows (`_gb` in
+/// gemv_split.cu: each block finishes its group's 8-bit form behind its own barrier, where the `_gn` kernels count
+/// the group's blocks on a counter, fence, and read the rows back from L2 — a chain at the end of a one-wave
+/// product). Instantiated for one input at heights 4 and 8, the same bits as `_gn`; `KVAD_GPU_GROUPS_BLOCK=0` keeps
+/// `_gn`, for measuring.
+pub(crate) fn groups_in_block(rows: usize, per: usize) -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    rows == 1
+        && (per == 4 || per == 8)
+        && *ON.get_or_init(|| std::env::var("KVAD_GPU_GROUPS_BLOCK").map_or(true, |v| v != "0"))
+}
+
 impl Gpu {
     /// The deferred norm's addresses (fixed for the GPU's life, so CUDA graphs may record them).
     pub(crate) fn defer_planes(&self) -> DeferPlanes {
@@ -58,5 +71,19 @@ impl Gpu {
             && defer_wanted()
             && self.takes_act8(producer, rows)
             && self.takes_act8(next, rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups_in_block;
+
+    /// Only one input at the heights instantiated (`GS_INSTANCES_GB` in gemv_split.cu): any other name would not
+    /// be found when launched.
+    #[test]
+    fn groups_in_block_only_where_instantiated() {
+        for (rows, per) in [(2, 8), (8, 8), (1, 2), (2, 4)] {
+            assert!(!groups_in_block(rows, per), "{rows} rows at height {per}");
+        }
     }
 }

@@ -463,6 +463,7 @@ impl Gpu {
                 // an SM: gpu-q8 +15%, docs/performance-gpu.md).
                 let nn = match norm {
                     None => "_nn",
+                    Some(o) if o.to == NormTo::Deferred && super::norm_defer::groups_in_block(rows, per) => "_gb",
                     Some(o) if o.to == NormTo::Deferred => "_gn",
                     Some(_) => "",
                 };
@@ -526,7 +527,12 @@ impl Gpu {
             let whole_f4 = m.rows.is_multiple_of(4) && m.rows <= NORM_TAIL_MAX_N;
             let tail = norm.is_some_and(|o| o.to != NormTo::Deferred);
             let smem = if tail && whole_f4 && tail_in_smem(m.format) { (m.rows * 4) as u32 } else { 0 };
-            b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
+            if name.ends_with("_gb") {
+                // A block of 32 rows (whole groups: checked above), 32/per sub-blocks of 128 threads.
+                b.launch(cfg(((m.rows / 32) as u32, 1, 1), (128 * 32 / per) as u32, 0))?;
+            } else {
+                b.launch(cfg((m.rows.div_ceil(per) as u32, 1, 1), 128, smem))?;
+            }
             if let Some(o) = norm.filter(|o| o.to == NormTo::Act8 && !tail_act8(o)) {
                 self.quant_act8(o.out, rows, m.rows)?;
             }

@@ -12,6 +12,19 @@
 #define GS_NO_NORM 0
 #define GS_TAIL 1
 #define GS_GROUPS 2
+#define GS_GROUPS_BLOCK 3
+
+// Blocks of SUB sub-blocks (the `_gb` instances, GS_GROUPS_BLOCK): sub-block s of a block is what a block of
+// GS_WARPS warps is elsewhere, rows (blockIdx.x·SUB + s)·R on, so the block holds SUB·R = 32 rows, a whole group of
+// the deferred norm, and finishes it itself. A thread's warp within its sub-block, and its sub-block:
+template <int SUB>
+__device__ __forceinline__ int gs_warp() {
+    return SUB == 1 ? threadIdx.x >> 5 : (threadIdx.x >> 5) & (GS_WARPS - 1);
+}
+template <int SUB>
+__device__ __forceinline__ int gs_sub() {
+    return SUB == 1 ? 0 : threadIdx.x / (GS_WARPS * 32);
+}
 
 // `xss` (dp4a kernels; 0: none): where the norm before was deferred to this product (split_norm_groups), each
 // input row's sums of squares by group of 32 columns, [B][K/32]; each row's 1/rms is made from them here, a warp
@@ -19,16 +32,19 @@
 // loads beside the warps' sums. ptxas: the q4 norm-free kernel at 4 rows 72 → 79 registers with this code, wherever
 // it is placed (after a barrier too), held at 72 by its launch bounds (GS_NN4_BOUNDS_1 below); the q8 one-row
 // kernels 56 → 48 (4 rows) and 95 → 71 (8).
-template <int B, int R>
+//
+// With SUB sub-blocks (`_gb`), each sums its own rows, and `ysm` (shared, [B][SUB·R]) gets the block's stored
+// values too, for its group's norm.
+template <int B, int R, int SUB = 1>
 __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const float* __restrict__ bias, int n0, int N,
                                             int accumulate, const float* __restrict__ xss = nullptr, int K = 0,
-                                            float xeps = 0.0f) {
-    __shared__ float red[GS_WARPS][B * R];
+                                            float xeps = 0.0f, float* ysm = nullptr) {
+    __shared__ float red[SUB][GS_WARPS][B * R];
     __shared__ float rinv[B];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int warp = gs_warp<SUB>(), lane = threadIdx.x & 31, sub = gs_sub<SUB>();
     if (xss) {
         int G = K / 32;
-        for (int b = warp; b < B; b += GS_WARPS) {
+        for (int b = sub * GS_WARPS + warp; b < B; b += SUB * GS_WARPS) {
             float s = 0.0f;
 #pragma unroll 4
             for (int i = lane; i < G; i += 32) s += __ldcg(xss + (size_t)b * G + i);
@@ -41,20 +57,27 @@ __device__ __forceinline__ void split_store(float (*acc)[R], float* y, const flo
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float v = warp_sum(acc[b][r]);
-            if (lane == 0) red[warp][b * R + r] = v;
+            if (lane == 0) red[sub][warp][b * R + r] = v;
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < B * R; i += blockDim.x) {
+    // (A sub-block's stride for SUB > 1; blockDim.x alone, as the kernels were measured, keeps their registers.)
+    for (int i = threadIdx.x - sub * GS_WARPS * 32; i < B * R; i += SUB == 1 ? blockDim.x : GS_WARPS * 32) {
         int b = i / R, n = n0 + i % R;
         if (n >= N) continue;
-        float s = red[0][i];
+        float s = red[sub][0][i];
 #pragma unroll
-        for (int w = 1; w < GS_WARPS; w++) s += red[w][i];
+        for (int w = 1; w < GS_WARPS; w++) s += red[sub][w][i];
         if (xss) s *= rinv[b];
         if (bias) s += bias[n];
         float* o = y + (size_t)b * N + n;
-        *o = accumulate ? *o + s : s;
+        if constexpr (SUB > 1) {
+            s = accumulate ? *o + s : s;
+            *o = s;
+            ysm[b * (SUB * R) + sub * R + i % R] = s;
+        } else {
+            *o = accumulate ? *o + s : s;
+        }
     }
 }
 
@@ -263,6 +286,36 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
     if (threadIdx.x == 0) counter[g] = 0u;
 }
 
+// The same groups' 8-bit form and sums of squares when the block holds its group whole (GS_GROUPS_BLOCK: SUB·R =
+// 32 rows, `ys` the block's stored values, [B][32], from split_store): no counter, no fence, no second read of the
+// rows from L2 — the block's barrier is the wait. The arithmetic is split_norm_groups's, in the same order, so the
+// bits are the same whichever instance a row runs (rows alone run these, batched the `_gn` ones).
+template <int B>
+__device__ __forceinline__ void split_groups_block(const float* ys, float4 w, int N, signed char* nq,
+                                                   signed char* nq2, float2* nds, float* nss) {
+    int G = N / 32, g = blockIdx.x;
+    int b = threadIdx.x >> 3, n = g * 32 + (threadIdx.x & 7) * 4;
+    __syncthreads();
+    if (threadIdx.x >= 32 * ((8 * B + 31) / 32)) return;  // whole warps for the shuffles
+    bool on = b < B;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v = on ? *(const float4*)(ys + b * 32 + (threadIdx.x & 7) * 4) : zero4;
+    float ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, v.w * v.w)));
+    float4 t = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+    float amax = fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w)));
+    float bs = (t.x + t.y) + (t.z + t.w);
+#pragma unroll
+    for (int m = 1; m < 8; m <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        bs += __shfl_xor_sync(0xffffffffu, bs, m);
+        ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    }
+    if (on) {
+        act8_store4(t, amax, bs, b, n, N, nq, nq2, nds);
+        if ((threadIdx.x & 7) == 0) nss[(size_t)b * G + g] = ss;
+    }
+}
+
 // A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
 // tail, once the last block has summed the rows (PDL_ENTER_LATE in common.cuh: the next product's weight loads
 // would queue ahead of the tail's), or, deferring its norm, once its own loads are done (gs_q8d, gs_q4d); the
@@ -282,9 +335,10 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
 #define NORM_ARGS ng, nout, eps, counter, nq, nq2, nds
 
 // The chunks [c0, c1) of this warp when K holds `chunks` of them.
+template <int SUB = 1>
 __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
     int per = (chunks + GS_WARPS - 1) / GS_WARPS;
-    c0 = (threadIdx.x >> 5) * per;
+    c0 = gs_warp<SUB>() * per;
     c1 = min(chunks, c0 + per);
 }
 
@@ -495,26 +549,36 @@ __device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], i
 }
 
 // The dp4a products' end: the store (with the deferred rows' 1/rms in the norm-free instances, the only ones that
-// take deferred rows, ops.rs), then the norm tail or the deferred norm's groups. A deferring product lets the next
+// take deferred rows, ops.rs), then the norm tail or the deferred norm's groups (counted, or whole in the block:
+// `_gb`, SUB sub-blocks; +1.8% decode at q8, +2.6% at q4 against `_gn`). A deferring product lets the next
 // kernel launch once every block's weights are in: its groups' chain is L2 traffic, which the next product's first
 // weight loads overlap (+1% decode at q8 and q4 against the trigger in the groups, docs/performance-gpu.md).
-template <int B, int R, int NORM, bool Q8>
+template <int B, int R, int NORM, bool Q8, int SUB = 1>
 __device__ __forceinline__ void gs_d_finish(float (&acc)[B][R], float* y, const float* __restrict__ bias, int n0,
                                             int N, int K, int accumulate, const float* __restrict__ xss,
                                             float xeps, NORM_PARAMS, float* nss) {
-    if (NORM == GS_GROUPS) pdl_trigger();
-    split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
-    if (NORM == GS_TAIL && ng) split_norm_tail<B, true, Q8>(y, N, NORM_ARGS);
-    if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
+    if (NORM == GS_GROUPS || NORM == GS_GROUPS_BLOCK) pdl_trigger();
+    if constexpr (NORM == GS_GROUPS_BLOCK) {
+        static_assert(SUB * R == 32, "a block of one group");
+        __shared__ __align__(16) float ys[B * 32];
+        // The norm's weights for the thread's four columns of the group, asked for before the sums.
+        float4 w = __ldg((const float4*)(ng + blockIdx.x * 32 + (threadIdx.x & 7) * 4));
+        split_store<B, R, SUB>(acc, y, bias, n0, N, accumulate, nullptr, K, xeps, ys);
+        split_groups_block<B>(ys, w, N, nq, nq2, nds, nss);
+    } else {
+        split_store<B, R>(acc, y, bias, n0, N, accumulate, NORM == GS_NO_NORM ? xss : nullptr, K, xeps);
+        if (NORM == GS_TAIL && ng) split_norm_tail<B, true, Q8>(y, N, NORM_ARGS);
+        if (NORM == GS_GROUPS && ng) split_norm_groups<B, R>(y, N, ng, counter, nq, nq2, nds, nss);
+    }
 }
 
-template <int B, int R, int NORM>
+template <int B, int R, int NORM, int SUB = 1>
 __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS, float* nss) {
-    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
-    split_range(K / 16, c0, c1);
+    int lane = threadIdx.x & 31, n0 = (blockIdx.x * SUB + gs_sub<SUB>()) * R, c0, c1;
+    split_range<SUB>(K / 16, c0, c1);
     int nb = K / 32;
     float acc[B][R];
 #pragma unroll
@@ -542,17 +606,17 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
             }
         }
     }
-    gs_d_finish<B, R, NORM, true>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
+    gs_d_finish<B, R, NORM, true, SUB>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
 }
 
-template <int B, int R, int NORM>
+template <int B, int R, int NORM, int SUB = 1>
 __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS, float* nss) {
-    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    int lane = threadIdx.x & 31, n0 = (blockIdx.x * SUB + gs_sub<SUB>()) * R, c0, c1;
     int nb = K / 32;
-    split_range(nb, c0, c1);
+    split_range<SUB>(nb, c0, c1);
     float acc[B][R];
 #pragma unroll
     for (int b = 0; b < B; b++)
@@ -583,7 +647,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
             }
         }
     }
-    gs_d_finish<B, R, NORM, false>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
+    gs_d_finish<B, R, NORM, false, SUB>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
 }
 
 #define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                       \
@@ -615,6 +679,22 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
                               const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
                               const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) {            \
         gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);              \
+    }
+
+// The deferring products with their group in one block (`_gb`: GS_GROUPS_BLOCK, 32/R sub-blocks of GS_WARPS warps,
+// one block of 32 rows), for one input — the o and down products of one-stream decode (ops.rs).
+#define GS_INSTANCES_GB(B, R)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
+        gemvs_q8d_##B##_r##R##_gb(const unsigned char* Q, const f16_t* S, const signed char* xq,              \
+                                  const signed char* xq2, const float2* xds, const float* xss, float xeps,     \
+                                  float* y, const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) { \
+        gs_q8d<B, R, GS_GROUPS_BLOCK, 32 / R>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss); \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
+        gemvs_q4d_##B##_r##R##_gb(const unsigned char* Q, const unsigned* DM, const signed char* xq,          \
+                                  const signed char* xq2, const float2* xds, const float* xss, float xeps,     \
+                                  float* y, const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) { \
+        gs_q4d<B, R, GS_GROUPS_BLOCK, 32 / R>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss); \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input
@@ -654,6 +734,8 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 0
 GS_HEIGHTS(1)
 GS_HEIGHTS(2)
+GS_INSTANCES_GB(1, 4)
+GS_INSTANCES_GB(1, 8)
 #endif
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 1
 GS_HEIGHTS(3)

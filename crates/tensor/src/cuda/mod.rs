@@ -10,6 +10,7 @@ mod attention;
 mod blas;
 mod buffer;
 mod compile;
+mod elementwise;
 mod launch;
 mod matrix;
 mod norm_defer;
@@ -234,8 +235,8 @@ pub fn kernel_names() -> Vec<String> {
                 }
                 if f != "bf16" {
                     names.push(format!("gemvs_{f}d_{b}_r{r}_gn"));
-                    // One input, whole groups a block (gemv_split.cu's GS_INSTANCES_GB).
-                    if b == 1 && (r == 4 || r == 8) {
+                    // One input, whole groups a block (gemv_split.cu's GS_INSTANCE_GB).
+                    if b == 1 && norm_defer::GROUPS_BLOCK.contains(&(f, r)) {
                         names.push(format!("gemvs_{f}d_{b}_r{r}_gb"));
                     }
                 }

@@ -43,15 +43,19 @@ fn defer_wanted() -> bool {
     *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_DEFER").map_or(true, |v| v != "0"))
 }
 
+/// The formats and block heights whose one-input deferring products come with their groups whole in a block (`_gb`,
+/// gemv_split.cu's `GS_INSTANCE_GB`): where 32/R sub-blocks fit an SM's registers (q4 at height 4 spilled).
+pub(crate) const GROUPS_BLOCK: [(&str, usize); 3] = [("q8", 4), ("q8", 8), ("q4", 8)];
+
 /// Whether a deferring product runs the kernel whose blocks hold whole groups of 32 output rows (`_gb` in
 /// gemv_split.cu: each block finishes its group's 8-bit form behind its own barrier, where the `_gn` kernels count
 /// the group's blocks on a counter, fence, and read the rows back from L2 — a chain at the end of a one-wave
-/// product). Instantiated for one input at heights 4 and 8, the same bits as `_gn`; `KVAD_GPU_GROUPS_BLOCK=0` keeps
-/// `_gn`, for measuring.
-pub(crate) fn groups_in_block(rows: usize, per: usize) -> bool {
+/// product: gpu-q8 +1.8%, gpu-q4 +2.6% on the H200). One input, [`GROUPS_BLOCK`]'s heights; the same bits as
+/// `_gn`. `KVAD_GPU_GROUPS_BLOCK=0` keeps `_gn`, for measuring.
+pub(crate) fn groups_in_block(format: &str, rows: usize, per: usize) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     rows == 1
-        && (per == 4 || per == 8)
+        && GROUPS_BLOCK.contains(&(format, per))
         && *ON.get_or_init(|| std::env::var("KVAD_GPU_GROUPS_BLOCK").map_or(true, |v| v != "0"))
 }
 
@@ -78,12 +82,12 @@ impl Gpu {
 mod tests {
     use super::groups_in_block;
 
-    /// Only one input at the heights instantiated (`GS_INSTANCES_GB` in gemv_split.cu): any other name would not
+    /// Only one input at the heights instantiated (`GS_INSTANCE_GB` in gemv_split.cu, [`GROUPS_BLOCK`]): any other name would not
     /// be found when launched.
     #[test]
     fn groups_in_block_only_where_instantiated() {
-        for (rows, per) in [(2, 8), (8, 8), (1, 2), (2, 4)] {
-            assert!(!groups_in_block(rows, per), "{rows} rows at height {per}");
+        for (f, rows, per) in [("q4", 2, 8), ("q8", 8, 8), ("q8", 1, 2), ("q4", 1, 4), ("bf16", 1, 8)] {
+            assert!(!groups_in_block(f, rows, per), "{f}, {rows} rows at height {per}");
         }
     }
 }

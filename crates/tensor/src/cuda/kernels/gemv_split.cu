@@ -242,6 +242,28 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     }
 }
 
+// A deferred group's end, for split_norm_groups and split_groups_block alike (so the two give the same bits): eight
+// threads a row, four columns each (`v`, row b's columns n..n+3 of group g; threads past the rows, `on` false, take
+// part in the shuffles only), write the two-term 8-bit form of v·w and the group's sum of squares.
+__device__ __forceinline__ void group_finish(float4 v, float4 w, bool on, int b, int n, int N, int g,
+                                             signed char* nq, signed char* nq2, float2* nds, float* nss) {
+    int G = N / 32;
+    float ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, v.w * v.w)));
+    float4 t = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+    float amax = fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w)));
+    float bs = (t.x + t.y) + (t.z + t.w);
+#pragma unroll
+    for (int m = 1; m < 8; m <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        bs += __shfl_xor_sync(0xffffffffu, bs, m);
+        ss += __shfl_xor_sync(0xffffffffu, ss, m);
+    }
+    if (on) {
+        act8_store4(t, amax, bs, b, n, N, nq, nq2, nds);
+        if ((threadIdx.x & 7) == 0) nss[(size_t)b * G + g] = ss;
+    }
+}
+
 // The norm deferred to the dp4a product next, for the o and down products at q8/q4 (ops.rs, NormOut::defer): the
 // last-block tail above norms the whole row in one block, a serial ~5 µs. Here each group of 32 output columns is
 // finished by the last of its 32/R blocks (one counter a group, counter[g]): it writes the group's two-term 8-bit
@@ -255,7 +277,7 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
                                                   float* nss) {
     static_assert(8 * B <= GS_WARPS * 32 && 32 % R == 0, "eight threads a row of a group; whole groups a block");
     __shared__ unsigned last;
-    int G = N / 32, g = blockIdx.x * R / 32;
+    int g = blockIdx.x * R / 32;
     // Eight threads a row of the group, four columns each (threads past B rows idle in the shuffles).
     int b = threadIdx.x >> 3, n = g * 32 + (threadIdx.x & 7) * 4;
     // The norm's weights are constants: asked for before the count, so the group's last block has them by then.
@@ -269,20 +291,7 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
     bool on = b < B;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 v = on ? __ldcg((const float4*)(y + (size_t)b * N + n)) : zero4;
-    float ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, v.w * v.w)));
-    float4 t = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
-    float amax = fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w)));
-    float bs = (t.x + t.y) + (t.z + t.w);
-#pragma unroll
-    for (int m = 1; m < 8; m <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        bs += __shfl_xor_sync(0xffffffffu, bs, m);
-        ss += __shfl_xor_sync(0xffffffffu, ss, m);
-    }
-    if (on) {
-        act8_store4(t, amax, bs, b, n, N, nq, nq2, nds);
-        if ((threadIdx.x & 7) == 0) nss[(size_t)b * G + g] = ss;
-    }
+    group_finish(v, w, on, b, n, N, g, nq, nq2, nds, nss);
     if (threadIdx.x == 0) counter[g] = 0u;
 }
 
@@ -293,27 +302,14 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
 template <int B>
 __device__ __forceinline__ void split_groups_block(const float* ys, float4 w, int N, signed char* nq,
                                                    signed char* nq2, float2* nds, float* nss) {
-    int G = N / 32, g = blockIdx.x;
+    int g = blockIdx.x;
     int b = threadIdx.x >> 3, n = g * 32 + (threadIdx.x & 7) * 4;
     __syncthreads();
     if (threadIdx.x >= 32 * ((8 * B + 31) / 32)) return;  // whole warps for the shuffles
     bool on = b < B;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 v = on ? *(const float4*)(ys + b * 32 + (threadIdx.x & 7) * 4) : zero4;
-    float ss = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, v.w * v.w)));
-    float4 t = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
-    float amax = fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)), fmaxf(fabsf(t.z), fabsf(t.w)));
-    float bs = (t.x + t.y) + (t.z + t.w);
-#pragma unroll
-    for (int m = 1; m < 8; m <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        bs += __shfl_xor_sync(0xffffffffu, bs, m);
-        ss += __shfl_xor_sync(0xffffffffu, ss, m);
-    }
-    if (on) {
-        act8_store4(t, amax, bs, b, n, N, nq, nq2, nds);
-        if ((threadIdx.x & 7) == 0) nss[(size_t)b * G + g] = ss;
-    }
+    group_finish(v, w, on, b, n, N, g, nq, nq2, nds, nss);
 }
 
 // A split kernel's entry: one that norms its output (`ng` given) lets the next kernel launch only from its norm
@@ -682,19 +678,15 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     }
 
 // The deferring products with their group in one block (`_gb`: GS_GROUPS_BLOCK, 32/R sub-blocks of GS_WARPS warps,
-// one block of 32 rows), for one input — the o and down products of one-stream decode (ops.rs).
-#define GS_INSTANCES_GB(B, R)                                                                                  \
+// one block of 32 rows), for one input — the o and down products of one-stream decode (ops.rs) — at the heights
+// whose sub-blocks fit: q8 at 4 and 8, q4 at 8 (at 4 its 1,024 threads leave 64 registers: it spilled).
+#define GS_INSTANCE_GB(F, B, R, ST)                                                                        \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
-        gemvs_q8d_##B##_r##R##_gb(const unsigned char* Q, const f16_t* S, const signed char* xq,              \
-                                  const signed char* xq2, const float2* xds, const float* xss, float xeps,     \
-                                  float* y, const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) { \
-        gs_q8d<B, R, GS_GROUPS_BLOCK, 32 / R>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss); \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
-        gemvs_q4d_##B##_r##R##_gb(const unsigned char* Q, const unsigned* DM, const signed char* xq,          \
-                                  const signed char* xq2, const float2* xds, const float* xss, float xeps,     \
-                                  float* y, const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) { \
-        gs_q4d<B, R, GS_GROUPS_BLOCK, 32 / R>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss); \
+        gemvs_##F##d_##B##_r##R##_gb(const unsigned char* Q, const ST* S, const signed char* xq,              \
+                                     const signed char* xq2, const float2* xds, const float* xss, float xeps,  \
+                                     float* y, const float* bias, int N, int K, int acc, NORM_PARAMS,         \
+                                     float* nss) {                                                            \
+        gs_##F##d<B, R, GS_GROUPS_BLOCK, 32 / R>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss); \
     }
 
 // Every block height for every input count: the table in ops.rs (split_rows) picks one per format and input
@@ -734,8 +726,9 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 0
 GS_HEIGHTS(1)
 GS_HEIGHTS(2)
-GS_INSTANCES_GB(1, 4)
-GS_INSTANCES_GB(1, 8)
+GS_INSTANCE_GB(q8, 1, 4, f16_t)
+GS_INSTANCE_GB(q8, 1, 8, f16_t)
+GS_INSTANCE_GB(q4, 1, 8, unsigned)
 #endif
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 1
 GS_HEIGHTS(3)

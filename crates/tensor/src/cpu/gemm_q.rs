@@ -220,7 +220,7 @@ mod avx {
     }
 
     /// Packs columns `j0..j0+cols` (zeros past them) block by block: `packed[b][kp][c]` is the i16 pair
-    /// (w[c][32b+2kp], w[c][32b+2kp+1]), Q4_0's offset of 8 already subtracted.
+    /// (`w[c][32b+2kp]`, `w[c][32b+2kp+1]`), Q4_0's offset of 8 already subtracted.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn pack_panel(w: &QMatrix, j0: usize, cols: usize, packed: &mut [i16]) {
         let (t, nb) = (w.qtype(), w.cols() / BLOCK);

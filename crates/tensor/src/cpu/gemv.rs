@@ -25,7 +25,7 @@ pub struct ActQ {
     /// Per-block scales (padded with zeros to a multiple of 8, plus 8).
     pub dx: Vec<f32>,
     /// Per-block sums of the f32 `x` (for Q4_1's minimums), padded like `dx`; summed in the order of
-    /// [`block_sum`], which the SIMD path keeps.
+    /// `block_sum`, which the SIMD path keeps.
     pub xsum: Vec<f32>,
     /// `xq` in the order the kernels widen weights, per pair of blocks (b, b+1): four vectors of 16, each the 8
     /// values of block b then the 8 of block b+1 at indices {2i}, {2i+16}, {2i+1}, {2i+17}. Q4 unpacks nibbles in

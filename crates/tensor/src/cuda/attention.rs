@@ -207,7 +207,7 @@ impl Gpu {
 
     /// [`Gpu::attention_decode`] with a row of n keys split over min(`max_splits`, ⌈n / `keys`⌉) blocks of
     /// ⌈n / that⌉ keys (`max_splits` 1: one block a query head, the kernel before the split), so tests can run each;
-    /// [`decode_splits`] says how many a pass launches.
+    /// `decode_splits` says how many a pass launches.
     ///
     /// # Safety
     /// As [`Gpu::attention_decode`].

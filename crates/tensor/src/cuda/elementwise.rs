@@ -55,8 +55,8 @@ impl Gpu {
     }
 
     /// [`Gpu::rms_norm`] into f32 that also writes its output as the dp4a products' 8-bit activations (as
-    /// `quant_act8` would, bit for bit), for a product that takes [`Act::F32Act8`] next: the decode step's first
-    /// norm, which otherwise cost the q/k/v product a quantising launch.
+    /// `quant_act8` would, bit for bit), for a product that takes [`Act::F32Act8`](super::Act::F32Act8) next: the
+    /// decode step's first norm, which otherwise cost the q/k/v product a quantising launch.
     ///
     /// # Safety
     /// As [`Gpu::rms_norm`]; `rows` up to [`GEMV_MAX_ROWS`] and `h` a multiple of 32 up to [`ACT8_MAX_K`]
@@ -112,7 +112,7 @@ impl Gpu {
     }
 
     /// [`Gpu::silu_mul`] into f32 `out` and, in two 8-bit terms, into the activation scratch, for a dp4a down
-    /// product that then takes [`Act::F32Act8`]`(out)` (one `quant_act8` launch fewer a layer).
+    /// product that then takes [`Act::F32Act8`](super::Act::F32Act8)`(out)` (one `quant_act8` launch fewer a layer).
     ///
     /// # Safety
     /// `gu` must hold `rows × 2f`, `out` `rows × f`; `f` a whole number of blocks of 32 up to [`ACT8_MAX_K`].

@@ -17,13 +17,14 @@ const GROUPS: usize = NORM_TAIL_MAX_N / 32;
 /// planes are the deferring product's own, not the GPU's activation scratch: its blocks still read their input
 /// from there while finished groups write their output.
 const COUNTERS: usize = 0;
-const SUMS: usize = 4096;
+const SUMS: usize = COUNTERS + GROUPS * 4;
 const Q1: usize = SUMS + GEMV_MAX_ROWS * GROUPS * 4;
 const Q2: usize = Q1 + GEMV_MAX_ROWS * NORM_TAIL_MAX_N;
 const DS: usize = Q2 + GEMV_MAX_ROWS * NORM_TAIL_MAX_N;
 /// Bytes of the deferred norm's scratch (`Gpu::defer`).
 pub(crate) const DEFER_BYTES: usize = DS + GEMV_MAX_ROWS * GROUPS * 8;
-const _: () = assert!(GROUPS * 4 <= SUMS);
+// The kernels load the planes as int4 and the pairs as float2.
+const _: () = assert!(Q1.is_multiple_of(16) && Q2.is_multiple_of(16) && DS.is_multiple_of(8));
 
 /// Addresses in the deferred norm's scratch that the kernels take.
 pub(crate) struct DeferPlanes {
@@ -66,9 +67,9 @@ impl Gpu {
         DeferPlanes { counters: d.at(COUNTERS), sums: d.at(SUMS), q1: d.at(Q1), q2: d.at(Q2), ds: d.at(DS) }
     }
 
-    /// Whether the norm of `producer`'s output, for `next` to read, may be deferred to `next` ([`super::NormOut::defer`],
+    /// Whether the norm of `producer`'s output, for `next` to read, may be deferred to `next` ([`super::NormTo::Deferred`],
     /// then [`super::Act::Act8Deferred`]): both dp4a products of `rows` rows, the output whole groups of 32 columns
-    /// up to [`NORM_TAIL_MAX_N`], unless `KVAD_GPU_NORM_DEFER=0`.
+    /// up to `NORM_TAIL_MAX_N`, unless `KVAD_GPU_NORM_DEFER=0`.
     pub fn defers_norm(&self, producer: &DevMatrix, next: &DevMatrix, rows: usize) -> bool {
         whole_groups(producer.rows)
             && next.cols == producer.rows

@@ -139,9 +139,9 @@ pub enum Act {
     /// bf16 rows at this address.
     Bf16(u64),
     /// f32 rows at this address whose two-term 8-bit form the kernel before also wrote into the GPU's activation
-    /// scratch ([`NormOut::act8`], [`Gpu::silu_mul_act8`]): a dp4a product reads that and skips its `quant_act8`.
+    /// scratch ([`NormTo::Act8`], [`Gpu::silu_mul_act8`]): a dp4a product reads that and skips its `quant_act8`.
     F32Act8(u64),
-    /// Rows whose norm the product before deferred to this one ([`NormOut::defer`]): their 8-bit form, not yet
+    /// Rows whose norm the product before deferred to this one ([`NormTo::Deferred`]): their 8-bit form, not yet
     /// divided by each row's RMS, and their sums of squares by group of 32 columns, in the GPU's deferred-norm
     /// scratch; only a dp4a product takes them, making each row's 1/rms with this epsilon (the norm's).
     Act8Deferred {
@@ -580,7 +580,7 @@ impl Gpu {
     }
 
     /// Whether a decode product of `rows` rows by `m` reads its activations in two 8-bit terms (the default GEMV
-    /// family on q8/q4 weights): then the kernel before it may write them ([`NormOut::act8`],
+    /// family on q8/q4 weights): then the kernel before it may write them ([`NormTo::Act8`],
     /// [`Gpu::silu_mul_act8`]) and hand over [`Act::F32Act8`].
     pub fn takes_act8(&self, m: &DevMatrix, rows: usize) -> bool {
         self.gemv_kernel == GemvKernel::SplitDp4a

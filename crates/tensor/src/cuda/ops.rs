@@ -71,6 +71,20 @@ fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     }
 }
 
+/// Blocks an SM asked of ptxas for q4's one-input norm-free product (`gemvs_q4d_1_r4_nn`, 7 by default: 72
+/// registers), for measuring whether more warps an SM read its weights faster: `KVAD_GPU_NN_BLOCKS=8|9` runs its
+/// `_b8`/`_b9` instance (64 and 56 registers, no spill; the same arithmetic, so the same bits; other values: the
+/// default).
+pub(crate) const NN_BLOCKS: [usize; 2] = [8, 9];
+
+fn nn_blocks_suffix() -> &'static str {
+    static S: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    S.get_or_init(|| match std::env::var("KVAD_GPU_NN_BLOCKS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(b) if NN_BLOCKS.contains(&b) => format!("_b{b}"),
+        _ => String::new(),
+    })
+}
+
 /// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
 /// it) rather than registers: `split_norm_tail`'s SMEM in gemv_split.cu, chosen there per format by decode on the
 /// H200 — shared memory gave q8 +5% and bf16 +3% (the tail's registers had cut their o/down products' blocks an SM
@@ -469,7 +483,9 @@ impl Gpu {
                     Some(o) if o.to == NormTo::Deferred => "_gn",
                     Some(_) => "",
                 };
-                Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
+                let name = format!("gemvs_{fname}{d}_{rows}_r{per}{nn}");
+                let more_blocks = if name == "gemvs_q4d_1_r4_nn" { nn_blocks_suffix() } else { "" };
+                Some((format!("{name}{more_blocks}"), per))
             }
             _ => None,
         };

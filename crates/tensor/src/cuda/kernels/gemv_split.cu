@@ -720,6 +720,18 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     GS_INSTANCES_D(B, R, _r##R##_gn, GS_GROUPS, GS_BOUNDS)
 #define GS_HEIGHTS(B) GS_HEIGHT(B, 2, GS_BOUNDS) GS_HEIGHT(B, 4, GS_NN4_BOUNDS_##B) GS_HEIGHT(B, 8, GS_BOUNDS)
 
+// q4's one-input norm-free product (q/k/v, gate/up, the head) asked for more blocks an SM — `_b8` (ptxas: 64
+// registers), `_b9` (56; at 10, 48 registers, it spilled) — for measuring (KVAD_GPU_NN_BLOCKS, ops.rs): ncu has
+// the 7-block kernel's warps waiting on their loads with 25 warps an SM (docs/performance-gpu.md, session 17).
+#define GS_INSTANCE_NN_BLOCKS(BLOCKS)                                                                          \
+    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32, BLOCKS)                                        \
+        gemvs_q4d_1_r4_nn_b##BLOCKS(const unsigned char* Q, const unsigned* DM, const signed char* xq,        \
+                                    const signed char* xq2, const float2* xds, const float* xss, float xeps,   \
+                                    float* y, const float* bias, int N, int K, int acc, NORM_PARAMS,          \
+                                    float* nss) {                                                             \
+        gs_q4d<1, 4, GS_NO_NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);        \
+    }
+
 // These kernels take most of NVRTC's time, so mod.rs compiles them as compile units of their own, side by side:
 // KVAD_GS_PART = p instantiates input counts 2p+1 and 2p+2 only, −1 none (the unit of all other kernels); unset,
 // all of them.
@@ -729,6 +741,8 @@ GS_HEIGHTS(2)
 GS_INSTANCE_GB(q8, 1, 4, f16_t)
 GS_INSTANCE_GB(q8, 1, 8, f16_t)
 GS_INSTANCE_GB(q4, 1, 8, unsigned)
+GS_INSTANCE_NN_BLOCKS(8)
+GS_INSTANCE_NN_BLOCKS(9)
 #endif
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 1
 GS_HEIGHTS(3)

@@ -61,9 +61,14 @@ pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_R
 /// (alternated twice on the H200, docs/gpu-results/tail-smem-2026-12-01/). The products deferring their norm hold
 /// 72 registers at 4 rows too, but gpu-q4 decoded 8% slower with them there than at 8 (461.6 vs 503.2 tok/s,
 /// docs/gpu-results/norm-defer-2026-12-01/).
+///
+/// `KVAD_GPU_GB_ROWS=4` puts q4's one-input deferring products at 4 rows too, in blocks of 1,024 threads holding
+/// their group whole (`_gb`: 32 warps an SM where 8 rows hold 16), for measuring.
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
+    static GB4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     match (format, inputs) {
         (DevFormat::Q4, 1) if !norm => 4,
+        (DevFormat::Q4, 1) if *GB4.get_or_init(|| std::env::var("KVAD_GPU_GB_ROWS").is_ok_and(|v| v == "4")) => 4,
         (DevFormat::Q4, 1) => 8,
         (DevFormat::Q4, 8) => 8,
         (DevFormat::Q8, 2) => 8,

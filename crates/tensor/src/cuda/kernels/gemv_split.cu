@@ -679,7 +679,8 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 
 // The deferring products with their group in one block (`_gb`: GS_GROUPS_BLOCK, 32/R sub-blocks of GS_WARPS warps,
 // one block of 32 rows), for one input — the o and down products of one-stream decode (ops.rs) — at the heights
-// whose sub-blocks fit: q8 at 4 and 8, q4 at 8 (at 4 its 1,024 threads leave 64 registers: it spilled).
+// whose sub-blocks fit: q8 at 4 and 8, q4 at 8; and q4 at 4 for measuring (KVAD_GPU_GB_ROWS=4, ops.rs): its 1,024
+// threads leave 64 registers (ptxas: 16 bytes spilled), but hold 32 warps an SM where height 8 holds 16.
 #define GS_INSTANCE_GB(F, B, R, ST)                                                                        \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
         gemvs_##F##d_##B##_r##R##_gb(const unsigned char* Q, const ST* S, const signed char* xq,              \
@@ -741,6 +742,7 @@ GS_HEIGHTS(2)
 GS_INSTANCE_GB(q8, 1, 4, f16_t)
 GS_INSTANCE_GB(q8, 1, 8, f16_t)
 GS_INSTANCE_GB(q4, 1, 8, unsigned)
+GS_INSTANCE_GB(q4, 1, 4, unsigned)
 GS_INSTANCE_NN_BLOCKS(8)
 GS_INSTANCE_NN_BLOCKS(9)
 #endif

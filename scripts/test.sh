@@ -57,5 +57,6 @@ export KVAD_WEB_TESTS=1 KVAD_CHROMIUM="$(command -v chromium)"
 
 echo "== format"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== docs"; RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 echo "== tests"; cargo test --workspace --locked
 echo "== all tests passed"

@@ -1,5 +1,9 @@
 //! `kvad`: the command line. Commands go to a kvad server when one answers and run in this process when none does
 //! (see `client`); the first line of output says which.
+//!
+//! The doc comments of the clap types (`args.rs`, `hub_cmds.rs`) are the `--help` text, where brackets are literal
+//! (`owner/name[@revision]`, `[server]`), not rustdoc links.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 mod args;
 mod bench;

@@ -1,5 +1,9 @@
-//! `kvad-serve`: the OpenAI-compatible server. Loopback on 5823 by default, no authentication ([auth] mode none);
-//! a non-loopback address needs another mode, or --insecure.
+//! `kvad-serve`: the OpenAI-compatible server. Loopback on 5823 by default, no authentication (`[auth]` mode
+//! none); a non-loopback address needs another mode, or --insecure.
+//!
+//! The doc comments of the clap arguments are the `--help` text, where brackets are literal (`[server]`), not
+//! rustdoc links.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use clap::Parser;
 use kvad_server::config::{data_dir, Config};

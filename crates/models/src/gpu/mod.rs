@@ -1,4 +1,4 @@
-//! The GPU backends (gpu-bf16, gpu-q8, gpu-q4): every architecture runs one shared decoder ([`decoder`]) over
+//! The GPU backends (gpu-bf16, gpu-q8, gpu-q4): every architecture runs one shared decoder (`decoder`) over
 //! weights uploaded from the CPU loader's matrices, with its KV cache in pages of a pool the model owns and each
 //! sequence's [`SeqKv`](crate::SeqKv) holds page ids of.
 //!

@@ -1,7 +1,7 @@
 //! The web UI's conversations, kept in SQLite: `GET/POST /api/conversations`, `GET/PATCH/DELETE
 //! /api/conversations/{id}`, `POST /api/conversations/{id}/messages`.
 //!
-//! A conversation belongs to the account that made it ([`owner`]), and every query is scoped to it: another
+//! A conversation belongs to the account that made it ([`Owner`]), and every query is scoped to it: another
 //! account's conversation is answered exactly as one that does not exist (404), so its existence does not leak.
 //! Messages keep the answer, never the reasoning trace: a reply's working is not its answer (the seed), and a
 //! `reasoning_content` field is refused by name. The chat itself goes through `/v1/chat/completions`; these routes

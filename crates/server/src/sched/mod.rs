@@ -1,4 +1,4 @@
-//! The scheduler: one engine thread ([`runner`]) owns the [`crate::Engine`] and everything queues behind it, so
+//! The scheduler: one engine thread (`runner`) owns the [`crate::Engine`] and everything queues behind it, so
 //! queue depth is a number rather than a mutex nobody can see. Its decisions ([`core`]: whose turn, who joins the
 //! batch, which prompt chunk is read between decode steps) are plain data, tested with no model; [`reply`] turns a
 //! reply's tokens into OpenAI deltas (stop strings, reasoning, tool calls). [`Queue`] is the HTTP side's handle:

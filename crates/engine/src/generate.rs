@@ -132,6 +132,10 @@ pub fn generate_with(
     let t1 = Instant::now();
     let mut reply: Vec<u32> = Vec::new();
     let mut finish = FinishReason::Length;
+    // Greedy picks the model made ahead of the stop checks below (`CausalLm::greedy_ahead`): a GPU runs several
+    // steps back to back; the cache is then ahead of the reply, and is dropped with it.
+    let mut ahead: std::collections::VecDeque<u32> = std::collections::VecDeque::new();
+    let ahead_steps = if greedy { model.greedy_ahead().max(1) } else { 1 };
     while reply.len() < req.max_tokens {
         let s = match next {
             Next::Id(id) => Sampled::picked(id),
@@ -148,10 +152,20 @@ pub fn generate_with(
             finish = FinishReason::Stop;
             break;
         }
-        if reply.len() == req.max_tokens || kv.len() + 1 >= ctx {
+        if reply.len() == req.max_tokens || req.prompt.len() + reply.len() >= ctx {
             break;
         }
-        next = step(&[s.id], &mut kv)?;
+        if ahead_steps > 1 {
+            if ahead.is_empty() {
+                // Steps past the reply's limit or the context are not run.
+                let k = ahead_steps.min(req.max_tokens - reply.len()).min(ctx - kv.len());
+                let picks = model.forward_greedy_steps(SeqInput { tokens: &[s.id], kv: &mut kv }, k)?;
+                ahead.extend(crate::checked_picks(vocab, picks, k)?);
+            }
+            next = Next::Id(ahead.pop_front().expect("a step ahead was run"));
+        } else {
+            next = step(&[s.id], &mut kv)?;
+        }
     }
     Ok(GenStats { prompt_tokens: req.prompt.len(), generated: reply.len(), prefill, decode: t1.elapsed(), finish })
 }
@@ -168,6 +182,8 @@ mod tests {
         forwards: AtomicUsize,
         greedy: AtomicUsize,
         pick_out_of_range: bool,
+        /// Greedy steps it offers to run ahead (`CausalLm::greedy_ahead`), through the one-by-one default.
+        ahead: usize,
     }
 
     impl CausalLm for Counting {
@@ -191,6 +207,9 @@ mod tests {
             let ids = self.inner.forward_greedy(batch)?;
             Ok(if self.pick_out_of_range { vec![self.config().vocab_size as u32] } else { ids })
         }
+        fn greedy_ahead(&self) -> usize {
+            self.ahead
+        }
     }
 
     fn model(pick_out_of_range: bool) -> Counting {
@@ -201,6 +220,7 @@ mod tests {
             forwards: AtomicUsize::new(0),
             greedy: AtomicUsize::new(0),
             pick_out_of_range,
+            ahead: 1,
         }
     }
 
@@ -226,6 +246,56 @@ mod tests {
         assert_eq!(sampled.greedy.load(Ordering::Relaxed), 0);
         assert_eq!(sampled.forwards.load(Ordering::Relaxed), 12);
         assert_eq!(ids, with_rows);
+    }
+
+    /// Picks run ahead of the stop checks give the reply a step at a time gives: the same ids, cut at a stop id
+    /// met inside a run of steps, at a limit that is no multiple of the steps, and at the context's end; the steps
+    /// past the limit not run at all; a pick outside the vocabulary an error.
+    #[test]
+    fn greedy_steps_ahead_give_the_same_reply() {
+        let gen = |m: &Counting, max_tokens: usize, stop_ids: Vec<u32>, prompt_len: usize| {
+            let prompt: Vec<u32> = [1u32, 5, 9, 14].iter().copied().cycle().take(prompt_len).collect();
+            let req = GenerateRequest { prompt, params: SamplingParams::default(), max_tokens, stop_ids };
+            let mut ids = Vec::new();
+            let stats = generate(m, &req, |s| {
+                ids.push(s.id);
+                true
+            });
+            stats.map(|st| (ids, st.finish, st.generated))
+        };
+        let one = model(false);
+        let (full, _, _) = gen(&one, 11, Vec::new(), 4).unwrap();
+        assert_eq!(full.len(), 11);
+        let ctx = one.config().max_position;
+        for ahead in [2, 3, 8] {
+            let mut m = model(false);
+            m.ahead = ahead;
+            assert_eq!(gen(&m, 11, Vec::new(), 4).unwrap(), (full.clone(), FinishReason::Length, 11), "ahead {ahead}");
+            // The prompt and the first pick take two steps, then ⌈10 / ahead⌉ runs of at most `ahead`.
+            assert_eq!(m.greedy.load(Ordering::Relaxed), 1 + 10, "ahead {ahead}: steps run");
+            // A stop id at the sixth token: the reply ends there, as a step at a time.
+            let m2 = {
+                let mut m2 = model(false);
+                m2.ahead = ahead;
+                m2
+            };
+            let (cut, finish, n) = gen(&m2, 11, vec![full[5]], 4).unwrap();
+            let first = full.iter().position(|&t| t == full[5]).unwrap();
+            assert_eq!((cut, finish, n), (full[..=first].to_vec(), FinishReason::Stop, first + 1), "ahead {ahead}");
+            // Near the context's end: no step past it.
+            let m3 = {
+                let mut m3 = model(false);
+                m3.ahead = ahead;
+                m3
+            };
+            let (near, _, n) = gen(&m3, 50, Vec::new(), ctx - 5).unwrap();
+            let one_by_one = gen(&model(false), 50, Vec::new(), ctx - 5).unwrap();
+            assert_eq!((near, n), (one_by_one.0, one_by_one.2), "ahead {ahead}, at the context's end");
+        }
+        let mut bad = model(true);
+        bad.ahead = 4;
+        let e = gen(&bad, 11, Vec::new(), 4).unwrap_err().to_string();
+        assert!(e.contains("vocabulary"), "{e}");
     }
 
     #[test]

@@ -39,10 +39,15 @@ pub fn greedy_picks(
     let vocab = model.config().vocab_size;
     let n = batch.len();
     let ids = model.forward_greedy(batch)?;
+    checked_picks(vocab, ids, n)
+}
+
+/// `n` greedy picks of a model, each checked against its vocabulary (a GPU's ids come back from device memory).
+pub(crate) fn checked_picks(vocab: usize, ids: Vec<u32>, n: usize) -> Result<Vec<u32>, EngineError> {
     match ids.iter().find(|&&i| i as usize >= vocab) {
         None if ids.len() == n => Ok(ids),
         bad => Err(EngineError::Model(kvad_models::ModelError::BadInput(format!(
-            "the model's greedy pick was {bad:?} (of {} for {n} sequences) for a vocabulary of {vocab}",
+            "the model's greedy pick was {bad:?} (of {} for {n} sequences or steps) for a vocabulary of {vocab}",
             ids.len()
         )))),
     }

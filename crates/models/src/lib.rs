@@ -67,6 +67,32 @@ pub trait CausalLm: Send + Sync {
         let logits = self.forward(batch, LogitsMode::Last)?;
         Ok(logits.iter().map(|l| first_argmax(l)).collect())
     }
+    /// Greedy steps worth running ahead of the caller's stop checks ([`CausalLm::forward_greedy_steps`]): 1 for a
+    /// model whose steps gain nothing from it (each step past a stop is wasted work); a GPU model saves the host's
+    /// wait between steps.
+    fn greedy_ahead(&self) -> usize {
+        1
+    }
+    /// `steps` greedy steps of one sequence from its new `tokens`: each pick fed back as the next step's token,
+    /// the picks returned in order and the cache `steps` tokens further (its picks but the last). A GPU model
+    /// runs them back to back on the device; the answer is the same as `steps` calls of
+    /// [`CausalLm::forward_greedy`].
+    fn forward_greedy_steps(&self, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
+        greedy_one_by_one(self, seq, steps)
+    }
+}
+
+/// [`CausalLm::forward_greedy_steps`] a step at a time through [`CausalLm::forward_greedy`].
+pub fn greedy_one_by_one<M: CausalLm + ?Sized>(m: &M, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
+    let SeqInput { tokens, kv } = seq;
+    let mut picks: Vec<u32> = Vec::with_capacity(steps);
+    for i in 0..steps {
+        let fed = if i == 0 { tokens } else { &picks[i - 1..i] };
+        let id = m.forward_greedy(&mut [SeqInput { tokens: fed, kv: &mut *kv }])?;
+        let id = *id.first().ok_or_else(|| ModelError::BadInput("no greedy pick for the sequence".into()))?;
+        picks.push(id);
+    }
+    Ok(picks)
 }
 
 /// Index of the first maximum.

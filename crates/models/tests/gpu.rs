@@ -301,3 +301,36 @@ fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
         }
     }
 }
+
+/// Greedy steps run ahead on the device (`forward_greedy_steps`: the recorded pass replayed, each pick made the
+/// next pass's token and position on the device) give the picks steps one at a time give, and leave the cache
+/// where those leave it (the step after agrees too): 20 steps, so the run crosses pages of 16 keys, at every GPU
+/// backend, for a llama, a qwen3 (q/k norms) and a GPT-2 (learned positions, no RoPE).
+#[test]
+fn greedy_steps_ahead_equal_steps_one_at_a_time() {
+    if no_gpu() {
+        return;
+    }
+    for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
+        for name in ["llama", "qwen3", "gpt2"] {
+            let m = load(name, backend);
+            let prompt = ids(&common::golden_json(name)["cases"][0]["prompt"]);
+            let run = |ahead: bool| {
+                let mut kv = m.new_cache();
+                let first = m.forward_greedy(&mut [SeqInput { tokens: &prompt, kv: &mut kv }]).unwrap()[0];
+                let seq = SeqInput { tokens: &[first], kv: &mut kv };
+                let picks = if ahead {
+                    m.forward_greedy_steps(seq, 20).unwrap()
+                } else {
+                    kvad_models::greedy_one_by_one(m.as_ref(), seq, 20).unwrap()
+                };
+                let last = [*picks.last().unwrap()];
+                let after = m.forward_greedy(&mut [SeqInput { tokens: &last, kv: &mut kv }]).unwrap()[0];
+                (first, picks, after, kv.len())
+            };
+            let (one_by_one, ahead) = (run(false), run(true));
+            assert_eq!(one_by_one.1.len(), 20, "{name} {backend}");
+            assert_eq!(ahead, one_by_one, "{name} {backend}: (first pick, 20 picks, the pick after, cache length)");
+        }
+    }
+}

@@ -221,4 +221,18 @@ impl Gpu {
         b.launch(cfg((rows as u32, 1, 1), 1024, 0))?;
         Ok(())
     }
+
+    /// One step of greedy decoding ahead on the device (quant.cu's `greedy_advance`): a one-row decode pass's
+    /// metadata (`meta`: its token, then its position) takes the pick in `ids` and the next position, and
+    /// `hist[step]` keeps the pick, so several passes run back to back with one wait at the end.
+    ///
+    /// # Safety
+    /// `meta` must be a one-row pass's metadata, `ids` hold the pick, `hist` more than `step` ints.
+    pub unsafe fn greedy_advance(&self, meta: u64, ids: u64, hist: u64, step: usize) -> Result<(), GpuError> {
+        let st = i(step);
+        let mut b = self.launch("greedy_advance");
+        b.arg(&meta).arg(&ids).arg(&hist).arg(&st);
+        b.launch(cfg((1, 1, 1), 32, 0))?;
+        Ok(())
+    }
 }

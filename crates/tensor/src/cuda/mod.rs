@@ -171,6 +171,7 @@ const KERNELS: &[&str] = &[
     "dequant_q8",
     "dequant_q4",
     "argmax_rows",
+    "greedy_advance",
     "quant_act8",
     "silu_mul_act8",
 ];

@@ -57,6 +57,19 @@ extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const
     }
 }
 
+// Greedy decoding several steps ahead (decoder.rs's forward_greedy_steps): between two replays of a one-row
+// decode graph, the pick (argmax_rows's, in ids[0]) becomes the next step's token (meta[0]), the row's position
+// (meta[1]) advances, and the pick is kept for the host (hist[step]) — so the host waits once for k steps.
+extern "C" __global__ void greedy_advance(int* meta, const int* ids, int* hist, int step) {
+    PDL_ENTER();
+    if (threadIdx.x == 0) {
+        int id = ids[0];
+        meta[0] = id;
+        meta[1] += 1;
+        hist[step] = id;
+    }
+}
+
 // Greedy sampling without copying logits back: the index of the first maximum of each row.
 extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, int N) {
     PDL_ENTER();

@@ -158,7 +158,7 @@ pub fn generate_with(
         if ahead_steps > 1 {
             if ahead.is_empty() {
                 // Steps past the reply's limit or the context are not run.
-                let k = ahead_steps.min(req.max_tokens - reply.len()).min(ctx - kv.len());
+                let k = ahead_steps.min(req.max_tokens - reply.len()).min(ctx - req.prompt.len() - reply.len());
                 let picks = model.forward_greedy_steps(SeqInput { tokens: &[s.id], kv: &mut kv }, k)?;
                 ahead.extend(crate::checked_picks(vocab, picks, k)?);
             }
@@ -176,7 +176,8 @@ mod tests {
     use kvad_models::{ModelConfig, ModelError, SeqKv};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// A fixture model that counts which entry each step took, and can be told to pick a token out of range.
+    /// A fixture model that counts which entry each step took, and can be told to pick a token out of range (from
+    /// its third pick).
     struct Counting {
         inner: Box<dyn CausalLm>,
         forwards: AtomicUsize,
@@ -203,9 +204,10 @@ mod tests {
             self.inner.weight_bytes()
         }
         fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
-            self.greedy.fetch_add(1, Ordering::Relaxed);
+            // From the third pick on, where told to (so a run of steps ahead meets it too).
+            let n = self.greedy.fetch_add(1, Ordering::Relaxed) + 1;
             let ids = self.inner.forward_greedy(batch)?;
-            Ok(if self.pick_out_of_range { vec![self.config().vocab_size as u32] } else { ids })
+            Ok(if self.pick_out_of_range && n >= 3 { vec![self.config().vocab_size as u32] } else { ids })
         }
         fn greedy_ahead(&self) -> usize {
             self.ahead
@@ -271,7 +273,7 @@ mod tests {
             let mut m = model(false);
             m.ahead = ahead;
             assert_eq!(gen(&m, 11, Vec::new(), 4).unwrap(), (full.clone(), FinishReason::Length, 11), "ahead {ahead}");
-            // The prompt and the first pick take two steps, then ⌈10 / ahead⌉ runs of at most `ahead`.
+            // The prompt's pass and 10 steps, however they are grouped: none past the limit.
             assert_eq!(m.greedy.load(Ordering::Relaxed), 1 + 10, "ahead {ahead}: steps run");
             // A stop id at the sixth token: the reply ends there, as a step at a time.
             let m2 = {
@@ -289,8 +291,11 @@ mod tests {
                 m3
             };
             let (near, _, n) = gen(&m3, 50, Vec::new(), ctx - 5).unwrap();
-            let one_by_one = gen(&model(false), 50, Vec::new(), ctx - 5).unwrap();
+            let single = model(false);
+            let one_by_one = gen(&single, 50, Vec::new(), ctx - 5).unwrap();
             assert_eq!((near, n), (one_by_one.0, one_by_one.2), "ahead {ahead}, at the context's end");
+            let steps = |m: &Counting| m.greedy.load(Ordering::Relaxed);
+            assert_eq!(steps(&m3), steps(&single), "ahead {ahead}: a step past the context");
         }
         let mut bad = model(true);
         bad.ahead = 4;

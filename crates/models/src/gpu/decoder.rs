@@ -374,9 +374,15 @@ impl CausalLm for GpuDecoder {
         if steps <= 1 || tokens.len() != 1 || steps > GREEDY_AHEAD_MAX || kv.len + steps > self.p.cfg.max_position {
             return crate::greedy_one_by_one(self, SeqInput { tokens, kv }, steps);
         }
-        if let Some(p) = kv.pages.as_mut().filter(|p| Arc::ptr_eq(&p.pool, &self.pool)) {
-            // Enough pages for every step, or run() says why not at the step that lacks one.
-            let _ = p.ensure(kv.len + steps);
+        // Pages for every step first: the replays read the table run() writes now. Where the pool cannot give them
+        // all, a step at a time (which says so at the step that lacks one).
+        let need = kv.len + steps;
+        let reserved = match kv.pages.as_mut() {
+            Some(p) if Arc::ptr_eq(&p.pool, &self.pool) => p.ensure(need),
+            _ => false,
+        };
+        if !reserved {
+            return crate::greedy_one_by_one(self, SeqInput { tokens, kv }, steps);
         }
         let vocab = self.p.cfg.vocab_size;
         let gpu = &self.gpu;
@@ -407,7 +413,7 @@ impl CausalLm for GpuDecoder {
                     s.graphs.get(&key).expect("the graph just replayed").launch()?;
                 }
                 gpu.argmax_rows(s.logits.ptr(), s.ids.ptr(), 1, vocab)?;
-                gpu.greedy_advance(s.meta.ptr(), s.ids.ptr(), s.hist.ptr(), step)?;
+                gpu.greedy_advance(s.meta.ptr(), s.ids.ptr(), s.hist.ptr(), step, vocab)?;
             }
             s.hist.read(gpu, steps)?
         };

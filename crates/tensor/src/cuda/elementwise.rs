@@ -224,14 +224,22 @@ impl Gpu {
 
     /// One step of greedy decoding ahead on the device (quant.cu's `greedy_advance`): a one-row decode pass's
     /// metadata (`meta`: its token, then its position) takes the pick in `ids` and the next position, and
-    /// `hist[step]` keeps the pick, so several passes run back to back with one wait at the end.
+    /// `hist[step]` keeps the pick, so several passes run back to back with one wait at the end. A pick of `vocab`
+    /// or more is kept in `hist` for the host to refuse, and token 0 fed in its place.
     ///
     /// # Safety
     /// `meta` must be a one-row pass's metadata, `ids` hold the pick, `hist` more than `step` ints.
-    pub unsafe fn greedy_advance(&self, meta: u64, ids: u64, hist: u64, step: usize) -> Result<(), GpuError> {
-        let st = i(step);
+    pub unsafe fn greedy_advance(
+        &self,
+        meta: u64,
+        ids: u64,
+        hist: u64,
+        step: usize,
+        vocab: usize,
+    ) -> Result<(), GpuError> {
+        let (st, nv) = (i(step), i(vocab));
         let mut b = self.launch("greedy_advance");
-        b.arg(&meta).arg(&ids).arg(&hist).arg(&st);
+        b.arg(&meta).arg(&ids).arg(&hist).arg(&st).arg(&nv);
         b.launch(cfg((1, 1, 1), 32, 0))?;
         Ok(())
     }

@@ -59,14 +59,16 @@ extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const
 
 // Greedy decoding several steps ahead (decoder.rs's forward_greedy_steps): between two replays of a one-row
 // decode graph, the pick (argmax_rows's, in ids[0]) becomes the next step's token (meta[0]), the row's position
-// (meta[1]) advances, and the pick is kept for the host (hist[step]) — so the host waits once for k steps.
-extern "C" __global__ void greedy_advance(int* meta, const int* ids, int* hist, int step) {
+// (meta[1]) advances, and the pick is kept for the host (hist[step]) — so the host waits once for k steps. A pick
+// outside the vocabulary (argmax_rows's 0x7fffffff for a row of NaNs) is kept for the host to refuse, but not fed
+// to the next pass's embedding, which would read past its table.
+extern "C" __global__ void greedy_advance(int* meta, const int* ids, int* hist, int step, int vocab) {
     PDL_ENTER();
     if (threadIdx.x == 0) {
         int id = ids[0];
-        meta[0] = id;
-        meta[1] += 1;
         hist[step] = id;
+        meta[0] = id >= 0 && id < vocab ? id : 0;
+        meta[1] += 1;
     }
 }
 

@@ -226,6 +226,11 @@ mod tests {
         }
     }
 
+    /// [`model`] offering `ahead` greedy steps at a time.
+    fn model_ahead(ahead: usize) -> Counting {
+        Counting { ahead, ..model(false) }
+    }
+
     fn run(m: &Counting, params: SamplingParams) -> Result<Vec<u32>, EngineError> {
         let req = GenerateRequest { prompt: vec![1, 5, 9, 14], params, max_tokens: 12, stop_ids: Vec::new() };
         let mut ids = Vec::new();
@@ -270,26 +275,17 @@ mod tests {
         assert_eq!(full.len(), 11);
         let ctx = one.config().max_position;
         for ahead in [2, 3, 8] {
-            let mut m = model(false);
-            m.ahead = ahead;
+            let m = model_ahead(ahead);
             assert_eq!(gen(&m, 11, Vec::new(), 4).unwrap(), (full.clone(), FinishReason::Length, 11), "ahead {ahead}");
             // The prompt's pass and 10 steps, however they are grouped: none past the limit.
             assert_eq!(m.greedy.load(Ordering::Relaxed), 1 + 10, "ahead {ahead}: steps run");
             // A stop id at the sixth token: the reply ends there, as a step at a time.
-            let m2 = {
-                let mut m2 = model(false);
-                m2.ahead = ahead;
-                m2
-            };
+            let m2 = model_ahead(ahead);
             let (cut, finish, n) = gen(&m2, 11, vec![full[5]], 4).unwrap();
             let first = full.iter().position(|&t| t == full[5]).unwrap();
             assert_eq!((cut, finish, n), (full[..=first].to_vec(), FinishReason::Stop, first + 1), "ahead {ahead}");
             // Near the context's end: no step past it.
-            let m3 = {
-                let mut m3 = model(false);
-                m3.ahead = ahead;
-                m3
-            };
+            let m3 = model_ahead(ahead);
             let (near, _, n) = gen(&m3, 50, Vec::new(), ctx - 5).unwrap();
             let single = model(false);
             let one_by_one = gen(&single, 50, Vec::new(), ctx - 5).unwrap();
@@ -297,8 +293,7 @@ mod tests {
             let steps = |m: &Counting| m.greedy.load(Ordering::Relaxed);
             assert_eq!(steps(&m3), steps(&single), "ahead {ahead}: a step past the context");
         }
-        let mut bad = model(true);
-        bad.ahead = 4;
+        let bad = Counting { ahead: 4, ..model(true) };
         let e = gen(&bad, 11, Vec::new(), 4).unwrap_err().to_string();
         assert!(e.contains("vocabulary"), "{e}");
     }

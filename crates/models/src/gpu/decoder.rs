@@ -344,7 +344,6 @@ impl CausalLm for GpuDecoder {
     }
 
     fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
-        let vocab = self.p.cfg.vocab_size;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(spans) = self.run(batch, LogitsMode::Last, &mut guard)? else { return Ok(Vec::new()) };
         let s = guard.as_ref().expect("run allocates the scratch");
@@ -352,12 +351,7 @@ impl CausalLm for GpuDecoder {
         if n != batch.len() {
             return Err(ModelError::BadInput("greedy decoding needs at least one new token per sequence".into()));
         }
-        // SAFETY: logits holds n rows of vocab, ids room for n ints.
-        let ids: Vec<i32> = unsafe {
-            self.gpu.argmax_rows(s.logits.ptr(), s.ids.ptr(), n, vocab)?;
-            s.ids.read(&self.gpu, n)?
-        };
-        Ok(ids.into_iter().map(|i| i as u32).collect())
+        self.picks(s, n)
     }
 
     fn greedy_ahead(&self) -> usize {
@@ -393,15 +387,10 @@ impl CausalLm for GpuDecoder {
         }
         let s = guard.as_mut().expect("run allocates the scratch");
         let Some(key) = s.last_graph else {
-            // SAFETY: logits holds one row of vocab, ids room for one int.
-            let first: Vec<i32> = unsafe {
-                gpu.argmax_rows(s.logits.ptr(), s.ids.ptr(), 1, vocab)?;
-                s.ids.read(gpu, 1)?
-            };
+            let mut picks = self.picks(s, 1)?;
             drop(guard);
             let [SeqInput { kv, .. }] = b;
-            let first = [first[0] as u32];
-            let mut picks = first.to_vec();
+            let first = [picks[0]];
             picks.extend(crate::greedy_one_by_one(self, SeqInput { tokens: &first, kv }, steps - 1)?);
             return Ok(picks);
         };
@@ -597,6 +586,17 @@ impl GpuDecoder {
             sq.kv.len += n;
         }
         Ok(Some(sel_spans))
+    }
+
+    /// The greedy picks of the pass just run: the argmax of each of its `n` logit rows, on the device, and only
+    /// the ids copied back.
+    fn picks(&self, s: &Scratch, n: usize) -> Result<Vec<u32>, ModelError> {
+        // SAFETY: the scratch's logits hold the pass's n rows of vocab, its ids room for n ints.
+        let ids: Vec<i32> = unsafe {
+            self.gpu.argmax_rows(s.logits.ptr(), s.ids.ptr(), n, self.p.cfg.vocab_size)?;
+            s.ids.read(&self.gpu, n)?
+        };
+        Ok(ids.into_iter().map(|i| i as u32).collect())
     }
 
     /// Queues the pass's kernels: every address and size comes from the scratch and the plan, so a recording of

@@ -223,7 +223,6 @@ pub fn kernel_names() -> Vec<String> {
             names.push(format!("attention_split_{hd}"));
         }
     }
-    names.extend(ops::NN_BLOCKS.iter().map(|b| format!("gemvs_q4d_1_r4_nn_b{b}")));
     for f in ["bf16", "q8", "q4"] {
         for b in 1..=ops::GEMV_MAX_ROWS {
             names.push(format!("gemv_{f}_{b}"));

@@ -45,9 +45,8 @@ fn defer_wanted() -> bool {
 }
 
 /// The formats and block heights whose one-input deferring products come with their groups whole in a block (`_gb`,
-/// gemv_split.cu's `GS_INSTANCE_GB`): where 32/R sub-blocks fit an SM's registers, and q4 at height 4 (16 bytes
-/// spilled; run only where `KVAD_GPU_GB_ROWS=4` asks for that height, for measuring).
-pub(crate) const GROUPS_BLOCK: [(&str, usize); 4] = [("q8", 4), ("q8", 8), ("q4", 8), ("q4", 4)];
+/// gemv_split.cu's `GS_INSTANCE_GB`): where 32/R sub-blocks fit an SM's registers.
+pub(crate) const GROUPS_BLOCK: [(&str, usize); 3] = [("q8", 4), ("q8", 8), ("q4", 8)];
 
 /// Whether a deferring product runs the kernel whose blocks hold whole groups of 32 output rows (`_gb` in
 /// gemv_split.cu: each block finishes its group's 8-bit form behind its own barrier, where the `_gn` kernels count

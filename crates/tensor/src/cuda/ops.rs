@@ -62,32 +62,16 @@ pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_R
 /// 72 registers at 4 rows too, but gpu-q4 decoded 8% slower with them there than at 8 (461.6 vs 503.2 tok/s,
 /// docs/gpu-results/norm-defer-2026-12-01/).
 ///
-/// `KVAD_GPU_GB_ROWS=4` puts q4's one-input deferring products at 4 rows too, in blocks of 1,024 threads holding
-/// their group whole (`_gb`: 32 warps an SM where 8 rows hold 16), for measuring.
+/// (At 4 rows in blocks of 1,024 threads holding their group whole, 32 warps an SM where 8 rows hold 16, gpu-q4
+/// decoded 4% slower: 531.4 against 553.4 tok/s, session 18.)
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
-    static GB4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     match (format, inputs) {
         (DevFormat::Q4, 1) if !norm => 4,
-        (DevFormat::Q4, 1) if *GB4.get_or_init(|| std::env::var("KVAD_GPU_GB_ROWS").is_ok_and(|v| v == "4")) => 4,
         (DevFormat::Q4, 1) => 8,
         (DevFormat::Q4, 8) => 8,
         (DevFormat::Q8, 2) => 8,
         _ => 4,
     }
-}
-
-/// Blocks an SM asked of ptxas for q4's one-input norm-free product (`gemvs_q4d_1_r4_nn`, 7 by default: 72
-/// registers), for measuring whether more warps an SM read its weights faster: `KVAD_GPU_NN_BLOCKS=8|9` runs its
-/// `_b8`/`_b9` instance (64 and 56 registers, no spill; the same arithmetic, so the same bits; other values: the
-/// default).
-pub(crate) const NN_BLOCKS: [usize; 2] = [8, 9];
-
-fn nn_blocks_suffix() -> &'static str {
-    static S: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    S.get_or_init(|| match std::env::var("KVAD_GPU_NN_BLOCKS").ok().and_then(|v| v.parse::<usize>().ok()) {
-        Some(b) if NN_BLOCKS.contains(&b) => format!("_b{b}"),
-        _ => String::new(),
-    })
 }
 
 /// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
@@ -489,8 +473,7 @@ impl Gpu {
                     Some(_) => "",
                 };
                 let name = format!("gemvs_{fname}{d}_{rows}_r{per}{nn}");
-                let more_blocks = if name == "gemvs_q4d_1_r4_nn" { nn_blocks_suffix() } else { "" };
-                Some((format!("{name}{more_blocks}"), per))
+                Some((name, per))
             }
             _ => None,
         };

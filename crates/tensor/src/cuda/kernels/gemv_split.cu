@@ -679,9 +679,10 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 
 // The deferring products with their group in one block (`_gb`: GS_GROUPS_BLOCK, 32/R sub-blocks of GS_WARPS warps,
 // one block of 32 rows), for one input — the o and down products of one-stream decode (ops.rs) — at the heights
-// whose sub-blocks fit: q8 at 4 and 8, q4 at 8; and q4 at 4 for measuring (KVAD_GPU_GB_ROWS=4, ops.rs): its 1,024
-// threads leave 64 registers (ptxas: 16 bytes spilled), but hold 32 warps an SM where height 8 holds 16.
-#define GS_INSTANCE_GB(F, B, R, ST)                                                                        \
+// whose sub-blocks fit: q8 at 4 and 8, q4 at 8. Measured and removed (gpu-q4, session 18): q4 at 4 in blocks of
+// 1,024 threads (32 warps an SM where height 8 holds 16; 64 registers, 16 bytes spilled) 531.4 tok/s against
+// 553.4; q4 at 8 asked for 2 blocks an SM (64 registers, 224 bytes spilled) 449.1 against 589.3.
+#define GS_INSTANCE_GB(F, B, R, ST)                                                                            \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
         gemvs_##F##d_##B##_r##R##_gb(const unsigned char* Q, const ST* S, const signed char* xq,              \
                                      const signed char* xq2, const float2* xds, const float* xss, float xeps,  \
@@ -699,13 +700,14 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 // 56 without); and the dp4a kernels with the norm deferred to the next product (suffix `_gn`, ops.rs's
 // NormOut::defer).
 //
-// q4's one-input norm-free products at height 4 (q/k/v, gate/up) held 7 blocks an SM at 72 registers; the
-// deferred norm's 1/rms in their store took them to 79 (6 blocks: gate/up 18.0 → 22.3 µs a layer in decode), so
-// those ask ptxas for 7 (GS_NN4_BOUNDS_1; at two inputs it spilled). A minimum of 1 is not the same as none:
-// ptxas then gave other q4 kernels 50 more registers. (Function-like, so the comma appears only where the bounds
-// are used, not as a macro argument.)
+// q4's one-input norm-free products at height 4 (q/k/v, gate/up, the head) held 7 blocks an SM at 72 registers;
+// the deferred norm's 1/rms in their store took them to 79 (6 blocks: gate/up 18.0 → 22.3 µs a layer in decode).
+// They ask ptxas for 9 (GS_NN4_BOUNDS_1: 56 registers, no spill): gpu-q4 583.8 tok/s against 566.5 at 8 (64
+// registers) and 553.4 at 7 (docs/performance-gpu.md, session 18) — more warps an SM, each waiting on its one
+// round trip; at 10 (48 registers, 44 bytes spilled) 508.1, at 12 (40, 100 spilled) 443.5. At two inputs it spilled. A minimum of 1 is not the same as none: ptxas then gave other q4 kernels
+// 50 more registers. (Function-like, so the comma appears only where the bounds are used, not as a macro argument.)
 #define GS_BOUNDS() GS_WARPS * 32
-#define GS_NN4_BOUNDS_1() GS_WARPS * 32, 7
+#define GS_NN4_BOUNDS_1() GS_WARPS * 32, 9
 #define GS_NN4_BOUNDS_2 GS_BOUNDS
 #define GS_NN4_BOUNDS_3 GS_BOUNDS
 #define GS_NN4_BOUNDS_4 GS_BOUNDS
@@ -721,18 +723,6 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
     GS_INSTANCES_D(B, R, _r##R##_gn, GS_GROUPS, GS_BOUNDS)
 #define GS_HEIGHTS(B) GS_HEIGHT(B, 2, GS_BOUNDS) GS_HEIGHT(B, 4, GS_NN4_BOUNDS_##B) GS_HEIGHT(B, 8, GS_BOUNDS)
 
-// q4's one-input norm-free product (q/k/v, gate/up, the head) asked for more blocks an SM — `_b8` (ptxas: 64
-// registers), `_b9` (56; at 10, 48 registers, it spilled) — for measuring (KVAD_GPU_NN_BLOCKS, ops.rs): ncu has
-// the 7-block kernel's warps waiting on their loads with 25 warps an SM (docs/performance-gpu.md, session 17).
-#define GS_INSTANCE_NN_BLOCKS(BLOCKS)                                                                          \
-    extern "C" __global__ void __launch_bounds__(GS_WARPS * 32, BLOCKS)                                        \
-        gemvs_q4d_1_r4_nn_b##BLOCKS(const unsigned char* Q, const unsigned* DM, const signed char* xq,        \
-                                    const signed char* xq2, const float2* xds, const float* xss, float xeps,   \
-                                    float* y, const float* bias, int N, int K, int acc, NORM_PARAMS,          \
-                                    float* nss) {                                                             \
-        gs_q4d<1, 4, GS_NO_NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);        \
-    }
-
 // These kernels take most of NVRTC's time, so mod.rs compiles them as compile units of their own, side by side:
 // KVAD_GS_PART = p instantiates input counts 2p+1 and 2p+2 only, −1 none (the unit of all other kernels); unset,
 // all of them.
@@ -742,9 +732,6 @@ GS_HEIGHTS(2)
 GS_INSTANCE_GB(q8, 1, 4, f16_t)
 GS_INSTANCE_GB(q8, 1, 8, f16_t)
 GS_INSTANCE_GB(q4, 1, 8, unsigned)
-GS_INSTANCE_GB(q4, 1, 4, unsigned)
-GS_INSTANCE_NN_BLOCKS(8)
-GS_INSTANCE_NN_BLOCKS(9)
 #endif
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 1
 GS_HEIGHTS(3)

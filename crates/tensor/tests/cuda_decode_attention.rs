@@ -3,7 +3,7 @@
 
 use half::f16;
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, GemvKernel, L2Next, Meta, QkvPost, KV_PAGE};
+use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, GemvKernel, Meta, QkvPost, KV_PAGE};
 
 mod common;
 use common::{data, gpu};
@@ -108,11 +108,7 @@ fn decode_attention_equals_qkv_post_then_attention() {
                 // SAFETY: every buffer holds the shapes above; the tables cover every position; one row a sequence.
                 let act8 = unsafe {
                     if fused {
-                        // Asking L2 for the o product's weights meanwhile changes no bit (the reference asks nothing).
-                        // Either way of asking: by the bulk copy engine, or a line at a time (at 16 keys a block).
-                        let l2 = L2Next::none().with_rows_of(&o, usize::MAX);
-                        let l2 = if keys == 16 { l2.by_lines() } else { l2 };
-                        g.attention_decode_split(&post, &attn, true, splits, keys, &l2).unwrap()
+                        g.attention_decode_split(&post, &attn, true, splits, keys).unwrap()
                     } else {
                         g.qkv_post(&post).unwrap();
                         g.attention(&attn).unwrap();

@@ -3,7 +3,7 @@
 
 use kvad_tensor::cpu::{QMatrix, QType};
 use kvad_tensor::cuda::{
-    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, L2Next, NormOut, NormTo, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, NormTo, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 mod common;
 use common::{data, gpu, gpu_dp4a};
@@ -269,9 +269,7 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
                     // SAFETY: shapes as allocated above.
                     unsafe {
                         let next = if fused {
-                            // Asking L2 for b's weights meanwhile changes no bit.
-                            let l2 = L2Next::none().with_rows_of(&b, usize::MAX);
-                            g.silu_mul_act8(gu.ptr(), act.ptr(), rows, n1, &l2).unwrap();
+                            g.silu_mul_act8(gu.ptr(), act.ptr(), rows, n1).unwrap();
                             Act::F32Act8(act.ptr())
                         } else {
                             g.silu_mul(gu.ptr(), act.ptr(), rows, n1, false).unwrap();

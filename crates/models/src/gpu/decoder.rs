@@ -4,7 +4,6 @@
 //! activations, each weight read once; larger ones (prefill) cuBLAS on bf16 activations, block formats
 //! dequantised per product.
 
-use super::l2_plan::L2Plan;
 use super::pages::{PagePool, Pages, Store};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -642,7 +641,6 @@ impl GpuDecoder {
             NormTo::F32 => Act::F32(o.out),
         };
         let kern = gpu.gemv_kernel();
-        let l2 = L2Plan::from_env();
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
         // The input of layer 0's q/k/v product comes from the norm kernel (f32); later ones from the down product.
@@ -700,7 +698,7 @@ impl GpuDecoder {
                 // which also writes the o product's 8-bit activations when it reads them.
                 let att = if gemv && rows == seqs {
                     let act8 = gpu.takes_act8(&l.o, rows);
-                    if gpu.attention_decode(&post, &attn, act8, &l2.attention(l))? {
+                    if gpu.attention_decode(&post, &attn, act8)? {
                         Act::F32Act8(s.att.ptr())
                     } else {
                         Act::F32(s.att.ptr())
@@ -723,7 +721,7 @@ impl GpuDecoder {
                 let mut down_in = Act::F32(s.act.ptr());
                 match self.p.mlp {
                     Mlp::SwiGlu if gpu.takes_act8(&l.down, rows) => {
-                        gpu.silu_mul_act8(s.up.ptr(), s.act.ptr(), rows, c.intermediate, &l2.swiglu(l))?;
+                        gpu.silu_mul_act8(s.up.ptr(), s.act.ptr(), rows, c.intermediate)?;
                         down_in = Act::F32Act8(s.act.ptr());
                     }
                     Mlp::SwiGlu => gpu.silu_mul(s.up.ptr(), s.act.ptr(), rows, c.intermediate, !gemv)?,

@@ -7,7 +7,6 @@
 
 mod decoder;
 pub(crate) mod gpt2;
-mod l2_plan;
 pub(crate) mod llama;
 mod pages;
 

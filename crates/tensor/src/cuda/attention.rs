@@ -4,7 +4,7 @@
 //! so a row's bits never depend on the other rows of its pass.
 
 use super::ops::{cfg, i, Meta, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE};
-use super::{Gpu, GpuError, L2Next};
+use super::{Gpu, GpuError};
 
 /// Addresses and sizes for [`Gpu::attention`].
 #[derive(Debug, Clone, Copy)]
@@ -162,14 +162,13 @@ impl Gpu {
     /// used). With `act8` the output is also written as the dp4a products' 8-bit activations, for the o product to
     /// take as [`super::Act::F32Act8`]. Shapes the kernel does not take (more than 8 rows or query heads per KV head,
     /// head widths other than 32·D for D = 1, 2, 4, 8) run `qkv_post` and [`Gpu::attention`] instead. Returns
-    /// whether the 8-bit activations were written. Past its wait for the q/k/v product the kernel asks L2 for `l2`
-    /// (the next products' first weights; [`L2Next`]).
+    /// whether the 8-bit activations were written.
     ///
     /// # Safety
-    /// Every address must hold what [`QkvPost`] and [`Attn`] say, and `l2`'s ranges be allocated; no two rows may
-    /// share a sequence (a row would not see the key another block writes).
-    pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool, l2: &L2Next) -> Result<bool, GpuError> {
-        self.decode_launch(p, a, act8, None, split_keys(), l2)
+    /// Every address must hold what [`QkvPost`] and [`Attn`] say; no two rows may share a sequence (a row would
+    /// not see the key another block writes).
+    pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool) -> Result<bool, GpuError> {
+        self.decode_launch(p, a, act8, None, split_keys())
     }
 
     /// Most blocks a row's keys may take so that a one-row pass of kernel `k` fits the GPU in one wave of blocks
@@ -219,9 +218,8 @@ impl Gpu {
         act8: bool,
         max_splits: usize,
         keys: usize,
-        l2: &L2Next,
     ) -> Result<bool, GpuError> {
-        self.decode_launch(p, a, act8, Some(max_splits), keys, l2)
+        self.decode_launch(p, a, act8, Some(max_splits), keys)
     }
 
     /// [`Gpu::attention_decode_split`], or with `max_splits` None the default: [`split_wanted`] within one wave
@@ -233,7 +231,6 @@ impl Gpu {
         act8: bool,
         max_splits: Option<usize>,
         keys: usize,
-        l2: &L2Next,
     ) -> Result<bool, GpuError> {
         let Some(k) = self.decode_kernel(p)? else {
             self.qkv_post(p)?;
@@ -256,7 +253,7 @@ impl Gpu {
         b.arg(&p.qkv).arg(&p.k_pages).arg(&p.v_pages).arg(&a.out).arg(&p.q_norm).arg(&p.k_norm).arg(&p.inv_freq);
         b.arg(&p.meta.row_pos).arg(&p.meta.row_seq).arg(&p.meta.tables).arg(&mp).arg(&nh).arg(&nkv).arg(&win);
         b.arg(&a.scale).arg(&p.eps).arg(&oq).arg(&oq2).arg(&ods);
-        b.arg(&sp).arg(&kpb).arg(&part_acc).arg(&part_ml).arg(&counters).l2(l2);
+        b.arg(&sp).arg(&kpb).arg(&part_acc).arg(&part_ml).arg(&counters);
         b.launch(cfg(((p.rows * splits) as u32, p.nkv as u32, parts as u32), threads, smem))?;
         Ok(act8)
     }

@@ -4,7 +4,7 @@
 
 use super::buffer::DevBuf;
 use super::ops::{cfg, grid_for, i, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS};
-use super::{DevMatrix, Gpu, GpuError, L2Next};
+use super::{DevMatrix, Gpu, GpuError};
 
 impl Gpu {
     /// `out = rmsnorm(x) · w` per row of `h`.
@@ -113,19 +113,17 @@ impl Gpu {
 
     /// [`Gpu::silu_mul`] into f32 `out` and, in two 8-bit terms, into the activation scratch, for a dp4a down
     /// product that then takes [`Act::F32Act8`](super::Act::F32Act8)`(out)` (one `quant_act8` launch fewer a layer).
-    /// Past its wait for the gate/up product it asks L2 for `l2` (the down product's first weights; [`L2Next`]).
     ///
     /// # Safety
-    /// `gu` must hold `rows × 2f`, `out` `rows × f`; `f` a whole number of blocks of 32 up to [`ACT8_MAX_K`];
-    /// `l2`'s ranges allocated.
-    pub unsafe fn silu_mul_act8(&self, gu: u64, out: u64, rows: usize, f: usize, l2: &L2Next) -> Result<(), GpuError> {
+    /// `gu` must hold `rows × 2f`, `out` `rows × f`; `f` a whole number of blocks of 32 up to [`ACT8_MAX_K`].
+    pub unsafe fn silu_mul_act8(&self, gu: u64, out: u64, rows: usize, f: usize) -> Result<(), GpuError> {
         if rows > GEMV_MAX_ROWS || !f.is_multiple_of(32) || f > ACT8_MAX_K {
             return Err(GpuError::Shape(format!("silu_mul_act8 of {rows} rows × {f}")));
         }
         let (xq, xq2, xds) = self.act8_planes();
         let (r, ff, total) = (i(rows), i(f), (rows * f / 32) as u32);
         let mut b = self.launch("silu_mul_act8");
-        b.arg(&gu).arg(&out).arg(&xq).arg(&xq2).arg(&xds).arg(&r).arg(&ff).l2(l2);
+        b.arg(&gu).arg(&out).arg(&xq).arg(&xq2).arg(&xds).arg(&r).arg(&ff);
         b.launch(cfg((total.div_ceil(8), 1, 1), 256, 0))
     }
 

@@ -8,7 +8,7 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaFunction, LaunchConfig};
 
 /// Most arguments a kvad kernel takes.
-const MAX_ARGS: usize = 32;
+const MAX_ARGS: usize = 24;
 
 /// One launch being put together: the function and its arguments by value, each in an 8-byte slot (the driver
 /// reads as many bytes of a slot as the parameter has, little-endian).
@@ -22,14 +22,6 @@ pub(crate) struct Launch<'a> {
 impl<'a> Launch<'a> {
     pub(crate) fn new(gpu: &'a Gpu, func: &'a CudaFunction) -> Launch<'a> {
         Launch { gpu, func, slots: [0; MAX_ARGS], n: 0 }
-    }
-
-    /// Appends an [`L2Next`](super::L2Next)'s ranges (common.cuh's `L2_PARAMS`: address and bytes, each range).
-    pub(crate) fn l2(&mut self, l2: &super::L2Next) -> &mut Self {
-        for (p, n) in l2.0 {
-            self.arg(&p).arg(&n);
-        }
-        self
     }
 
     /// Appends an argument: a device address, an int or a float (at most 8 bytes).

@@ -11,7 +11,6 @@ mod blas;
 mod buffer;
 mod compile;
 mod elementwise;
-mod l2;
 mod launch;
 mod matrix;
 mod norm_defer;
@@ -20,7 +19,6 @@ mod trace;
 
 pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkKernel, FLASH_TILE};
 pub use buffer::DevBuf;
-pub use l2::{L2Next, L2_RANGES};
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
     mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS,

@@ -202,7 +202,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                                    const int* __restrict__ row_seq, const int* __restrict__ tables, int max_pages,
                                    int nh, int nkv, int window, float scale, float eps, signed char* oq,
                                    signed char* oq2, float2* ods, int splits, int kpb, float* part_acc,
-                                   float2* part_ml, unsigned* counters, L2_PARAMS) {
+                                   float2* part_ml, unsigned* counters) {
     typedef typename HalfRow<D>::T raw_t;
     const int hd = 32 * D;
     __shared__ float sm_m[W][GM], sm_l[W][GM];
@@ -220,12 +220,7 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     int lo = window > 0 ? max(0, pos + 1 - window) : 0;
     // This block's chunk of the row's n keys: [c0, c1), the last one ending with pos.
     int n = pos - lo + 1, S = min(splits, (n + kpb - 1) / kpb);
-    if (chunk >= S) {
-        // A block with no keys still asks its share of the next weights (l2_ask spreads them over the whole grid).
-        PDL_ENTER_LATE();
-        l2_ask(L2_ARGS);
-        return;
-    }
+    if (chunk >= S) return;
     int len = (n + S - 1) / S, c0 = min(lo + chunk * len, pos + 1), c1 = min(c0 + len, pos + 1);
     int pbase = c0 / PAGE;
     int tab = pbase + lane < max_pages ? table[pbase + lane] : 0;
@@ -249,7 +244,6 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         if (inv_freq) sincosf((float)pos * inv_freq[(lane & 15) * D + i], &sn[i], &cs[i]);
     }
     PDL_ENTER_LATE();
-    l2_ask(L2_ARGS);
     const float* row = qkv + (size_t)r * (nh + 2 * nkv) * hd;
     float qr[GM][D], acc[GM][D], m[GM], l[GM];
     // Every query head's values asked for before any is used: one round trip, not one a head.
@@ -380,11 +374,11 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         const float* qkv, f16_t* k_pages, f16_t* v_pages, float* out, const float* q_norm, const float* k_norm, \
         const float* inv_freq, const int* row_pos, const int* row_seq, const int* tables, int max_pages, int nh, \
         int nkv, int window, float scale, float eps, signed char* oq, signed char* oq2, float2* ods,            \
-        int splits, int kpb, float* part_acc, float2* part_ml, unsigned* counters, L2_PARAMS) {                \
+        int splits, int kpb, float* part_acc, float2* part_ml, unsigned* counters) {                           \
         attention_decode_t<D, AD_WARPS(D, GM), GM>(qkv, k_pages, v_pages, out, q_norm, k_norm, inv_freq,        \
                                                    row_pos, row_seq, tables, max_pages, nh, nkv, window, scale, \
                                                    eps, oq, oq2, ods, splits, kpb, part_acc, part_ml,           \
-                                                   counters, L2_ARGS);                                          \
+                                                   counters);                                                   \
     }
 ATT_DECODE(1, 1) ATT_DECODE(1, 2) ATT_DECODE(1, 4) ATT_DECODE(1, 8)
 ATT_DECODE(2, 1) ATT_DECODE(2, 2) ATT_DECODE(2, 4) ATT_DECODE(2, 8)

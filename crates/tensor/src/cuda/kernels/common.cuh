@@ -88,49 +88,6 @@ __device__ __forceinline__ void cp_async_wait() {
 // kernel before it ends (before pdl_wait), and found in L2 by the loads after it.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-// Bytes a latency-bound kernel asks L2 for (l2.rs's L2Next: the next products' weights, while HBM would idle):
-// four ranges (address, bytes; 0 bytes: none) cut in pieces of L2_PIECE, piece i asked by the grid's thread i mod
-// the grid's threads, fire and forget — no register holds them and nothing waits. Called past the kernel's PDL wait,
-// when the grid before (a product streaming its weights) has ended. sm_90 asks a piece in one instruction.
-#define L2_PIECE 4096u
-#define L2_PARAMS                                                                                              \
-    const char *l2p0, unsigned long long l2n0, const char *l2p1, unsigned long long l2n1, const char *l2p2,    \
-        unsigned long long l2n2, const char *l2p3, unsigned long long l2n3
-#define L2_ARGS l2p0, l2n0, l2p1, l2n1, l2p2, l2n2, l2p3, l2n3
-
-// A range's bytes with L2_LINES set: asked a 128-byte line at a time by `prefetch.global.L2` (the load units)
-// rather than in pieces by the bulk copy engine, for measuring (l2.rs's L2Next::by_lines).
-#define L2_LINES (1ull << 63)
-
-__device__ __forceinline__ void l2_ask_range(const char* p, unsigned long long n) {
-    unsigned long long threads = (unsigned long long)blockDim.x * gridDim.x * gridDim.y * gridDim.z;
-    unsigned long long t =
-        (blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z)) *
-            blockDim.x +
-        threadIdx.x;
-    if (n & L2_LINES) {
-        n &= ~L2_LINES;
-        for (unsigned long long off = t * 128; off < n; off += threads * 128) prefetch_l2(p + off);
-        return;
-    }
-    for (unsigned long long off = t * L2_PIECE; off < n; off += threads * L2_PIECE) {
-        unsigned len = (unsigned)min((unsigned long long)L2_PIECE, n - off) & ~15u;
-        if (len == 0) break;
-#if __CUDA_ARCH__ >= 900
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"(len) : "memory");
-#else
-        for (unsigned o = 0; o < len; o += 128) prefetch_l2(p + off + o);
-#endif
-    }
-}
-
-__device__ __forceinline__ void l2_ask(L2_PARAMS) {
-    if (l2n0) l2_ask_range(l2p0, l2n0);
-    if (l2n1) l2_ask_range(l2p1, l2n1);
-    if (l2n2) l2_ask_range(l2p2, l2n2);
-    if (l2n3) l2_ask_range(l2p3, l2n3);
-}
-
 // The kernel trace (`KVAD_GPU_TRACE`, trace.rs): when kvad_trace is set, the first thread of every kernel's first
 // block records, past pdl_wait, the global timer and the launch's shape ([time, grid.x | grid.y << 24 | block.x <<
 // 48] a record), in the order kernels run. The kernel before has ended by then, so the gaps between records are each

@@ -138,12 +138,10 @@ extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* 
 }
 
 // silu_mul (elementwise.cu) straight into the two-term form for the down product, as silu_mul then quant_act8
-// would write it, bit for bit: one kernel a layer fewer. A warp per block of 32; f32 `out` too unless 0. Asks L2
-// for the L2Next given (the down product's first weights) once the gate/up product has ended.
+// would write it, bit for bit: one kernel a layer fewer. A warp per block of 32; f32 `out` too unless 0.
 extern "C" __global__ void silu_mul_act8(const float* __restrict__ gu, float* out, signed char* xq, signed char* xq2,
-                                         float2* xds, int R, int F, L2_PARAMS) {
+                                         float2* xds, int R, int F) {
     PDL_ENTER_LATE();
-    l2_ask(L2_ARGS);
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     int nb = F / 32;
     if (warp >= R * nb) return;

@@ -704,8 +704,9 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 // the deferred norm's 1/rms in their store took them to 79 (6 blocks: gate/up 18.0 → 22.3 µs a layer in decode).
 // They ask ptxas for 9 (GS_NN4_BOUNDS_1: 56 registers, no spill): gpu-q4 583.8 tok/s against 566.5 at 8 (64
 // registers) and 553.4 at 7 (docs/performance-gpu.md, session 18) — more warps an SM, each waiting on its one
-// round trip; at 10 (48 registers, 44 bytes spilled) 508.1, at 12 (40, 100 spilled) 443.5. At two inputs it spilled. A minimum of 1 is not the same as none: ptxas then gave other q4 kernels
-// 50 more registers. (Function-like, so the comma appears only where the bounds are used, not as a macro argument.)
+// round trip; at 10 (48 registers, 44 bytes spilled) 508.1, at 12 (40, 100 spilled) 443.5. At two inputs it
+// spilled. A minimum of 1 is not the same as none: ptxas then gave other q4 kernels 50 more registers.
+// (Function-like, so the comma appears only where the bounds are used, not as a macro argument.)
 #define GS_BOUNDS() GS_WARPS * 32
 #define GS_NN4_BOUNDS_1() GS_WARPS * 32, 9
 #define GS_NN4_BOUNDS_2 GS_BOUNDS

@@ -13,6 +13,8 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > $O/device.txt 2>&1
 S="--test-threads=1 --nocapture --skip every_kernel_compiles_with_nvrtc"
 ( .gpu/bin/cuda_decode_attention $S > $O/t-att.log 2>&1; echo "rc $?" >> $O/t-att.log ) &
 ( KVAD_GPU_ATT_CLUSTER=1 .gpu/bin/gpu $S > $O/t-gpu-cluster.log 2>&1; echo "rc $?" >> $O/t-gpu-cluster.log ) &
+# Several query heads a block (GM 4 and 8: G < GM at a group of 3, wider partials), clustered too.
+( KVAD_GPU_ATT_HEADS=8 .gpu/bin/cuda_decode_attention $S > $O/t-att-heads8.log 2>&1; echo "rc $?" >> $O/t-att-heads8.log ) &
 wait
 echo "tests+make at $(( $(date +%s)-T0 ))s"
 for f in $O/t-*.log; do echo "== $f"; grep -h "test result\|panicked\|FAILED\|^rc" $f | head -8; done

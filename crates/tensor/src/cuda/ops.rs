@@ -472,8 +472,7 @@ impl Gpu {
                     Some(o) if o.to == NormTo::Deferred => "_gn",
                     Some(_) => "",
                 };
-                let name = format!("gemvs_{fname}{d}_{rows}_r{per}{nn}");
-                Some((name, per))
+                Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
             }
             _ => None,
         };

@@ -17,13 +17,16 @@ use common::{data, gpu_dp4a};
 /// compares the two, unless `KVAD_GPU_GROUPS_BLOCK=0`); and a run after one
 /// on other inputs equal to the first (the group counters were left at zero: stuck ones would skip the writes, and
 /// the other inputs' planes would show). Widths of 3 groups (a partial warp of group sums), 128 and 256 (the
-/// widest), every block format, the producers' block heights for 1, 3 and 8 rows (4 and 8) and height 2.
+/// widest), every block format, the producers' block heights for 1, 3 and 8 rows (4 and 8) and height 2; one producer
+/// wide enough that its lanes walk several chunks (the fixtures' products are too narrow for that).
 #[test]
 fn deferred_norm_equals_the_norm_tail() {
     let Some(g) = gpu_dp4a() else { return };
-    let k1 = 64usize;
     // At the narrowest width an epsilon near the rows' mean square (~7.3), so a product taking the wrong one shows.
-    for &(n1, n2, eps) in &[(96usize, 40usize, 4.0f32), (4096, 72, 1e-5), (8192, 48, 1e-5)] {
+    // A producer 9,216 wide has its lanes walk several chunks (2–3 at q4, 4–5 at q8), as the down product's do.
+    for &(n1, n2, eps, k1) in
+        &[(96usize, 40usize, 4.0f32, 64usize), (4096, 72, 1e-5, 64), (8192, 48, 1e-5, 64), (4096, 72, 1e-5, 9216)]
+    {
         for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
             let a = DevMatrix::upload(&g, &QMatrix::quantize(qt, n1, k1, &data(n1 * k1, 61)).unwrap(), None).unwrap();
             let b = DevMatrix::upload(&g, &QMatrix::quantize(qt, n2, n1, &data(n2 * n1, 63)).unwrap(), None).unwrap();

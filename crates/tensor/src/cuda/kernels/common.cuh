@@ -133,13 +133,14 @@ __device__ __forceinline__ void trace_mark(unsigned id) { trace_record(id); }
         pdl_trigger();  \
     } while (0)
 
-// The entry of kernels whose time past the wait is a chain of dependent loads in few blocks (decode attention,
-// SwiGLU, the norm tails): they let the next kernel launch only once their own loads are back
+// The entry of kernels whose time past the wait is a chain of dependent loads in few blocks (decode attention, the
+// norm tails): they let the next kernel launch only once their own loads are back
 // (PDL_LATE_TRIGGER), because that kernel's blocks start by loading their first weights — megabytes across the
 // GPU — which would queue in the memory system ahead of the few loads this kernel waits on. Measured by the trace
 // (gpu-q4, docs/performance-gpu.md): the decode attention's query loads 1.9 → 1.0 µs and the o/down products'
 // rows 1.5 µs sooner, but the tail's second half 1.6 µs longer — the step unchanged (2,258 vs 2,260 µs); with
-// the deferred norm (session 13), the early trigger everywhere lost 1–2% (gpu-q8 374.1 vs 378.8 tok/s).
+// the deferred norm (session 13), the early trigger everywhere lost 1–2% (gpu-q8 374.1 vs 378.8 tok/s). SwiGLU
+// (silu_mul_act8) was one of them until session 19, when its early trigger gained 0.9% at gpu-q4 (quant.cu).
 #define PDL_ENTER_LATE() \
     do {                 \
         pdl_wait();      \

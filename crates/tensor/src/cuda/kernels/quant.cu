@@ -139,16 +139,18 @@ extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* 
 
 // silu_mul (elementwise.cu) straight into the two-term form for the down product, as silu_mul then quant_act8
 // would write it, bit for bit: one kernel a layer fewer. A warp per block of 32; f32 `out` too unless 0.
+// It lets the down product launch at once, so that product's first weights load beside it (PDL_ENTER): gpu-q4
+// 594.9 against 589.8 tok/s with the trigger after its loads (PDL_ENTER_LATE), gpu-q8 437.3 against 434.9
+// (docs/performance-gpu.md, session 19) — unlike the decode attention, whose early trigger lost.
 extern "C" __global__ void silu_mul_act8(const float* __restrict__ gu, float* out, signed char* xq, signed char* xq2,
                                          float2* xds, int R, int F) {
-    PDL_ENTER_LATE();
+    PDL_ENTER();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     int nb = F / 32;
     if (warp >= R * nb) return;
     int r = warp / nb, b = warp % nb;
     size_t c = (size_t)b * 32 + lane, at = (size_t)r * F + c;
     float v = silu_mul_one(gu[(size_t)r * 2 * F + c], gu[(size_t)r * 2 * F + F + c]);
-    PDL_LATE_TRIGGER();
     if (out) out[at] = v;
     act8_block(v, at, (size_t)r * nb + b, xq, xq2, xds);
 }

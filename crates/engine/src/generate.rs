@@ -135,7 +135,7 @@ pub fn generate_with(
     // Greedy picks the model made ahead of the stop checks below (`CausalLm::greedy_ahead`): a GPU runs several
     // steps back to back; the cache is then ahead of the reply, and is dropped with it.
     let mut ahead: std::collections::VecDeque<u32> = std::collections::VecDeque::new();
-    let ahead_steps = if greedy { model.greedy_ahead().max(1) } else { 1 };
+    let ahead_steps = if greedy { crate::greedy_ahead(model) } else { 1 };
     while reply.len() < req.max_tokens {
         let s = match next {
             Next::Id(id) => Sampled::picked(id),
@@ -159,8 +159,7 @@ pub fn generate_with(
             if ahead.is_empty() {
                 // Steps past the reply's limit or the context are not run.
                 let k = ahead_steps.min(req.max_tokens - reply.len()).min(ctx - req.prompt.len() - reply.len());
-                let picks = model.forward_greedy_steps(SeqInput { tokens: &[s.id], kv: &mut kv }, k)?;
-                ahead.extend(crate::checked_picks(vocab, picks, k)?);
+                ahead.extend(crate::greedy_steps(model, SeqInput { tokens: &[s.id], kv: &mut kv }, k)?);
             }
             next = Next::Id(ahead.pop_front().expect("a step ahead was run"));
         } else {

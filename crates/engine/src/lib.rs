@@ -42,6 +42,27 @@ pub fn greedy_picks(
     checked_picks(vocab, ids, n)
 }
 
+/// Greedy steps a lone greedy reply runs ahead of its stop checks, in one-stream generation and in the server's
+/// scheduler: the model's own count ([`kvad_models::CausalLm::greedy_ahead`]: 8 on a GPU, where it saves the
+/// host's wait a step; 1 on the CPU), unless `KVAD_GREEDY_AHEAD=n` says otherwise — on the CPU that runs the steps
+/// one by one through the same bookkeeping, so the tests reach it without a GPU.
+pub fn greedy_ahead(model: &dyn kvad_models::CausalLm) -> usize {
+    static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let set = *SET.get_or_init(|| std::env::var("KVAD_GREEDY_AHEAD").ok().and_then(|v| v.parse().ok()));
+    set.unwrap_or_else(|| model.greedy_ahead()).max(1)
+}
+
+/// `k` greedy steps of one sequence from its new `tokens` ([`kvad_models::CausalLm::forward_greedy_steps`]): the
+/// picks in order, each checked against the vocabulary; the cache `k` tokens further.
+pub fn greedy_steps(
+    model: &dyn kvad_models::CausalLm,
+    seq: kvad_models::SeqInput<'_>,
+    k: usize,
+) -> Result<Vec<u32>, EngineError> {
+    let picks = model.forward_greedy_steps(seq, k)?;
+    checked_picks(model.config().vocab_size, picks, k)
+}
+
 /// `n` greedy picks of a model, each checked against its vocabulary (a GPU's ids come back from device memory).
 pub(crate) fn checked_picks(vocab: usize, ids: Vec<u32>, n: usize) -> Result<Vec<u32>, EngineError> {
     match ids.iter().find(|&&i| i as usize >= vocab) {

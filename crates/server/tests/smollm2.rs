@@ -207,3 +207,44 @@ fn smollm2_loads_on_the_backend_its_load_names() {
     let f32 = p["models"][0]["charged_bytes"].as_u64().unwrap();
     assert!(f32 > q8 + 300_000_000, "f32 weights (~540 MB) against q8's (~145 MB), same KV: {f32} vs {q8}");
 }
+
+/// Greedy steps run ahead for a reply stepping alone (`KVAD_GREEDY_AHEAD=5`; a GPU runs 8 by default, the CPU 1,
+/// so here the steps run one by one through the engine's same bookkeeping) against a server stepping a token at a
+/// time: the same replies, usage and conversations held — a reply cut by max_tokens between runs ahead, ones stopped
+/// by the end of text and by a stop string inside a run (the picks past it leave the cache: the held tokens say
+/// so), the next turn read
+/// from that kept conversation, and replies written together (one may hold picks while the other steps).
+#[test]
+fn smollm2_greedy_steps_ahead_equal_steps_one_at_a_time() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let args = ["--model", "smollm2-instruct", "--backend", "cpu-q8"];
+    let one = common::start_env("ahead-1", &args, &[("KVAD_NO_VNNI", "1"), ("KVAD_GREEDY_AHEAD", "1")]);
+    let five = common::start_env("ahead-5", &args, &[("KVAD_NO_VNNI", "1"), ("KVAD_GREEDY_AHEAD", "5")]);
+    let user = |q: &str| json!([{"role": "user", "content": q}]);
+    // The same request to both: the same reply, token counts, finish and conversations held.
+    let both = |msgs: serde_json::Value, extra: serde_json::Value| {
+        let (a, b) = (chat(&one, msgs.clone(), extra.clone()), chat(&five, msgs, extra));
+        assert_eq!(content(&a), content(&b), "{a}\n{b}");
+        assert_eq!(a["choices"][0]["finish_reason"], b["choices"][0]["finish_reason"], "{a}\n{b}");
+        assert_eq!(a["usage"], b["usage"], "{a}\n{b}");
+        assert_eq!(a["kvad"]["held_tokens"], b["kvad"]["held_tokens"], "{a}\n{b}");
+        a
+    };
+    let q = "Tell me about cats.";
+    let v = both(user(q), json!({"max_tokens": 23}));
+    assert_eq!(v["usage"]["completion_tokens"], 23, "{v}");
+    // The end of text inside a run ahead.
+    let v = both(user("What is the capital of France?"), json!({"max_tokens": 23}));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let full = content(&both(user(q), json!({"max_tokens": 40, "cache": false})));
+    let words: Vec<&str> = full.split_whitespace().collect();
+    let stop = words[words.len() / 2];
+    let stopped = both(user(q), json!({"max_tokens": 40, "stop": [stop]}));
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop", "{stopped}");
+    assert!(content(&stopped).len() < full.len(), "stopped at {stop:?}: {stopped}");
+    let next = json!([{"role": "user", "content": q}, {"role": "assistant", "content": content(&stopped)},
+                      {"role": "user", "content": "And dogs?"}]);
+    let v = both(next, json!({}));
+    assert!(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0, "{v}");
+    batched_replies_equal_alone(&five, "cpu-q8, steps ahead");
+}

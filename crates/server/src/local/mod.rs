@@ -19,7 +19,7 @@ use kvad_models::weights::GgufFile;
 use kvad_models::{LogitsMode, SeqInput, SeqKv};
 use kvad_tensor::BackendKind;
 use kvad_text::{ChatContext, ChatTemplate, DecoderState, IncrementalDecoder};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 struct Entry {
@@ -52,6 +52,9 @@ struct Seq {
     params: GenParams,
     /// Tokens it may hold (prompt + max_tokens).
     reserve: usize,
+    /// Greedy picks made ahead of the scheduler's stop checks ([`lone_ahead`]), not yet handed out: the cache holds
+    /// all but the last, so it is `ahead.len()` tokens past where stepping one at a time would have it.
+    ahead: VecDeque<u32>,
 }
 
 /// How the local engine sizes things.
@@ -270,6 +273,7 @@ impl Engine for LocalEngine {
                 dec: DecoderState::default(),
                 params: params.clone(),
                 reserve,
+                ahead: VecDeque::new(),
             },
         );
         self.fit(entry);
@@ -297,7 +301,9 @@ impl Engine for LocalEngine {
     }
 
     fn end(&mut self, seq: SeqId, keep: bool) -> Ended {
-        let Some(s) = self.seqs.remove(&seq) else { return Ended::default() };
+        let Some(mut s) = self.seqs.remove(&seq) else { return Ended::default() };
+        // Picks made ahead and never handed out leave the cache (a conversation kept resumes where its reply ended).
+        s.kv.truncate(s.kv.len() - s.ahead.len());
         let Some(slot) = self.slots.iter_mut().find(|x| x.entry == s.entry) else { return Ended::default() };
         let rest = IncrementalDecoder::resume(&slot.m.tokenizer, true, s.dec).finish().unwrap_or_default();
         if keep {
@@ -398,6 +404,23 @@ fn one_pass(
     Ok(model.forward(batch, mode).map_err(err)?.into_iter().map(Out::Logits).collect())
 }
 
+/// Greedy steps to run ahead for a pass that is one reply's next token alone, plain greedy and holding no picks
+/// made ahead: [`kvad_engine::greedy_ahead`] (8 on a GPU: the host's wait a step saved; 1 on the CPU), no more than
+/// its reply may still take or its context hold. None (a step as usual) below 2. Its stop checks stay the
+/// scheduler's, a token at a time; a reply that stops early drops the rest (`end`).
+fn lone_ahead(model: &dyn kvad_models::CausalLm, parts: &[Part], seqs: &[Seq], ctx: usize) -> Option<usize> {
+    let ([p], [s]) = (parts, seqs) else { return None };
+    if p.work != Work::Decode
+        || !s.ahead.is_empty()
+        || !kvad_engine::device_picks(&s.params.sampling, &s.params.options)
+    {
+        return None;
+    }
+    let left = s.reserve.saturating_sub(s.prompt.len() + s.reply.len());
+    let k = kvad_engine::greedy_ahead(model).min(left).min(ctx.saturating_sub(s.kv.len()));
+    (k > 1).then_some(k)
+}
+
 /// One step's forward work. Replies that sample (one token each) never share a pass with a prompt chunk when the
 /// two together exceed [`ALONE_ROWS`]: the chunk is read in a pass of its own, then the sampling rows in one pass on
 /// the decode kernels, so a reply's tokens are the same whoever joins beside it (the determinism rule). Returns
@@ -405,7 +428,7 @@ fn one_pass(
 fn forward_parts(
     model: &dyn kvad_models::CausalLm,
     parts: &[Part],
-    seqs: &mut [Seq],
+    seqs: &mut [&mut Seq],
     tokens: &[Vec<u32>],
 ) -> Result<Vec<Out>, ApiError> {
     let sampling = |p: &Part| !matches!(p.work, Work::Chunk(_));
@@ -474,7 +497,38 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
     }
     let t0 = std::time::Instant::now();
     let rows: usize = tokens.iter().map(Vec::len).sum();
-    let outs = forward_parts(model, parts, seqs, &tokens)?;
+    let outs = if let Some(k) = lone_ahead(model, parts, seqs, ctx) {
+        // One reply's next token alone: k greedy steps back to back, the first handed out now.
+        let s = &mut seqs[0];
+        let picks = kvad_engine::greedy_steps(model, SeqInput { tokens: &tokens[0], kv: &mut s.kv }, k)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        s.ahead.extend(&picks[1..]);
+        vec![Out::Id(picks[0])]
+    } else {
+        // Replies holding picks made ahead take their next from there; the others run the pass.
+        let mut outs: Vec<Out> = Vec::with_capacity(parts.len());
+        let (mut run_parts, mut run_seqs, mut run_tokens, mut run_at) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, ((p, s), t)) in parts.iter().zip(seqs.iter_mut()).zip(&tokens).enumerate() {
+            let made = if p.work == Work::Decode { s.ahead.pop_front() } else { None };
+            match made {
+                Some(id) => outs.push(Out::Id(id)),
+                None => {
+                    outs.push(Out::Nothing);
+                    run_parts.push(*p);
+                    run_seqs.push(s);
+                    run_tokens.push(t.clone());
+                    run_at.push(i);
+                }
+            }
+        }
+        if !run_parts.is_empty() {
+            for (i, o) in run_at.into_iter().zip(forward_parts(model, &run_parts, &mut run_seqs, &run_tokens)?) {
+                outs[i] = o;
+            }
+        }
+        outs
+    };
     let t1 = std::time::Instant::now();
     let tok = &slot.m.tokenizer;
     let text_of = |id: u32| tok.decode(&[id], false).unwrap_or_default();
@@ -517,7 +571,9 @@ fn run_pass(slots: &[Slot], parts: &[Part], seqs: &mut [Seq]) -> Result<Vec<Opti
             top: sampled.top.iter().map(|(id, lp)| (text_of(*id), *lp)).collect(),
             in_play: sampled.in_play.clone(),
         });
-        out.push(Some(Stepped { piece: Piece { text, logprob }, end, full: s.kv.len() + 1 >= ctx }));
+        // Where the cache would be stepping one token at a time (it is ahead by the picks not handed out).
+        let full = s.kv.len() - s.ahead.len() + 1 >= ctx;
+        out.push(Some(Stepped { piece: Piece { text, logprob }, end, full }));
     }
     if step_trace() {
         let (f, d) = ((t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);

@@ -212,8 +212,8 @@ fn smollm2_loads_on_the_backend_its_load_names() {
 /// so here the steps run one by one through the engine's same bookkeeping) against a server stepping a token at a
 /// time: the same replies, usage and conversations held — a reply cut by max_tokens between runs ahead, ones stopped
 /// by the end of text and by a stop string inside a run (the picks past it leave the cache: the held tokens say
-/// so), the next turn read
-/// from that kept conversation, and replies written together (one may hold picks while the other steps).
+/// so), the next turn read from that kept conversation, and replies written together (one may hold picks while the
+/// other steps).
 #[test]
 fn smollm2_greedy_steps_ahead_equal_steps_one_at_a_time() {
     kvad_hub::ensure_smollm2().expect("the default model");

@@ -118,14 +118,9 @@ const GREEDY_AHEAD_MAX: usize = 64;
 
 /// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (the host's wait it saves, ~20 µs a step:
 /// gpu-q4 558.8 tok/s against 553.4 one at a time on the H200, session 18; a reply's last run may go up to 7 steps
-/// past its stop, ~2 ms each on the 8B shape, its tokens dropped). `KVAD_GPU_GREEDY_AHEAD=n` runs n (1: one at a
-/// time; at most [`GREEDY_AHEAD_MAX`]).
-fn greedy_ahead_steps() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("KVAD_GPU_GREEDY_AHEAD").ok().and_then(|v| v.parse().ok()).unwrap_or(8).clamp(1, GREEDY_AHEAD_MAX)
-    })
-}
+/// past its stop, ~2 ms each on the 8B shape, its tokens dropped). The callers' `KVAD_GREEDY_AHEAD=n`
+/// (`kvad_engine::greedy_ahead`) runs n instead (1: one at a time; past [`GREEDY_AHEAD_MAX`], a step at a time).
+const GREEDY_AHEAD: usize = 8;
 
 fn up_width(p: &Parts) -> usize {
     p.layers.first().map_or(0, |l| l.up.rows())
@@ -356,7 +351,7 @@ impl CausalLm for GpuDecoder {
     }
 
     fn greedy_ahead(&self) -> usize {
-        greedy_ahead_steps()
+        GREEDY_AHEAD
     }
 
     /// One sequence's greedy steps back to back on the device: the first pass as [`CausalLm::forward_greedy`]'s,

@@ -33,9 +33,9 @@ fn reference(w: &[f32], x: &[f32], rows: usize, n: usize, k: usize) -> Vec<f32> 
 
 /// The dp4a GEMVs' arithmetic in f64: each row of `x` in two 8-bit terms per block of 32 (`quant_act8`'s f32
 /// arithmetic: d = max/127, t = x/d, q1 = rint(t), q2 = rint((t − q1)·254), ties to even), integer dot products of
-/// both against the stored quants, scaled by `d_w · d_x · (Σq1 + Σq2/254)`; Q4 formats add `m · Σx` over the f32
-/// activations (Q4_0's m is −8d in f16, as the device stores it). Read from the host matrix's rows (kvad's layout:
-/// f16 scales, Q4_1's f16 minimums, then the quants).
+/// both against the stored quants, scaled by `d_w · d_x · (Σq1 + Σq2/254)`; Q4_0 adds `m · Σx` over the f32
+/// activations (m = −8d, as the device makes it). Read from the host matrix's rows (kvad's layout: f16 scales,
+/// then the quants) — Q8_0 or Q4_0, the device's block formats.
 fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
     let (n, k, t) = (host.rows(), host.cols(), host.qtype());
     let nb = k / 32;
@@ -67,19 +67,14 @@ fn reference8(host: &QMatrix, x: &[f32], rows: usize) -> Vec<f32> {
                         let qs = &row[nb * 2 + b * 32..nb * 2 + (b + 1) * 32];
                         ((0..32).map(|i| (qs[i] as i8) as f64 * q[b * 32 + i]).sum(), 0.0)
                     }
-                    _ => {
-                        let off = if t == QType::Q4_1 { nb * 4 } else { nb * 2 };
-                        let qs = &row[off + b * 16..off + (b + 1) * 16];
+                    QType::Q4_0 => {
+                        let qs = &row[nb * 2 + b * 16..nb * 2 + (b + 1) * 16];
                         let isum = (0..16)
                             .map(|i| (qs[i] & 15) as f64 * q[b * 32 + i] + (qs[i] >> 4) as f64 * q[b * 32 + 16 + i])
                             .sum();
-                        let m = if t == QType::Q4_1 {
-                            f16(&row[nb * 2..], b) as f64
-                        } else {
-                            half::f16::from_f32(-8.0 * d).to_f32() as f64
-                        };
-                        (isum, m)
+                        (isum, -8.0 * d as f64)
                     }
+                    t => panic!("{t:?} is no device block format"),
                 };
                 let xs: f64 = xr[b * 32..(b + 1) * 32].iter().map(|&v| v as f64).sum();
                 acc += d as f64 * dx[b] as f64 * isum + m * xs;
@@ -106,6 +101,38 @@ fn device_quantisation_gives_the_cpu_quantisers_blocks() {
     }
 }
 
+/// A host matrix as the device holds it: Q4_1 as its Q8_0 requantisation (`DevMatrix::upload`), the rest as is.
+fn as_on_device(host: QMatrix) -> QMatrix {
+    if host.qtype() == QType::Q4_1 {
+        host.requantize(QType::Q8_0).unwrap()
+    } else {
+        host
+    }
+}
+
+/// Q4_1 (a minimum beside each scale) goes up as Q8: the bytes of the CPU's Q8_0 requantisation of its values,
+/// so the device's one 4-bit form stays Q4_0's 18 bytes a block.
+#[test]
+fn q4_1_goes_up_as_its_q8_requantisation() {
+    let Some(g) = gpu() else { return };
+    let (rows, cols) = (37, 96);
+    let host = QMatrix::quantize(QType::Q4_1, rows, cols, &data(rows * cols, 5)).unwrap();
+    let m = DevMatrix::upload(&g, &host, None).unwrap();
+    assert_eq!(m.format(), DevFormat::Q8);
+    let want = DevMatrix::upload(&g, &host.requantize(QType::Q8_0).unwrap(), None).unwrap();
+    assert_eq!(m.download(&g).unwrap(), want.download(&g).unwrap());
+    // And the values are the Q4_1 ones to within Q8_0's rounding: half a step s (a block's largest magnitude /
+    // 127), and the scale's own rounding to f16 (2⁻¹¹ of s) over up to 127 steps.
+    let (a, b) = (dequantized(&host), dequantized(&host.requantize(QType::Q8_0).unwrap()));
+    for (blk_a, blk_b) in a.chunks(32).zip(b.chunks(32)) {
+        let step = blk_a.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let bound = step * (0.5 + 127.0 / 2048.0) * 1.001;
+        for (x, y) in blk_a.iter().zip(blk_b) {
+            assert!((x - y).abs() <= bound, "{x} vs {y}: more than {bound}");
+        }
+    }
+}
+
 #[test]
 fn gemv_of_every_format_and_row_count_equals_the_reference() {
     let Some(g) = gpu() else { return };
@@ -118,7 +145,7 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
             if qt != QType::BF16 && !k.is_multiple_of(32) {
                 continue;
             }
-            let host = QMatrix::quantize(qt, n, k, &w).unwrap();
+            let host = as_on_device(QMatrix::quantize(qt, n, k, &w).unwrap());
             let wd = dequantized(&host);
             let m = DevMatrix::upload(&g, &host, None).unwrap();
             for rows in 1..=8 {
@@ -219,7 +246,7 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
     let Some(g) = gpu_dp4a() else { return };
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     for &(n1, k1, n2) in &[(256usize, 128usize, 96usize), (4096, 64, 48), (8224, 64, 40)] {
-        for qt in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
+        for qt in [QType::Q8_0, QType::Q4_0] {
             let a = DevMatrix::upload(&g, &QMatrix::quantize(qt, n1, k1, &data(n1 * k1, 41)).unwrap(), None).unwrap();
             let b = DevMatrix::upload(&g, &QMatrix::quantize(qt, n2, n1, &data(n2 * n1, 43)).unwrap(), None).unwrap();
             let bf = DevMatrix::upload(&g, &bf16_matrix(n2, n1, &data(n2 * n1, 43)), None).unwrap();
@@ -318,7 +345,7 @@ fn embedding_rows_equal_the_cpu_rows() {
     let pos = [3i32, 0, 1, 5];
     let pe = data(8 * cols, 61);
     for qt in [QType::BF16, QType::Q8_0, QType::Q4_0, QType::Q4_1] {
-        let q = QMatrix::quantize(qt, n, cols, &data(n * cols, 59)).unwrap();
+        let q = as_on_device(QMatrix::quantize(qt, n, cols, &data(n * cols, 59)).unwrap());
         let m = DevMatrix::upload(&g, &q, None).unwrap();
         let rows = dequantized(&q);
         let (idb, posb, peb) = (
@@ -354,7 +381,7 @@ fn gemm_path_equals_the_reference_on_bf16_activations() {
     // Activations that bf16 holds exactly, so the only difference left is summation order.
     let x: Vec<f32> = data(rows * k, 22).iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect();
     let xb16: Vec<u16> = x.iter().map(|v| half::bf16::from_f32(*v).to_bits()).collect();
-    for qt in [QType::BF16, QType::Q8_0, QType::Q4_1] {
+    for qt in [QType::BF16, QType::Q8_0, QType::Q4_0] {
         let host = QMatrix::quantize(qt, n, k, &w).unwrap();
         // cuBLAS reads bf16 weights: the block formats are dequantised to bf16 first.
         let wd: Vec<f32> = dequantized(&host).iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect();
@@ -380,7 +407,7 @@ fn few_row_tensor_core_product_equals_the_reference() {
     let Some(g) = gpu() else { return };
     for (n, k) in [(72, 256), (37, 128), (600, 1024)] {
         let w = data(n * k, 41);
-        for qt in [QType::BF16, QType::Q8_0, QType::Q4_1] {
+        for qt in [QType::BF16, QType::Q8_0, QType::Q4_0] {
             let host = QMatrix::quantize(qt, n, k, &w).unwrap();
             // The kernel turns the blocks into bf16 (d·q, d·q + m) before the product, as cuBLAS reads them.
             let wd: Vec<f32> = dequantized(&host).iter().map(|v| half::bf16::from_f32(*v).to_f32()).collect();

@@ -29,7 +29,7 @@ impl From<GpuError> for ModelError {
 pub(crate) fn device_format(backend: BackendKind, role: Role) -> Option<DevFormat> {
     match target(backend, role) {
         QType::Q8_0 => Some(DevFormat::Q8),
-        QType::Q4_0 | QType::Q4_1 => Some(DevFormat::Q4),
+        QType::Q4_0 => Some(DevFormat::Q4),
         _ => None,
     }
 }

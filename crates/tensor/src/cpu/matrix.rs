@@ -165,6 +165,16 @@ impl QMatrix {
         super::quant::dequantize_row(self.qtype, self.row(r), &mut out[..self.cols]);
     }
 
+    /// The same values in another format: each row dequantised and quantised again (the GPU holds Q4_1 as Q8_0,
+    /// having no 4-bit form with a minimum).
+    pub fn requantize(&self, qtype: QType) -> Result<QMatrix, MatrixError> {
+        let mut w = vec![0f32; self.rows * self.cols];
+        for (r, o) in w.chunks_exact_mut(self.cols.max(1)).enumerate().take(self.rows) {
+            self.dequantize_row(r, o);
+        }
+        QMatrix::quantize(qtype, self.rows, self.cols, &w)
+    }
+
     /// `out[n, rows] = x[n, cols] · selfᵀ`.
     ///
     /// # Panics

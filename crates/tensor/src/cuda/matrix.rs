@@ -3,14 +3,17 @@
 //! - `Bf16`: `[rows][cols]` bf16.
 //! - `Q8`: quants `[rows][cols]` i8 and scales `[rows][cols/32]` f16 (weight = d·q).
 //! - `Q4`: quants `[rows][cols/2]` (per block, byte j holds weight j low and j+16 high, as GGUF packs them) and
-//!   `[rows][cols/32]` pairs (f16 d, f16 m) with weight = d·q + m, so Q4_0 (m = −8d) and Q4_1 share one kernel.
+//!   scales `[rows][cols/32]` f16 (weight = d·(q − 8): Q4_0). 18 bytes a block of 32, read once a decode step: a
+//!   minimum beside each scale (Q4_1's form, which the device held until session 20 for Q4_0 too, as m = −8d) made
+//!   every q4 product read 11% more bytes. A Q4_1 matrix goes up as Q8 (its values d·q + m into 8-bit blocks on the
+//!   host, the CPU quantiser's): 8 bits a weight, not a second 4-bit form every q4 kernel would have to carry.
 //!
 //! Quants and scales are separate arrays so every row of quants starts 16-byte aligned for the vector loads.
 
 use super::buffer::DevBuf;
 use super::{Gpu, GpuError};
 use crate::cpu::{QMatrix, QType};
-use half::{bf16, f16};
+use half::bf16;
 use std::sync::Arc;
 
 /// A device matrix format.
@@ -20,7 +23,7 @@ pub enum DevFormat {
     Bf16,
     /// 8-bit blocks of 32 with an f16 scale.
     Q8,
-    /// 4-bit blocks of 32 with f16 scale and minimum.
+    /// 4-bit blocks of 32 with an f16 scale (Q4_0).
     Q4,
 }
 
@@ -43,12 +46,12 @@ pub struct DevMatrix {
     pub(crate) cols: usize,
     /// bf16 values or quants.
     pub(crate) q: DevBuf,
-    /// Scales (Q8) or scale/minimum pairs (Q4); none for bf16.
+    /// Scales (Q8, Q4); none for bf16.
     pub(crate) s: Option<DevBuf>,
 }
 
 impl DevMatrix {
-    /// Uploads a host matrix. Block formats go up as they are (Q8_0 → Q8; Q4_0, Q4_1 → Q4); bf16 and f32 go up as
+    /// Uploads a host matrix. Block formats go up as they are (Q8_0 → Q8, Q4_0 → Q4), Q4_1 as Q8 (above); bf16 and f32 go up as
     /// bf16 and, when `quantize_to` names a block format and the width is whole blocks, are quantised on the device
     /// with the CPU quantiser's arithmetic.
     pub fn upload(gpu: &Arc<Gpu>, m: &QMatrix, quantize_to: Option<DevFormat>) -> Result<DevMatrix, GpuError> {
@@ -79,24 +82,16 @@ impl DevMatrix {
                     s: Some(DevBuf::from_host(gpu, &s)?),
                 });
             }
-            t @ (QType::Q4_0 | QType::Q4_1) => {
-                let (mut q, mut s) = (Vec::with_capacity(rows * cols / 2), Vec::with_capacity(rows * nb * 4));
+            QType::Q4_1 => {
+                let q8 = m.requantize(QType::Q8_0).map_err(|e| GpuError::Shape(e.to_string()))?;
+                return DevMatrix::upload(gpu, &q8, quantize_to);
+            }
+            QType::Q4_0 => {
+                let (mut q, mut s) = (Vec::with_capacity(rows * cols / 2), Vec::with_capacity(rows * nb * 2));
                 for r in 0..rows {
                     let row = m.row(r);
-                    let d = &row[..nb * 2];
-                    let (mins, quants) =
-                        if t == QType::Q4_1 { row[nb * 2..].split_at(nb * 2) } else { (&row[..0], &row[nb * 2..]) };
-                    for b in 0..nb {
-                        let dv = [d[2 * b], d[2 * b + 1]];
-                        let mv = if t == QType::Q4_1 {
-                            [mins[2 * b], mins[2 * b + 1]]
-                        } else {
-                            f16::from_f32(-8.0 * f16::from_le_bytes(dv).to_f32()).to_le_bytes()
-                        };
-                        s.extend_from_slice(&dv);
-                        s.extend_from_slice(&mv);
-                    }
-                    q.extend_from_slice(quants);
+                    s.extend_from_slice(&row[..nb * 2]);
+                    q.extend_from_slice(&row[nb * 2..]);
                 }
                 return Ok(DevMatrix {
                     format: DevFormat::Q4,

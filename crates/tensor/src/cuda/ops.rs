@@ -256,7 +256,7 @@ impl Gpu {
         let blocks = m.rows * m.cols / 32;
         let (q, s, name) = match to {
             DevFormat::Q8 => (DevBuf::zeros(self, blocks * 32)?, DevBuf::zeros(self, blocks * 2)?, "quantize_q8"),
-            DevFormat::Q4 => (DevBuf::zeros(self, blocks * 16)?, DevBuf::zeros(self, blocks * 4)?, "quantize_q4"),
+            DevFormat::Q4 => (DevBuf::zeros(self, blocks * 16)?, DevBuf::zeros(self, blocks * 2)?, "quantize_q4"),
             DevFormat::Bf16 => return Err(GpuError::Shape("quantize to bf16".into())),
         };
         let (w, qp, sp, nb) = (m.q.ptr(), q.ptr(), s.ptr(), blocks as u64);

@@ -3,6 +3,11 @@
 typedef unsigned short bf16_t;
 typedef unsigned short f16_t;
 
+// Q4 blocks hold their scale d alone (Q4_0: weight = d·(q − 8) = d·q + m): the minimum m = −8d, made here, exact
+// in f32 (it is what the f16 minimum of the (d, m) pairs the device held until session 20 held, read from 2 more
+// bytes a block).
+__device__ __forceinline__ float q4_min(float d) { return -8.0f * d; }
+
 __device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
 
 // Round to nearest even, as PyTorch and the CPU loader round f32 to bf16.

@@ -110,8 +110,8 @@ extern "C" __global__ void embed(const void* __restrict__ q, const void* __restr
             int j = i % 32;
             unsigned char byte = ((const unsigned char*)q)[row * (H / 2) + (i / 32) * 16 + (j & 15)];
             int nib = j < 16 ? (byte & 15) : (byte >> 4);
-            unsigned dm = ((const unsigned*)s)[row * nb + i / 32];
-            v = h2f((f16_t)(dm & 0xffffu)) * (float)nib + h2f((f16_t)(dm >> 16));
+            float d = h2f(((const f16_t*)s)[row * nb + i / 32]);
+            v = d * (float)nib + q4_min(d);
         }
         if (pos_emb) v += pos_emb[(size_t)pos[blockIdx.x] * H + i];
         o[i] = v;

@@ -152,10 +152,10 @@ __device__ void gemv_q8_t(const unsigned char* __restrict__ Q, const f16_t* __re
     gemv_store<B, ROWS>(acc, ss, y, bias, n0, N, K, eps, NORM, accumulate);
 }
 
-// Q4: quants [N][K/2] (per block of 32: byte j holds weight j low, j+16 high), dm [N][K/32] (f16 d, f16 m):
-// weight = d*q + m. A lane takes one block (16 bytes) per load.
+// Q4: quants [N][K/2] (per block of 32: byte j holds weight j low, j+16 high), scales [N][K/32] (f16 d):
+// weight = d*q + m, m = −8d. A lane takes one block (16 bytes) per load.
 template <int B, int ROWS, bool NORM>
-__device__ void gemv_q4_t(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
+__device__ void gemv_q4_t(const unsigned char* __restrict__ Q, const f16_t* __restrict__ DS,
                           const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
                           int accumulate, const float* __restrict__ g, float eps) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -176,9 +176,8 @@ __device__ void gemv_q4_t(const unsigned char* __restrict__ Q, const unsigned* _
         for (int r = 0; r < ROWS; r++) {
             int n = min(n0 + r, N - 1);
             w[r] = __ldg((const uint4*)(Q + (size_t)n * (K / 2)) + blk);
-            unsigned dm = __ldg(DM + (size_t)n * nb + blk);
-            d[r] = h2f((f16_t)(dm & 0xffffu));
-            m[r] = h2f((f16_t)(dm >> 16));
+            d[r] = h2f(__ldg(DS + (size_t)n * nb + blk));
+            m[r] = q4_min(d[r]);
         }
 #pragma unroll
         for (int b = 0; b < B; b++) {
@@ -236,10 +235,10 @@ __device__ void gemv_q4_t(const unsigned char* __restrict__ Q, const unsigned* _
         gemv_q8_t<B, ROWS_Q8, NORM>(Q, S, x, y, bias, N, K, acc, g, eps);                                      \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32)                                              \
-        gemv_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,              \
+        gemv_q4_##B##SUFFIX(const unsigned char* Q, const f16_t* DS, const float* x, float* y,              \
                             const float* bias, int N, int K, int acc, const float* g, float eps) {             \
         PDL_ENTER();                                                                                           \
-        gemv_q4_t<B, ROWS_Q4, NORM>(Q, DM, x, y, bias, N, K, acc, g, eps);                                     \
+        gemv_q4_t<B, ROWS_Q4, NORM>(Q, DS, x, y, bias, N, K, acc, g, eps);                                     \
     }
 
 #define GEMV_BOTH(B) GEMV_INSTANCES(B, false, ) GEMV_INSTANCES(B, true, _rms)

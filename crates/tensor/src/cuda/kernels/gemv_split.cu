@@ -352,15 +352,15 @@ __device__ __forceinline__ void load_q8(const unsigned char* __restrict__ Q, con
     }
 }
 
-// A lane's R rows of q4 block `blk` (16 bytes) with their (d, m) pairs; rows past N repeat the last.
+// A lane's R rows of q4 block `blk` (16 bytes) with their scales; rows past N repeat the last.
 template <int R>
-__device__ __forceinline__ void load_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM, int n0,
-                                        int N, int K, int blk, uint4 (&w)[R], unsigned (&dm)[R]) {
+__device__ __forceinline__ void load_q4(const unsigned char* __restrict__ Q, const f16_t* __restrict__ QS, int n0,
+                                        int N, int K, int blk, uint4 (&w)[R], f16_t (&qd)[R]) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
         size_t n = min(n0 + r, N - 1);
         w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
-        dm[r] = __ldg(DM + n * (K / 32) + blk);
+        qd[r] = __ldg(QS + n * (K / 32) + blk);
     }
 }
 
@@ -460,9 +460,9 @@ __device__ void gs_q8(const unsigned char* __restrict__ Q, const f16_t* __restri
     if (NORM == GS_TAIL && ng) split_norm_tail<B, false, true>(y, N, NORM_ARGS);
 }
 
-// Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its (d, m) pair.
+// Q4: a chunk is one block (16 bytes: byte j holds weight j low, j+16 high) with its f16 scale d (the minimum −8d).
 template <int B, int R, int NORM>
-__device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
+__device__ void gs_q4(const unsigned char* __restrict__ Q, const f16_t* __restrict__ QS,
                       const float* __restrict__ x, float* y, const float* __restrict__ bias, int N, int K,
                       int accumulate, NORM_PARAMS) {
     int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
@@ -474,12 +474,12 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     uint4 w[R];
-    unsigned dm[R];
-    if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
+    f16_t qd[R];
+    if (c0 + lane < c1) load_q4<R>(Q, QS, n0, N, K, c0 + lane, w, qd);
     if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
-        if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
+        if (blk != c0 + lane) load_q4<R>(Q, QS, n0, N, K, blk, w, qd);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const float* xb = x + (size_t)b * K + blk * 32;
@@ -510,7 +510,7 @@ __device__ void gs_q4(const unsigned char* __restrict__ Q, const unsigned* __res
             }
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                float d = h2f((f16_t)(dm[r] & 0xffffu)), m = h2f((f16_t)(dm[r] >> 16));
+                float d = h2f(qd[r]), m = q4_min(d);
                 acc[b][r] = fmaf(d, a[r], fmaf(m, xs, acc[b][r]));
             }
         }
@@ -606,7 +606,7 @@ __device__ void gs_q8d(const unsigned char* __restrict__ Q, const f16_t* __restr
 }
 
 template <int B, int R, int NORM, int SUB = 1>
-__device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __restrict__ DM,
+__device__ void gs_q4d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ QS,
                        const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
                        const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
                        const float* __restrict__ bias, int N, int K, int accumulate, NORM_PARAMS, float* nss) {
@@ -619,12 +619,12 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     uint4 w[R];
-    unsigned dm[R];
-    if (c0 + lane < c1) load_q4<R>(Q, DM, n0, N, K, c0 + lane, w, dm);
+    f16_t qd[R];
+    if (c0 + lane < c1) load_q4<R>(Q, QS, n0, N, K, c0 + lane, w, qd);
     if (NORM == GS_NO_NORM) ng = nullptr;  // the norm-free instances: no tail code, fewer registers
     PDL_ENTER_NORM(ng);
     for (int blk = c0 + lane; blk < c1; blk += 32) {
-        if (blk != c0 + lane) load_q4<R>(Q, DM, n0, N, K, blk, w, dm);
+        if (blk != c0 + lane) load_q4<R>(Q, QS, n0, N, K, blk, w, qd);
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
@@ -638,7 +638,7 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
                 int wh[4] = {(int)((w[r].x >> 4) & m), (int)((w[r].y >> 4) & m), (int)((w[r].z >> 4) & m),
                              (int)((w[r].w >> 4) & m)};
                 int isum = dp4a_q4(wl, wh, lo, hi), isum2 = dp4a_q4(wl, wh, lo2, hi2);
-                float d = h2f((f16_t)(dm[r] & 0xffffu)), mn = h2f((f16_t)(dm[r] >> 16));
+                float d = h2f(qd[r]), mn = q4_min(d);
                 acc[b][r] = fmaf(d * ds.x, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), fmaf(mn, ds.y, acc[b][r]));
             }
         }
@@ -658,9 +658,9 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         gs_q8<B, R, NORM>(Q, S, x, y, bias, N, K, acc, NORM_ARGS);                                         \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
-        gemvs_q4_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const float* x, float* y,             \
+        gemvs_q4_##B##SUFFIX(const unsigned char* Q, const f16_t* QS, const float* x, float* y,             \
                              const float* bias, int N, int K, int acc, NORM_PARAMS) {                          \
-        gs_q4<B, R, NORM>(Q, DM, x, y, bias, N, K, acc, NORM_ARGS);                                        \
+        gs_q4<B, R, NORM>(Q, QS, x, y, bias, N, K, acc, NORM_ARGS);                                        \
     }
 
 #define GS_INSTANCES_D(B, R, SUFFIX, NORM, Q4_BOUNDS)                                                          \
@@ -671,10 +671,10 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const unsigned* __re
         gs_q8d<B, R, NORM>(Q, S, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);               \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(Q4_BOUNDS())                                                  \
-        gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const unsigned* DM, const signed char* xq,               \
+        gemvs_q4d_##B##SUFFIX(const unsigned char* Q, const f16_t* QS, const signed char* xq,               \
                               const signed char* xq2, const float2* xds, const float* xss, float xeps, float* y,        \
                               const float* bias, int N, int K, int acc, NORM_PARAMS, float* nss) {            \
-        gs_q4d<B, R, NORM>(Q, DM, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);              \
+        gs_q4d<B, R, NORM>(Q, QS, xq, xq2, xds, xss, xeps, y, bias, N, K, acc, NORM_ARGS, nss);              \
     }
 
 // The deferring products with their group in one block (`_gb`: GS_GROUPS_BLOCK, 32/R sub-blocks of GS_WARPS warps,
@@ -732,7 +732,7 @@ GS_HEIGHTS(1)
 GS_HEIGHTS(2)
 GS_INSTANCE_GB(q8, 1, 4, f16_t)
 GS_INSTANCE_GB(q8, 1, 8, f16_t)
-GS_INSTANCE_GB(q4, 1, 8, unsigned)
+GS_INSTANCE_GB(q4, 1, 8, f16_t)
 #endif
 #if !defined(KVAD_GS_PART) || KVAD_GS_PART == 1
 GS_HEIGHTS(3)

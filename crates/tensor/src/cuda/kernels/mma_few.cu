@@ -36,7 +36,7 @@ struct MfRaw {
     unsigned s;
 };
 
-// Formats: 0 bf16 (L = 8), 1 q8 (L = 16, f16 scale), 2 q4 (L = 32, one block with its (d, m) pair).
+// Formats: 0 bf16 (L = 8), 1 q8 (L = 16, f16 scale), 2 q4 (L = 32, one block with its f16 scale).
 template <int FMT>
 struct Mf;
 
@@ -73,14 +73,14 @@ struct Mf<1> {
 template <>
 struct Mf<2> {
     static constexpr int L = 32;
-    static __device__ __forceinline__ MfRaw load(const void* Q, const void* DM, size_t r, int K, int k0) {
+    static __device__ __forceinline__ MfRaw load(const void* Q, const void* S, size_t r, int K, int k0) {
         int blk = k0 >> 5;
-        unsigned dm = __ldg((const unsigned*)DM + r * (K / 32) + blk);
-        return {__ldg((const uint4*)((const unsigned char*)Q + r * (K / 2)) + blk), dm};
+        unsigned s = __ldg((const f16_t*)S + r * (K / 32) + blk);
+        return {__ldg((const uint4*)((const unsigned char*)Q + r * (K / 2)) + blk), s};
     }
     // Weight j of a block is byte j's low nibble (j < 16) or byte j-16's high one: d·q + m, unfused as the CPU.
     static __device__ __forceinline__ void words(const MfRaw& v, int m, unsigned& w0, unsigned& w1) {
-        float d = h2f((f16_t)(v.s & 0xffffu)), mn = h2f((f16_t)(v.s >> 16));
+        float d = h2f((f16_t)v.s), mn = q4_min(d);
         unsigned q = m < 4 ? word_of(v.w, m) & 0x0f0f0f0fu : (word_of(v.w, m - 4) >> 4) & 0x0f0f0f0fu;
         float f0 = __fadd_rn(__fmul_rn(d, byte_f(q, 0)), mn), f1 = __fadd_rn(__fmul_rn(d, byte_f(q, 1)), mn);
         float f2 = __fadd_rn(__fmul_rn(d, byte_f(q, 2)), mn), f3 = __fadd_rn(__fmul_rn(d, byte_f(q, 3)), mn);

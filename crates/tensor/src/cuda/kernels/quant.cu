@@ -15,7 +15,7 @@ extern "C" __global__ void quantize_q8(const bf16_t* __restrict__ w, signed char
     for (int j = 0; j < 32; j++) q[b * 32 + j] = (signed char)roundf(__fmul_rn(bf2f(x[j]), id));
 }
 
-extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned char* q, unsigned* dm, size_t blocks) {
+extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned char* q, f16_t* s, size_t blocks) {
     PDL_ENTER();
     size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (b >= blocks) return;
@@ -27,9 +27,8 @@ extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned ch
     }
     float d = __fdiv_rn(vmax, -8.0f);
     float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    f16_t dh = f2h(d);
-    // weight = d*(q-8) = d*q + (-8d): stored as (d, m) like Q4_1.
-    dm[b] = (unsigned)dh | ((unsigned)f2h(-8.0f * h2f(dh)) << 16);
+    // weight = d*(q-8): the scale alone is stored (Q4_0), the kernels make the minimum −8d.
+    s[b] = f2h(d);
     for (int j = 0; j < 16; j++) {
         int q0 = min(15, max(0, (int)__fadd_rn(__fmul_rn(bf2f(x[j]), id), 8.5f)));
         int q1 = min(15, max(0, (int)__fadd_rn(__fmul_rn(bf2f(x[j + 16]), id), 8.5f)));
@@ -44,7 +43,7 @@ extern "C" __global__ void dequant_q8(const signed char* __restrict__ q, const f
         out[i] = f2bf(h2f(s[i / 32]) * (float)q[i]);
 }
 
-extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const unsigned* __restrict__ dm,
+extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const f16_t* __restrict__ s,
                                       bf16_t* out, size_t n) {
     PDL_ENTER();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -52,8 +51,8 @@ extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const
         int j = i % 32;
         unsigned char byte = q[b * 16 + (j & 15)];
         int nib = j < 16 ? (byte & 15) : (byte >> 4);
-        unsigned v = dm[b];
-        out[i] = f2bf(h2f((f16_t)(v & 0xffffu)) * (float)nib + h2f((f16_t)(v >> 16)));
+        float d = h2f(s[b]);
+        out[i] = f2bf(d * (float)nib + q4_min(d));
     }
 }
 

@@ -67,39 +67,21 @@ impl DevMatrix {
                     .collect();
                 DevMatrix::bf16(rows, cols, DevBuf::from_slice(gpu, &v)?)
             }
-            QType::Q8_0 => {
-                let (mut q, mut s) = (Vec::with_capacity(rows * cols), Vec::with_capacity(rows * nb * 2));
-                for r in 0..rows {
-                    let row = m.row(r);
-                    s.extend_from_slice(&row[..nb * 2]);
-                    q.extend_from_slice(&row[nb * 2..]);
-                }
-                return Ok(DevMatrix {
-                    format: DevFormat::Q8,
-                    rows,
-                    cols,
-                    q: DevBuf::from_host(gpu, &q)?,
-                    s: Some(DevBuf::from_host(gpu, &s)?),
-                });
-            }
             QType::Q4_1 => {
                 let q8 = m.requantize(QType::Q8_0).map_err(|e| GpuError::Shape(e.to_string()))?;
                 return DevMatrix::upload(gpu, &q8, quantize_to);
             }
-            QType::Q4_0 => {
-                let (mut q, mut s) = (Vec::with_capacity(rows * cols / 2), Vec::with_capacity(rows * nb * 2));
+            // kvad's rows hold a block format's f16 scales, then its quants: the device keeps them apart.
+            t @ (QType::Q8_0 | QType::Q4_0) => {
+                let (mut q, mut s) = (Vec::with_capacity(m.bytes().len()), Vec::with_capacity(rows * nb * 2));
                 for r in 0..rows {
                     let row = m.row(r);
                     s.extend_from_slice(&row[..nb * 2]);
                     q.extend_from_slice(&row[nb * 2..]);
                 }
-                return Ok(DevMatrix {
-                    format: DevFormat::Q4,
-                    rows,
-                    cols,
-                    q: DevBuf::from_host(gpu, &q)?,
-                    s: Some(DevBuf::from_host(gpu, &s)?),
-                });
+                let format = if t == QType::Q8_0 { DevFormat::Q8 } else { DevFormat::Q4 };
+                let (q, s) = (DevBuf::from_host(gpu, &q)?, Some(DevBuf::from_host(gpu, &s)?));
+                return Ok(DevMatrix { format, rows, cols, q, s });
             }
         };
         match quantize_to {

@@ -5,6 +5,7 @@
 #   call_wait                            waits for those and the model, prints each log's verdict, packs
 #   call_left SECONDS                    seconds left of SECONDS since $T0 (alternate.sh's ALT_DEADLINE)
 #   call_pack                            $O into $OUT/NAME.tgz (again after each step: a time-out keeps what was done)
+#   call_trace NAME [NAME=value…]        a gpu-q4 decode traced (KVAD_GPU_TRACE) into $O/trace-NAME-summary.txt
 export KVAD_ROOT=$PWD KVAD_OFFLINE=1
 source scripts/gpu/env.sh
 CALL_NAME=$1
@@ -41,4 +42,14 @@ call_wait() {
 
 call_left() {
   echo $(($1 - ($(date +%s) - T0)))
+}
+
+call_trace() {
+  local name=$1
+  shift
+  env "$@" KVAD_GPU_TRACE="$O/trace-$name.txt" .gpu/bin/kvad bench /tmp/kvad-bench/hf --backend gpu-q4 \
+    --prompt-tokens 128 --gen-tokens 64 --rounds 1 >"$O/trace-$name.log" 2>&1
+  python3 scripts/gpu/trace.py "$O/trace-$name.txt" >"$O/trace-$name-summary.txt" 2>&1
+  rm -f "$O/trace-$name.txt"
+  head -20 "$O/trace-$name-summary.txt"
 }

@@ -12,11 +12,7 @@ call_test kernels .gpu/bin/cuda_kernels
 call_test gpu .gpu/bin/gpu
 call_test gpu-merge KVAD_GPU_O_MERGE=1 .gpu/bin/gpu
 call_wait
-KVAD_GPU_O_MERGE=1 KVAD_GPU_TRACE=$O/trace-merge.txt .gpu/bin/kvad bench /tmp/kvad-bench/hf --backend gpu-q4 \
-  --prompt-tokens 128 --gen-tokens 64 --rounds 1 >$O/trace-merge.log 2>&1
-python3 scripts/gpu/trace.py $O/trace-merge.txt >$O/trace-merge-summary.txt 2>&1
-rm -f $O/trace-merge.txt
-head -20 $O/trace-merge-summary.txt
+call_trace merge KVAD_GPU_O_MERGE=1
 call_pack
 ALT_DEADLINE=$(call_left 520) bash scripts/gpu/alternate.sh $O "main|.gpu/old/kvad|" "micro|.gpu/bin/kvad|" \
   "merge|.gpu/bin/kvad|KVAD_GPU_O_MERGE=1" -- /tmp/kvad-bench/hf --backend gpu-q4 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 20's last minutes of device time (~165 s of command): wip/omerge's bit test, the attention's, the fixtures
-# with KVAD_GPU_O_MERGE=1, and a trace with and without it (no alternated bench: call1.sh is that). Run once, on the
+# with KVAD_GPU_O_MERGE=1, and a trace with and without it (no alternated bench: call-both.sh is that). Run once, on the
 # patch before its launcher took more than 24 arguments: every test failed at launch (call0-results/); the time ran
 # out before the traces.
 source scripts/gpu/call.sh omerge0

@@ -3,12 +3,42 @@
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, as PyTorch computes it in f32. One block per row. With `xq`
 // (f32 out, H a multiple of 32) the output also in the dp4a products' two 8-bit terms (act8_block), as quant_act8
 // would write them: the decode step's first norm spares the q/k/v product that launch.
-extern "C" __global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, void* out, int H,
-                                    float eps, int out_bf16, signed char* xq, signed char* xq2, float2* xds) {
+extern "C" __global__ void __launch_bounds__(1024, 1)
+    rms_norm(const float* __restrict__ x, const float* __restrict__ w, void* out, int H, float eps, int out_bf16,
+             signed char* xq, signed char* xq2, float2* xds) {
     PDL_ENTER();
     __shared__ float red[32];
     const float* xr = x + (size_t)blockIdx.x * H;
     float ss = 0.0f;
+    // Rows of up to RMS_V values a thread (4,096 for the 1,024 threads it is launched with) are loaded whole with
+    // their norm weights, one round trip, where the output's loop loaded the weights only after the sum; the same
+    // sum in the same order, so the same bits.
+    constexpr int RMS_V = 4;
+    if (H <= RMS_V * (int)blockDim.x) {
+        float xv[RMS_V], wv[RMS_V];
+#pragma unroll
+        for (int u = 0; u < RMS_V; u++) {
+            int i = threadIdx.x + u * blockDim.x;
+            xv[u] = i < H ? xr[i] : 0.0f;
+            wv[u] = i < H ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < RMS_V; u++)
+            if (threadIdx.x + u * blockDim.x < H) ss += xv[u] * xv[u];
+        ss = block_sum(ss, red);
+        float inv = rsqrtf(ss / (float)H + eps);
+#pragma unroll
+        for (int u = 0; u < RMS_V; u++) {
+            int i = threadIdx.x + u * blockDim.x;
+            if (i >= H) break;  // the same for the whole warp (H a multiple of 32 where act8 is written)
+            float v = xv[u] * inv * wv[u];
+            size_t at = (size_t)blockIdx.x * H + i;
+            if (out_bf16) ((bf16_t*)out)[at] = f2bf(v);
+            else ((float*)out)[at] = v;
+            if (xq) act8_block(v, at, at / 32, xq, xq2, xds);
+        }
+        return;
+    }
 #pragma unroll 4
     for (int i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, red);

@@ -71,28 +71,32 @@ extern "C" __global__ void greedy_advance(int* meta, const int* ids, int* hist, 
     }
 }
 
-// Greedy sampling without copying logits back: the index of the first maximum of each row.
-extern "C" __global__ void argmax_rows(const float* __restrict__ x, int* out, int N) {
+// Greedy sampling without copying logits back: the index of the first maximum of each row. Launched with 1,024
+// threads; its bounds ask for one block an SM, so its ARGMAX_U float4s a thread get the 64 registers that leaves
+// (ptxas: 62; asked for 1,024 threads alone, it held the kernel to 32 and its loads could not all be in flight).
+#define ARGMAX_U 12
+extern "C" __global__ void __launch_bounds__(1024, 1) argmax_rows(const float* __restrict__ x, int* out, int N) {
     PDL_ENTER();
     __shared__ float bv[32];
     __shared__ int bi[32];
     const float* row = x + (size_t)blockIdx.x * N;
     float best = -INFINITY;
     int idx = 0x7fffffff;
-    // Four float4s a thread asked for at once (rows of a multiple of 4): one value at a time, each thread's loop
-    // was 48 round trips to L2 one after another for a 49,152-wide vocabulary. A thread still sees its values in
-    // increasing index order, so the strict > keeps the first maximum.
+    // ARGMAX_U float4s a thread asked for at once (rows of a multiple of 4): one value at a time, each thread's
+    // loop was 48 round trips to L2 one after another for a 49,152-wide vocabulary; four at a time, three. Twelve
+    // make a 49,152-wide row one round trip. A thread still sees its values in increasing index order, so the
+    // strict > keeps the first maximum.
     int n4 = N % 4 == 0 ? N / 4 : 0;
     const float4* row4 = (const float4*)row;
-    for (int base = threadIdx.x; base < n4; base += 4 * blockDim.x) {
-        float4 v[4];
+    for (int base = threadIdx.x; base < n4; base += ARGMAX_U * blockDim.x) {
+        float4 v[ARGMAX_U];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < ARGMAX_U; u++) {
             int j = base + u * blockDim.x;
             v[u] = j < n4 ? __ldg(row4 + j) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < ARGMAX_U; u++) {
             int j = 4 * (base + u * blockDim.x);
             if (v[u].x > best) { best = v[u].x; idx = j; }
             if (v[u].y > best) { best = v[u].y; idx = j + 1; }

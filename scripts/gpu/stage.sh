@@ -15,7 +15,7 @@ for b in kvad kvad-serve examples/gpu_gemv examples/gpu_mma_few; do
   strip ".gpu/bin/$(basename $b)"
 done
 # The test binaries: their paths come from cargo's JSON messages.
-cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels --test cuda_decode_attention --test cuda_norm_defer --test cuda_attention -p kvad-models --test gpu --test gpu_big \
+cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels --test cuda_decode_attention --test cuda_norm_defer --test cuda_attention --test cuda_q6 -p kvad-models --test gpu --test gpu_big \
   | python3 -c '
 import json, shutil, subprocess, sys
 for line in sys.stdin:

@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Bumped whenever the file's meaning changes; part of the key, so old files are simply not found.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 const ALIGN: usize = 32;
 
 /// The source files whose identity keys the cache.

@@ -38,7 +38,7 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Gpt2, backend: BackendKind) -> Result<Gpu
         pos_emb: Some(up.vector(&wpe)?),
         layers,
         final_norm: ln(&ln_f)?,
-        head: head.map(|h| up.embedding(h.matrix().clone())).transpose()?,
+        head: head.map(|h| up.head(h.matrix())).transpose()?,
         inv_freq: None,
         mlp: Mlp::Gelu,
         cfg,

@@ -37,7 +37,7 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
         pos_emb: None,
         layers: out,
         final_norm: Norm::Rms(up.vector(&norm)?),
-        head: head.map(|h| up.embedding(h.matrix().clone())).transpose()?,
+        head: head.map(|h| up.head(h.matrix())).transpose()?,
         inv_freq: Some(up.vector(&rope.inv_freq)?),
         mlp: Mlp::SwiGlu,
         cfg,
@@ -66,5 +66,10 @@ impl Uploader<'_> {
 
     pub(crate) fn embedding(&self, m: kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
         Ok(DevMatrix::upload(self.gpu, &m, device_format(self.backend, Role::Embedding))?)
+    }
+
+    /// An output head of its own (6 bits at gpu-q4 where the loader made it so).
+    pub(crate) fn head(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, m, device_format(self.backend, Role::Head))?)
     }
 }

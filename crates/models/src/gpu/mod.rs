@@ -14,7 +14,7 @@ pub(crate) use decoder::GpuDecoder;
 pub use pages::Pages;
 
 use crate::error::ModelError;
-use crate::tensors::{target, Role};
+use crate::tensors::{six_bit, target, Role};
 use kvad_tensor::cpu::QType;
 use kvad_tensor::cuda::{DevFormat, GpuError};
 use kvad_tensor::BackendKind;
@@ -25,9 +25,11 @@ impl From<GpuError> for ModelError {
     }
 }
 
-/// The device format a matrix of this role is quantised to on upload, when it arrives as bf16/f32.
+/// The device format a matrix of this role is quantised to on upload, when it arrives as bf16/f32; Q6 also takes
+/// a Q8_0 matrix of 6-bit quants (the loader's, `tensors::six_bit`) into 6 bits.
 pub(crate) fn device_format(backend: BackendKind, role: Role) -> Option<DevFormat> {
     match target(backend, role) {
+        QType::Q8_0 if six_bit(backend, role) => Some(DevFormat::Q6),
         QType::Q8_0 => Some(DevFormat::Q8),
         QType::Q4_0 => Some(DevFormat::Q4),
         _ => None,

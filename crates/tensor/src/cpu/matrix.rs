@@ -85,6 +85,28 @@ impl QMatrix {
 
     /// Quantises f32 weights `[rows, cols]` into `qtype`.
     pub fn quantize(qtype: QType, rows: usize, cols: usize, w: &[f32]) -> Result<Self, MatrixError> {
+        Self::quantize_with(qtype, rows, cols, w, |x, o| super::quant::quantize_row(qtype, x, o))
+    }
+
+    /// Quantises f32 weights `[rows, cols]` into Q8_0 blocks holding 6-bit quants (the q4 backends' output head:
+    /// `quant::quantize_row_6bit`), which the GPU keeps in 6 bits.
+    pub fn quantize_6bit(rows: usize, cols: usize, w: &[f32]) -> Result<Self, MatrixError> {
+        Self::quantize_with(QType::Q8_0, rows, cols, w, super::quant::quantize_row_6bit)
+    }
+
+    /// Whether a Q8_0 matrix's quants all lie in 6 bits ([`QMatrix::quantize_6bit`]'s, or a file's that happen to).
+    pub fn is_6bit(&self) -> bool {
+        let nb = self.cols / super::quant::BLOCK;
+        self.qtype == QType::Q8_0 && (0..self.rows).all(|r| super::quant::q8_row_is_6bit(self.row(r), nb))
+    }
+
+    fn quantize_with(
+        qtype: QType,
+        rows: usize,
+        cols: usize,
+        w: &[f32],
+        row_fn: impl Fn(&[f32], &mut [u8]) + Sync,
+    ) -> Result<Self, MatrixError> {
         let row_bytes =
             qtype.row_bytes(cols).ok_or(MatrixError { qtype: qtype.name(), rows, cols, need: 0, got: 0 })?;
         let mut out = vec![0u8; row_bytes * rows];
@@ -97,7 +119,7 @@ impl QMatrix {
             for r in pool::chunk(rows, tasks.min(rows.max(1)), t) {
                 // SAFETY: each task writes only its own rows.
                 let o = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r * row_bytes), row_bytes) };
-                super::quant::quantize_row(qtype, &w[r * cols..(r + 1) * cols], o);
+                row_fn(&w[r * cols..(r + 1) * cols], o);
             }
         });
         QMatrix::new(qtype, rows, cols, Bytes::Owned(Arc::new(out)))

@@ -192,6 +192,33 @@ pub fn quantize_row(t: QType, x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// Quants a block of [`quantize_row_6bit`] takes: −32..=31.
+pub const SIX_BIT: std::ops::RangeInclusive<i8> = -32..=31;
+
+/// Quantises a row into Q8_0's layout with quants in [`SIX_BIT`] only: the 6-bit output head of the q4 backends
+/// (llama.cpp's own Q4_0 files hold theirs as Q6_K), which the GPU stores in 6 bits (26 bytes a block where Q8_0
+/// takes 34) and the CPU runs as the Q8_0 it is — one set of values on both. Q8_0's rounding at 6 bits: scale
+/// amax/31, quants −31..=31, every weight within half a step (Q4_0's −32 for the largest magnitude would put a
+/// value of the other sign a whole step off).
+pub fn quantize_row_6bit(x: &[f32], out: &mut [u8]) {
+    let nb = x.len() / BLOCK;
+    let (d, q) = out.split_at_mut(nb * 2);
+    for (b, blk) in x.chunks_exact(BLOCK).enumerate() {
+        let amax = blk.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let s = amax / 31.0;
+        let id = if s != 0.0 { 1.0 / s } else { 0.0 };
+        put_f16(d, b, s);
+        for (o, v) in q[b * 32..(b + 1) * 32].iter_mut().zip(blk) {
+            *o = (v * id).round() as i8 as u8;
+        }
+    }
+}
+
+/// Whether every quant of a stored Q8_0 row lies in [`SIX_BIT`] (a row [`quantize_row_6bit`] wrote).
+pub fn q8_row_is_6bit(row: &[u8], nb: usize) -> bool {
+    row[nb * 2..].iter().all(|&q| SIX_BIT.contains(&(q as i8)))
+}
+
 /// Dequantises a row of `out.len()` weights.
 pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
     if t == QType::BF16 {
@@ -400,6 +427,27 @@ mod tests {
         for (a, b) in x.iter().zip(&y) {
             assert!((a - b).abs() <= a.abs() / 128.0, "{a} vs {b}");
         }
+    }
+
+    #[test]
+    fn six_bit_rows_are_q8_rows_within_half_a_six_bit_step() {
+        let x = data(32 * 9, 5);
+        let mut q = vec![0u8; QType::Q8_0.row_bytes(x.len()).unwrap()];
+        quantize_row_6bit(&x, &mut q);
+        assert!(q8_row_is_6bit(&q, 9));
+        let mut y = vec![0f32; x.len()];
+        dequantize_row(QType::Q8_0, &q, &mut y);
+        for (bx, by) in x.chunks(32).zip(y.chunks(32)) {
+            let amax = bx.iter().fold(0f32, |a, v| a.max(v.abs()));
+            // half a step of amax/31, plus the f16 rounding of the scale
+            let bound = amax / 31.0 * 0.5 * 1.01 + 1e-6;
+            for (a, b) in bx.iter().zip(by) {
+                assert!((a - b).abs() <= bound, "{a} vs {b} (bound {bound})");
+            }
+        }
+        // The 8-bit quantiser's rows use the whole i8 range, so they are not taken for 6-bit ones.
+        quantize_row(QType::Q8_0, &x, &mut q);
+        assert!(!q8_row_is_6bit(&q, 9));
     }
 
     #[test]

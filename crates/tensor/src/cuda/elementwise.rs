@@ -188,7 +188,8 @@ impl Gpu {
         out: u64,
         n: usize,
     ) -> Result<(), GpuError> {
-        let (q, s, fmt, h) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), m.format.code(), i(m.cols));
+        let fmt = m.format.code().ok_or_else(|| GpuError::Shape(format!("an embedding in {:?}", m.format)))?;
+        let (q, s, h) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), i(m.cols));
         let mut b = self.launch("embed");
         b.arg(&q).arg(&s).arg(&fmt).arg(&ids).arg(&pos).arg(&pos_emb).arg(&out).arg(&h);
         // A row over blocks of 256 columns (a decode step's one row in one block waited 16 loads deep).

@@ -8,6 +8,11 @@
 //!   every q4 product read 11% more bytes. A Q4_1 matrix goes up as Q8 (its values d·q + m into 8-bit blocks on the
 //!   host, the CPU quantiser's): 8 bits a weight, not a second 4-bit form every q4 kernel would have to carry.
 //!
+//! - `Q6`: the q4 backends' output head (a Q8_0 matrix whose quants all lie in −31..=31, which the loader makes
+//!   for it: `QMatrix::quantize_6bit`): low nibbles `[rows][cols/2]` as Q4's, then their two high bits
+//!   `[rows][cols/4]` (8 bytes a block, `q6_word` in common.cuh), and scales `[rows][cols/32]` f16 (weight = d·q).
+//!   26 bytes a block where Q8_0 takes 34: the 8B shape's head 214 → 164 MB, read every decode step.
+//!
 //! Quants and scales are separate arrays so every row of quants starts 16-byte aligned for the vector loads.
 
 use super::buffer::DevBuf;
@@ -25,15 +30,28 @@ pub enum DevFormat {
     Q8,
     /// 4-bit blocks of 32 with an f16 scale (Q4_0).
     Q4,
+    /// 6-bit blocks of 32 with an f16 scale: a q4 backend's output head (products only, never embedded).
+    Q6,
 }
 
 impl DevFormat {
-    /// The code the `embed` kernel takes.
-    pub(crate) fn code(self) -> i32 {
+    /// The code the `embed` kernel takes (None: a format it does not read).
+    pub(crate) fn code(self) -> Option<i32> {
         match self {
-            DevFormat::Bf16 => 0,
-            DevFormat::Q8 => 1,
-            DevFormat::Q4 => 2,
+            DevFormat::Bf16 => Some(0),
+            DevFormat::Q8 => Some(1),
+            DevFormat::Q4 => Some(2),
+            DevFormat::Q6 => None,
+        }
+    }
+
+    /// The kernels' name for the format.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DevFormat::Bf16 => "bf16",
+            DevFormat::Q8 => "q8",
+            DevFormat::Q4 => "q4",
+            DevFormat::Q6 => "q6",
         }
     }
 }
@@ -51,12 +69,18 @@ pub struct DevMatrix {
 }
 
 impl DevMatrix {
-    /// Uploads a host matrix. Block formats go up as they are (Q8_0 → Q8, Q4_0 → Q4), Q4_1 as Q8 (above); bf16 and f32 go up as
-    /// bf16 and, when `quantize_to` names a block format and the width is whole blocks, are quantised on the device
-    /// with the CPU quantiser's arithmetic.
+    /// Uploads a host matrix. Block formats go up as they are (Q8_0 → Q8, Q4_0 → Q4), Q4_1 as Q8 (above), and a
+    /// Q8_0 matrix of 6-bit quants as Q6 when `quantize_to` asks for Q6 (one of 8-bit quants, a file's, stays Q8);
+    /// bf16 and f32 go up as bf16 and, when `quantize_to` names a block format and the width is whole blocks, are
+    /// quantised on the device with the CPU quantiser's arithmetic.
     pub fn upload(gpu: &Arc<Gpu>, m: &QMatrix, quantize_to: Option<DevFormat>) -> Result<DevMatrix, GpuError> {
         let (rows, cols) = (m.rows(), m.cols());
         let nb = cols / 32;
+        if quantize_to == Some(DevFormat::Q6) && m.is_6bit() {
+            let (q, s) = pack_q6(m);
+            let (q, s) = (DevBuf::from_host(gpu, &q)?, Some(DevBuf::from_host(gpu, &s)?));
+            return Ok(DevMatrix { format: DevFormat::Q6, rows, cols, q, s });
+        }
         let dm = match m.qtype() {
             QType::BF16 => DevMatrix::bf16(rows, cols, DevBuf::from_host(gpu, m.bytes())?),
             QType::F32 => {
@@ -85,7 +109,9 @@ impl DevMatrix {
             }
         };
         match quantize_to {
-            Some(f @ (DevFormat::Q8 | DevFormat::Q4)) if cols.is_multiple_of(32) => gpu.quantize(&dm, f),
+            Some(f @ (DevFormat::Q8 | DevFormat::Q4 | DevFormat::Q6)) if cols.is_multiple_of(32) => {
+                gpu.quantize(&dm, f)
+            }
             _ => Ok(dm),
         }
     }
@@ -121,5 +147,68 @@ impl DevMatrix {
             None => Vec::new(),
         };
         Ok((self.q.read(gpu, self.q.len())?, s))
+    }
+}
+
+/// A Q8_0 matrix of 6-bit quants in the device's Q6 layout: (low nibbles, then high bits; scales). Byte j of a
+/// block's 16 holds quant j's low nibble and quant j + 16's above it (Q4's packing); of its 8 high-bit bytes, word
+/// i/2 (little-endian) holds at bit 8·(j mod 4) + 4·(i mod 2) the two high bits of quant j = 4i + (j mod 4), and two
+/// bits above those quant j + 16's (`q6_word` in common.cuh reads them; `quantize_q6` writes them).
+pub(crate) fn pack_q6(m: &QMatrix) -> (Vec<u8>, Vec<u8>) {
+    let (rows, nb) = (m.rows(), m.cols() / 32);
+    let (mut lo, mut hi, mut s) =
+        (Vec::with_capacity(rows * nb * 16), Vec::with_capacity(rows * nb * 8), Vec::with_capacity(rows * nb * 2));
+    for r in 0..rows {
+        let row = m.row(r);
+        s.extend_from_slice(&row[..nb * 2]);
+        for blk in row[nb * 2..].chunks_exact(32) {
+            let v = |j: usize| (blk[j] as i8 as i32 & 63) as u32;
+            let mut words = [0u32; 2];
+            for j in 0..16 {
+                lo.push(((v(j) & 15) | ((v(j + 16) & 15) << 4)) as u8);
+                let (i, b) = (j / 4, j % 4);
+                let sh = 8 * b + 4 * (i % 2);
+                words[i / 2] |= (v(j) >> 4) << sh | (v(j + 16) >> 4) << (sh + 2);
+            }
+            hi.extend_from_slice(&words[0].to_le_bytes());
+            hi.extend_from_slice(&words[1].to_le_bytes());
+        }
+    }
+    lo.extend_from_slice(&hi);
+    (lo, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout `q6_word` reads, unpacked here the way it does (the device test checks the kernel's own bytes
+    /// against these): every quant comes back, sign and all.
+    #[test]
+    fn q6_packing_keeps_every_quant() {
+        let (rows, cols) = (3, 64);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let m = QMatrix::quantize_6bit(rows, cols, &w).unwrap();
+        let (q, s) = pack_q6(&m);
+        let nb = cols / 32;
+        assert_eq!((q.len(), s.len()), (rows * nb * 24, rows * nb * 2));
+        let (lo, hi) = q.split_at(rows * nb * 16);
+        for r in 0..rows {
+            let row = m.row(r);
+            assert_eq!(&s[r * nb * 2..(r + 1) * nb * 2], &row[..nb * 2]);
+            for b in 0..nb {
+                let g = r * nb + b;
+                let word = |i: usize| u32::from_le_bytes(hi[g * 8 + 4 * i..g * 8 + 4 * i + 4].try_into().unwrap());
+                for j in 0..32 {
+                    let (jj, up) = (j % 16, j >= 16);
+                    let nib = if up { lo[g * 16 + jj] >> 4 } else { lo[g * 16 + jj] & 15 } as u32;
+                    let (i, bb) = (jj / 4, jj % 4);
+                    let sh = 8 * bb + 4 * (i % 2) + if up { 2 } else { 0 };
+                    let v = nib | ((word(i / 2) >> sh) & 3) << 4;
+                    let q = ((v << 26) as i32 >> 26) as i8;
+                    assert_eq!(q, row[nb * 2 + b * 32 + j] as i8, "row {r} block {b} quant {j}");
+                }
+            }
+        }
     }
 }

@@ -170,6 +170,8 @@ const KERNELS: &[&str] = &[
     "quantize_q4",
     "dequant_q8",
     "dequant_q4",
+    "quantize_q6",
+    "dequant_q6",
     "argmax_rows",
     "greedy_advance",
     "quant_act8",
@@ -247,6 +249,17 @@ pub fn kernel_names() -> Vec<String> {
             for mt in ops::MMA_FEW_TILES {
                 names.push(format!("mmf_{f}_{nt}_m{mt}"));
             }
+        }
+    }
+    // The q4 backends' 6-bit head: norm-free dp4a products and the tensor-core kernel.
+    for b in 1..=ops::GEMV_MAX_ROWS {
+        for r in ops::SPLIT_HEIGHTS {
+            names.push(format!("gemvs_q6d_{b}_r{r}_nn"));
+        }
+    }
+    for nt in 1..=ops::MMA_FEW_MAX_ROWS / 8 {
+        for mt in ops::MMA_FEW_TILES {
+            names.push(format!("mmf_q6_{nt}_m{mt}"));
         }
     }
     names

@@ -66,12 +66,20 @@ pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_R
 /// decoded 4% slower: 531.4 against 553.4 tok/s, session 18.)
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     match (format, inputs) {
+        (DevFormat::Q6, 1) => q6_height(),
         (DevFormat::Q4, 1) if !norm => 4,
         (DevFormat::Q4, 1) => 8,
         (DevFormat::Q4, 8) => 8,
         (DevFormat::Q8, 2) => 8,
         _ => 4,
     }
+}
+
+/// The 6-bit head's block height for one input: 4 (7 blocks an SM at 72 registers) unless `KVAD_GPU_Q6_HEIGHT=2`
+/// (8 an SM at 64), for measuring.
+fn q6_height() -> usize {
+    static H: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *H.get_or_init(|| if std::env::var("KVAD_GPU_Q6_HEIGHT").as_deref() == Ok("2") { 2 } else { 4 })
 }
 
 /// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
@@ -95,6 +103,8 @@ fn split_rows_f32(format: DevFormat, inputs: usize) -> usize {
         (DevFormat::Q4, 1 | 2) => 8,
         (DevFormat::Q4, 3 | 4) => 4,
         (DevFormat::Q4, _) => 2,
+        // (Not reached: Q6 runs the dp4a kernels only.)
+        (DevFormat::Q6, _) => 4,
     }
 }
 
@@ -110,7 +120,7 @@ pub fn mma_few_takes(m: &DevMatrix, rows: usize) -> bool {
     let step = match m.format {
         DevFormat::Bf16 => 32,
         DevFormat::Q8 => 64,
-        DevFormat::Q4 => 128,
+        DevFormat::Q4 | DevFormat::Q6 => 128,
     };
     (1..=MMA_FEW_MAX_ROWS).contains(&rows) && m.cols.is_multiple_of(step) && m.rows > 0
 }
@@ -257,6 +267,7 @@ impl Gpu {
         let (q, s, name) = match to {
             DevFormat::Q8 => (DevBuf::zeros(self, blocks * 32)?, DevBuf::zeros(self, blocks * 2)?, "quantize_q8"),
             DevFormat::Q4 => (DevBuf::zeros(self, blocks * 16)?, DevBuf::zeros(self, blocks * 2)?, "quantize_q4"),
+            DevFormat::Q6 => (DevBuf::zeros(self, blocks * 24)?, DevBuf::zeros(self, blocks * 2)?, "quantize_q6"),
             DevFormat::Bf16 => return Err(GpuError::Shape("quantize to bf16".into())),
         };
         let (w, qp, sp, nb) = (m.q.ptr(), q.ptr(), s.ptr(), blocks as u64);
@@ -322,9 +333,9 @@ impl Gpu {
                 if tmp.len() < count * 2 {
                     return Err(GpuError::Shape(format!("wtmp of {} bytes for {count} weights", tmp.len())));
                 }
-                let name = if f == DevFormat::Q8 { "dequant_q8" } else { "dequant_q4" };
+                let name = format!("dequant_{}", f.name());
                 let (q, s, o, c) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr), tmp.ptr(), count as u64);
-                let mut b = self.launch(name);
+                let mut b = self.launch(&name);
                 b.arg(&q).arg(&s).arg(&o).arg(&c);
                 b.launch(cfg((grid_for(count, 256).min(132 * 16), 1, 1), 256, 0))?;
                 tmp.ptr()
@@ -395,12 +406,7 @@ impl Gpu {
         if !mma_few_takes(m, rows) || !MMA_FEW_TILES.contains(&mt) {
             return Err(GpuError::Shape(format!("mma_few of {rows} rows × {} ({:?}), {mt} tiles", m.cols, m.format)));
         }
-        let fname = match m.format {
-            DevFormat::Bf16 => "bf16",
-            DevFormat::Q8 => "q8",
-            DevFormat::Q4 => "q4",
-        };
-        let name = format!("mmf_{fname}_{}_m{mt}", rows.div_ceil(8));
+        let name = format!("mmf_{}_{}_m{mt}", m.format.name(), rows.div_ceil(8));
         let (n, k, r, acc) = (i(m.rows), i(m.cols), i(rows), i32::from(accumulate));
         let (q, s) = (m.q.ptr(), m.s.as_ref().map_or(0, DevBuf::ptr));
         let mut b = self.launch(&name);
@@ -438,11 +444,23 @@ impl Gpu {
             Act::Bf16(_) => return Err(GpuError::Shape("GEMV of bf16 activations".into())),
         };
         let deferred_in = matches!(x, Act::Act8Deferred { .. });
-        let fname = match m.format {
-            DevFormat::Bf16 => "bf16",
-            DevFormat::Q8 => "q8",
-            DevFormat::Q4 => "q4",
+        let fname = m.format.name();
+        // Q6 (a q4 backend's head) has the dp4a split kernels only, norm-free: the f32-activation families run them
+        // too.
+        let kernel = match kernel {
+            GemvKernel::Warp | GemvKernel::Split | GemvKernel::SplitRows(_) if m.format == DevFormat::Q6 => {
+                GemvKernel::SplitDp4a
+            }
+            k => k,
         };
+        if m.format == DevFormat::Q6 && (norm.is_some() || !rms.is_empty() || m.cols > ACT8_MAX_K) {
+            return Err(GpuError::Shape(format!(
+                "a 6-bit product of {} inputs with a norm ({}) or folded input norm ({}): its kernels take neither",
+                m.cols,
+                norm.is_some(),
+                !rms.is_empty()
+            )));
+        }
         let (n, k, acc) = (i(m.rows), i(m.cols), i32::from(accumulate));
         let q = m.q.ptr();
         let s = m.s.as_ref().map_or(0, DevBuf::ptr);

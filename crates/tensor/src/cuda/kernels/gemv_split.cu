@@ -646,6 +646,77 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const f16_t* __restr
     gs_d_finish<B, R, NORM, false, SUB>(acc, y, bias, n0, N, K, accumulate, xss, xeps, NORM_ARGS, nss);
 }
 
+// Q6 (the q4 backends' output head, matrix.rs): a chunk is one block, its low nibbles as Q4's (16 bytes) and their
+// two high bits (8 bytes, q6_word in common.cuh) with the f16 scale; weights d·q for q in −31..=31, signed bytes
+// as Q8's, so no minimum term. Only norm-free instances (a head norms nothing after it).
+template <int R>
+__device__ __forceinline__ void load_q6(const unsigned char* __restrict__ Q, const unsigned char* __restrict__ QH,
+                                        const f16_t* __restrict__ QS, int n0, int N, int K, int blk, uint4 (&w)[R],
+                                        uint2 (&h)[R], f16_t (&qd)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        size_t n = min(n0 + r, N - 1);
+        w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
+        h[r] = __ldg((const uint2*)(QH + n * (K / 4)) + blk);
+        qd[r] = __ldg(QS + n * (K / 32) + blk);
+    }
+}
+
+template <int B, int R>
+__device__ void gs_q6d(const unsigned char* __restrict__ Q, const f16_t* __restrict__ QS,
+                       const signed char* __restrict__ xq, const signed char* __restrict__ xq2,
+                       const float2* __restrict__ xds, const float* __restrict__ xss, float xeps, float* y,
+                       const float* __restrict__ bias, int N, int K, int accumulate) {
+    int lane = threadIdx.x & 31, n0 = blockIdx.x * R, c0, c1;
+    int nb = K / 32;
+    const unsigned char* QH = Q + (size_t)N * (K / 2);
+    split_range(nb, c0, c1);
+    float acc[B][R];
+#pragma unroll
+    for (int b = 0; b < B; b++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
+    uint4 w[R];
+    uint2 h[R];
+    f16_t qd[R];
+    if (c0 + lane < c1) load_q6<R>(Q, QH, QS, n0, N, K, c0 + lane, w, h, qd);
+    PDL_ENTER_NORM(nullptr);
+    for (int blk = c0 + lane; blk < c1; blk += 32) {
+        if (blk != c0 + lane) load_q6<R>(Q, QH, QS, n0, N, K, blk, w, h, qd);
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
+            const int4* xb2 = (const int4*)(xq2 + (size_t)b * K + blk * 32);
+            int4 lo = __ldg(xb), hi = __ldg(xb + 1), lo2 = __ldg(xb2), hi2 = __ldg(xb2 + 1);
+            float dx = __ldg(&xds[(size_t)b * nb + blk].x);
+            const int xl[4] = {lo.x, lo.y, lo.z, lo.w}, xh[4] = {hi.x, hi.y, hi.z, hi.w};
+            const int xl2[4] = {lo2.x, lo2.y, lo2.z, lo2.w}, xh2[4] = {hi2.x, hi2.y, hi2.z, hi2.w};
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                // A word's two unpacked halves used at once by both terms (integer sums: any order, the same).
+                int isum = 0, isum2 = 0;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    int wl = (int)q6_word(w[r], h[r], i), wh = (int)q6_word(w[r], h[r], i + 4);
+                    isum = __dp4a(wh, xh[i], __dp4a(wl, xl[i], isum));
+                    isum2 = __dp4a(wh, xh2[i], __dp4a(wl, xl2[i], isum2));
+                }
+                acc[b][r] = fmaf(h2f(qd[r]) * dx, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), acc[b][r]);
+            }
+        }
+    }
+    split_store<B, R>(acc, y, bias, n0, N, accumulate, xss, K, xeps);
+}
+
+#define GS_INSTANCE_Q6(B, R, BOUNDS)                                                                           \
+    extern "C" __global__ void __launch_bounds__(BOUNDS())                                                     \
+        gemvs_q6d_##B##_r##R##_nn(const unsigned char* Q, const f16_t* QS, const signed char* xq,              \
+                                  const signed char* xq2, const float2* xds, const float* xss, float xeps,     \
+                                  float* y, const float* bias, int N, int K, int acc, NORM_PARAMS,            \
+                                  float* nss) {                                                               \
+        gs_q6d<B, R>(Q, QS, xq, xq2, xds, xss, xeps, y, bias, N, K, acc);                                      \
+    }
+
 #define GS_INSTANCES(B, R, SUFFIX, NORM)                                                                       \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32)                                                \
         gemvs_bf16_##B##SUFFIX(const bf16_t* W, const float* x, float* y, const float* bias, int N, int K,     \
@@ -716,13 +787,25 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const f16_t* __restr
 #define GS_NN4_BOUNDS_6 GS_BOUNDS
 #define GS_NN4_BOUNDS_7 GS_BOUNDS
 #define GS_NN4_BOUNDS_8 GS_BOUNDS
+// The 6-bit head's one-input products at height 4 asked for 7 blocks an SM (72 registers, no spill; ptxas gave 95
+// unasked, 5 an SM, and spilled 64 bytes at 8, 104 at 9).
+#define GS_Q6_BOUNDS_1() GS_WARPS * 32, 7
+#define GS_Q6_BOUNDS_2 GS_BOUNDS
+#define GS_Q6_BOUNDS_3 GS_BOUNDS
+#define GS_Q6_BOUNDS_4 GS_BOUNDS
+#define GS_Q6_BOUNDS_5 GS_BOUNDS
+#define GS_Q6_BOUNDS_6 GS_BOUNDS
+#define GS_Q6_BOUNDS_7 GS_BOUNDS
+#define GS_Q6_BOUNDS_8 GS_BOUNDS
 #define GS_HEIGHT(B, R, NN_BOUNDS)                                                                             \
     GS_INSTANCES(B, R, _r##R, GS_TAIL)                                                                         \
     GS_INSTANCES(B, R, _r##R##_nn, GS_NO_NORM)                                                                 \
     GS_INSTANCES_D(B, R, _r##R, GS_TAIL, GS_BOUNDS)                                                            \
     GS_INSTANCES_D(B, R, _r##R##_nn, GS_NO_NORM, NN_BOUNDS)                                                    \
     GS_INSTANCES_D(B, R, _r##R##_gn, GS_GROUPS, GS_BOUNDS)
-#define GS_HEIGHTS(B) GS_HEIGHT(B, 2, GS_BOUNDS) GS_HEIGHT(B, 4, GS_NN4_BOUNDS_##B) GS_HEIGHT(B, 8, GS_BOUNDS)
+#define GS_HEIGHTS(B)                                                                                  \
+    GS_HEIGHT(B, 2, GS_BOUNDS) GS_HEIGHT(B, 4, GS_NN4_BOUNDS_##B) GS_HEIGHT(B, 8, GS_BOUNDS)                   \
+    GS_INSTANCE_Q6(B, 2, GS_BOUNDS) GS_INSTANCE_Q6(B, 4, GS_Q6_BOUNDS_##B) GS_INSTANCE_Q6(B, 8, GS_BOUNDS)
 
 // These kernels take most of NVRTC's time, so mod.rs compiles them as compile units of their own, side by side:
 // KVAD_GS_PART = p instantiates input counts 2p+1 and 2p+2 only, −1 none (the unit of all other kernels); unset,

@@ -30,21 +30,23 @@ __device__ __forceinline__ unsigned bf16x2(float lo, float hi) {
 
 __device__ __forceinline__ unsigned word_of(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// A lane's weights of one row for one step: the 16 bytes and the block's scale(s).
+// A lane's weights of one row for one step: the 16 bytes and the block's scale(s); q6's high bits (h, unused by
+// the other formats).
 struct MfRaw {
     uint4 w;
     unsigned s;
+    uint2 h;
 };
 
-// Formats: 0 bf16 (L = 8), 1 q8 (L = 16, f16 scale), 2 q4 (L = 32, one block with its f16 scale).
+// Formats: 0 bf16 (L = 8), 1 q8 (L = 16, f16 scale), 2 q4 (L = 32, one block with its f16 scale), 3 q6 (L = 32).
 template <int FMT>
 struct Mf;
 
 template <>
 struct Mf<0> {
     static constexpr int L = 8;
-    static __device__ __forceinline__ MfRaw load(const void* W, const void*, size_t r, int K, int k0) {
-        return {__ldg((const uint4*)((const bf16_t*)W + r * K + k0)), 0u};
+    static __device__ __forceinline__ MfRaw load(const void* W, const void*, size_t r, int K, int k0, int) {
+        return {__ldg((const uint4*)((const bf16_t*)W + r * K + k0)), 0u, make_uint2(0u, 0u)};
     }
     // The bf16x2 words of weights 4m..4m+1 and 4m+2..4m+3.
     static __device__ __forceinline__ void words(const MfRaw& v, int m, unsigned& w0, unsigned& w1) {
@@ -56,9 +58,9 @@ struct Mf<0> {
 template <>
 struct Mf<1> {
     static constexpr int L = 16;
-    static __device__ __forceinline__ MfRaw load(const void* Q, const void* S, size_t r, int K, int k0) {
+    static __device__ __forceinline__ MfRaw load(const void* Q, const void* S, size_t r, int K, int k0, int) {
         unsigned s = __ldg((const f16_t*)S + r * (K / 32) + (k0 >> 5));
-        return {__ldg((const uint4*)((const unsigned char*)Q + r * K + k0)), s};
+        return {__ldg((const uint4*)((const unsigned char*)Q + r * K + k0)), s, make_uint2(0u, 0u)};
     }
     static __device__ __forceinline__ void words(const MfRaw& v, int m, unsigned& w0, unsigned& w1) {
         float d = h2f((f16_t)v.s);
@@ -73,10 +75,10 @@ struct Mf<1> {
 template <>
 struct Mf<2> {
     static constexpr int L = 32;
-    static __device__ __forceinline__ MfRaw load(const void* Q, const void* S, size_t r, int K, int k0) {
+    static __device__ __forceinline__ MfRaw load(const void* Q, const void* S, size_t r, int K, int k0, int) {
         int blk = k0 >> 5;
         unsigned s = __ldg((const f16_t*)S + r * (K / 32) + blk);
-        return {__ldg((const uint4*)((const unsigned char*)Q + r * (K / 2)) + blk), s};
+        return {__ldg((const uint4*)((const unsigned char*)Q + r * (K / 2)) + blk), s, make_uint2(0u, 0u)};
     }
     // Weight j of a block is byte j's low nibble (j < 16) or byte j-16's high one: d·q + m, unfused as the CPU.
     static __device__ __forceinline__ void words(const MfRaw& v, int m, unsigned& w0, unsigned& w1) {
@@ -86,6 +88,27 @@ struct Mf<2> {
         float f2 = __fadd_rn(__fmul_rn(d, byte_f(q, 2)), mn), f3 = __fadd_rn(__fmul_rn(d, byte_f(q, 3)), mn);
         w0 = bf16x2(f0, f1);
         w1 = bf16x2(f2, f3);
+    }
+};
+
+// Q6 (L = 32, one block: 16 nibble bytes, 8 bytes of high bits at Q + N·K/2, f16 scale): d·q as dequant_q6.
+template <>
+struct Mf<3> {
+    static constexpr int L = 32;
+    static __device__ __forceinline__ MfRaw load(const void* Q, const void* S, size_t r, int K, int k0, int N) {
+        int blk = k0 >> 5;
+        unsigned s = __ldg((const f16_t*)S + r * (K / 32) + blk);
+        const unsigned char* q = (const unsigned char*)Q;
+        uint2 h = __ldg((const uint2*)(q + (size_t)N * (K / 2) + r * (K / 4)) + blk);
+        return {__ldg((const uint4*)(q + r * (K / 2)) + blk), s, h};
+    }
+    static __device__ __forceinline__ void words(const MfRaw& v, int m, unsigned& w0, unsigned& w1) {
+        float d = h2f((f16_t)v.s);
+        unsigned q = q6_word(v.w, v.h, m) ^ 0x80808080u;
+        float q0 = byte_f(q, 0) - 128.0f, q1 = byte_f(q, 1) - 128.0f, q2 = byte_f(q, 2) - 128.0f,
+              q3 = byte_f(q, 3) - 128.0f;
+        w0 = bf16x2(d * q0, d * q1);
+        w1 = bf16x2(d * q2, d * q3);
     }
 };
 
@@ -129,8 +152,8 @@ __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__
         int k0 = s0 * 4 * L + t * L;
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            lo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k0);
-            hi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k0);
+            lo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k0, N);
+            hi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k0, N);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
@@ -145,8 +168,8 @@ __device__ void mma_few(const void* W, const void* S, const bf16_t* __restrict__
         if (s + 1 < s1) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                nlo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k1);
-                nhi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k1);
+                nlo[mt] = Mf<FMT>::load(W, S, rlo[mt], K, k1, N);
+                nhi[mt] = Mf<FMT>::load(W, S, rhi[mt], K, k1, N);
             }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
@@ -221,3 +244,6 @@ MF_TILES(1, q8, 4)
 MF_TILES(2, q4, 1)
 MF_TILES(2, q4, 2)
 MF_TILES(2, q4, 4)
+MF_TILES(3, q6, 1)
+MF_TILES(3, q6, 2)
+MF_TILES(3, q6, 4)

@@ -36,6 +36,30 @@ extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned ch
     }
 }
 
+// bf16 to Q6 (matrix.rs): quant_row_6bit's arithmetic (scale amax/31, quants −31..=31), each quant's low nibble
+// into the Q4 layout at q, its two high bits into the 8 bytes of block b at q + 16·blocks (q6_word's layout).
+extern "C" __global__ void quantize_q6(const bf16_t* __restrict__ w, unsigned char* q, f16_t* s, size_t blocks) {
+    PDL_ENTER();
+    size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (b >= blocks) return;
+    const bf16_t* x = w + b * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(bf2f(x[j])));
+    float d = __fdiv_rn(amax, 31.0f);
+    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    s[b] = f2h(d);
+    unsigned hw[2] = {0u, 0u};
+    for (int j = 0; j < 16; j++) {
+        int v0 = (int)roundf(__fmul_rn(bf2f(x[j]), id)) & 63;
+        int v1 = (int)roundf(__fmul_rn(bf2f(x[j + 16]), id)) & 63;
+        q[b * 16 + j] = (unsigned char)((v0 & 15) | ((v1 & 15) << 4));
+        int i = j / 4, sh = 8 * (j % 4) + (i & 1) * 4;
+        hw[i >> 1] |= (unsigned)(v0 >> 4) << sh;
+        hw[i >> 1] |= (unsigned)(v1 >> 4) << (sh + 2);
+    }
+    *(uint2*)(q + blocks * 16 + b * 8) = make_uint2(hw[0], hw[1]);
+}
+
 extern "C" __global__ void dequant_q8(const signed char* __restrict__ q, const f16_t* __restrict__ s, bf16_t* out,
                                       size_t n) {
     PDL_ENTER();
@@ -53,6 +77,20 @@ extern "C" __global__ void dequant_q4(const unsigned char* __restrict__ q, const
         int nib = j < 16 ? (byte & 15) : (byte >> 4);
         float d = h2f(s[b]);
         out[i] = f2bf(d * (float)nib + q4_min(d));
+    }
+}
+
+extern "C" __global__ void dequant_q6(const unsigned char* __restrict__ q, const f16_t* __restrict__ s,
+                                      bf16_t* out, size_t n) {
+    PDL_ENTER();
+    const unsigned char* qh = q + n / 2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t b = i / 32;
+        int j = i % 32;
+        uint4 w = *(const uint4*)(q + b * 16);
+        uint2 h = *(const uint2*)(qh + b * 8);
+        unsigned word = q6_word(w, h, j / 4);
+        out[i] = f2bf(h2f(s[b]) * (float)(signed char)(word >> (8 * (j % 4))));
     }
 }
 

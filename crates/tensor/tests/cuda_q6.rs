@@ -3,7 +3,7 @@
 //! says so and returns.
 
 use kvad_tensor::cpu::{QMatrix, QType};
-use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, NormTo, SPLIT_HEIGHTS};
+use kvad_tensor::cuda::{Act, DevBuf, DevFormat, DevMatrix, GemvKernel, NormOut, NormTo, MMA_FEW_TILES, SPLIT_HEIGHTS};
 mod common;
 use common::{data, dequantized, gpu_dp4a, reference, reference8};
 
@@ -105,6 +105,17 @@ fn six_bit_products_equal_the_same_values_at_eight_bits() {
             }
             if !few && g.few_rows_tiles(&m8, rows).is_none() {
                 assert_eq!(bits(&got), bits(&got8), "cuBLAS on the dequantised weights, {n}x{k} rows {rows}");
+            }
+            // Every tile count of the tensor-core kernel (the 8B head's 49,152 rows take 2: ops.rs).
+            for mt in MMA_FEW_TILES.into_iter().filter(|_| few) {
+                let y = DevBuf::zeros(&g, rows * n * 4).unwrap();
+                // SAFETY: as above.
+                unsafe { g.mma_few_tiles(&m6, xb.ptr(), rows, y.ptr(), 0, false, mt) }.unwrap();
+                let got = y.read::<f32>(&g, rows * n).unwrap();
+                for i in 0..rows * n {
+                    let tol = 1e-3 * want[i].abs().max(1.0);
+                    assert!((got[i] - want[i]).abs() <= tol, "{n}x{k} rows {rows}, {mt} tiles [{i}]: {}", got[i]);
+                }
             }
         }
     }

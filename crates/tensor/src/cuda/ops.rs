@@ -66,20 +66,14 @@ pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_R
 /// decoded 4% slower: 531.4 against 553.4 tok/s, session 18.)
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     match (format, inputs) {
-        (DevFormat::Q6, 1) => q6_height(),
+        // The 6-bit head: 4 (7 blocks an SM at 72 registers); 2 (8 an SM at 64) measured no faster (session 21).
+        (DevFormat::Q6, 1) => 4,
         (DevFormat::Q4, 1) if !norm => 4,
         (DevFormat::Q4, 1) => 8,
         (DevFormat::Q4, 8) => 8,
         (DevFormat::Q8, 2) => 8,
         _ => 4,
     }
-}
-
-/// The 6-bit head's block height for one input: 4 (7 blocks an SM at 72 registers) unless `KVAD_GPU_Q6_HEIGHT=2`
-/// (8 an SM at 64), for measuring.
-fn q6_height() -> usize {
-    static H: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *H.get_or_init(|| if std::env::var("KVAD_GPU_Q6_HEIGHT").as_deref() == Ok("2") { 2 } else { 4 })
 }
 
 /// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
@@ -381,6 +375,8 @@ impl Gpu {
         let n = m.rows;
         Some(match (m.format, rows) {
             (_, _) if n < 4096 => 1,
+            // (Q6 at 4 tiles spills 312 bytes, ptxas: its unpacking's registers beside 4 tiles' accumulators.)
+            (DevFormat::Q6, _) => 2,
             (DevFormat::Q8, 1..=16) => 2,
             (_, _) if n < 6144 => 2,
             _ => 4,

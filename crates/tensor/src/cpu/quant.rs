@@ -192,7 +192,8 @@ pub fn quantize_row(t: QType, x: &[f32], out: &mut [u8]) {
     }
 }
 
-/// Quants a block of [`quantize_row_6bit`] takes: −32..=31.
+/// Quants the 6-bit form holds (the GPU's Q6: 6-bit two's complement): −32..=31; [`quantize_row_6bit`] writes
+/// −31..=31.
 pub const SIX_BIT: std::ops::RangeInclusive<i8> = -32..=31;
 
 /// Quantises a row into Q8_0's layout with quants in [`SIX_BIT`] only: the 6-bit output head of the q4 backends

@@ -6,7 +6,9 @@
 #     "old|.gpu/old/kvad|" -- /tmp/kvad-bench/hf --backend gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2
 # Each variant is name|kvad binary|environment (space-separated NAME=value, may be empty). JSON of every run goes to
 # OUT/tg-NAME-ROUND.json. ALT_DEADLINE (seconds, default 420) stops starting runs past it, so a call's time limit
-# still leaves the JSON so far.
+# still leaves the JSON so far. Before the clock starts, each variant runs once at 8 prompt tokens, 1 generated,
+# so every binary's kernels are compiled and cached first: a new binary's first run otherwise spends a minute or
+# more in NVRTC, which cost session 21's third lease half its alternation.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out="$1"
@@ -18,6 +20,25 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 done
 shift || true
 mkdir -p "$out"
+# The benchmark's arguments for the warm-up: the same, but short and without warm-up rounds of its own.
+args=("$@")
+warm=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prompt-tokens) warm+=("$1" 8); shift ;;
+    --gen-tokens) warm+=("$1" 1); shift ;;
+    --rounds) warm+=("$1" 1); shift ;;
+    --warmup) warm+=("$1" 0); shift ;;
+    *) warm+=("$1") ;;
+  esac
+  shift
+done
+set -- "${args[@]+"${args[@]}"}"
+for v in "${variants[@]}"; do
+  IFS='|' read -r name bin envs <<<"$v"
+  # shellcheck disable=SC2086
+  env $envs "$bin" bench "${warm[@]}" >"$out/warm-$name.log" 2>&1 || echo "alternate: $name's warm-up failed ($out/warm-$name.log)"
+done
 t0=$(date +%s)
 for round in 1 2; do
   for v in "${variants[@]}"; do

@@ -37,8 +37,8 @@ pub(crate) fn target(backend: BackendKind, role: Role) -> QType {
     }
 }
 
-/// Whether a backend quantises a matrix of this role to Q8_0 blocks of 6-bit quants (`QMatrix::quantize_6bit`):
-/// the q4 backends' own output head. 214 → 164 MB on the 8B shape, whose GPU decode reads it every step (the head
+/// Whether a backend quantises a matrix of this role, stored in floats, to Q8_0 blocks of 6-bit quants
+/// (`QMatrix::quantize_6bit`): the q4 backends' own output head. 214 → 164 MB on the 8B shape, whose GPU decode reads it every step (the head
 /// kernel 50.3 → 42.8 µs of a ~1,600 µs step on the H200); the CPU runs the same values as Q8_0, so cpu-q4 and
 /// gpu-q4 hold one set of weights.
 pub(crate) fn six_bit(backend: BackendKind, role: Role) -> bool {
@@ -206,7 +206,10 @@ impl<'a> Tensors<'a> {
             _ if !whole_blocks => QType::F32,
             t => t,
         };
-        let m = if t == QType::Q8_0 && six_bit(self.backend, role) {
+        // Quantised twice — a file's Q6_K or Q4_K head to 6 bits again — would add a second rounding to the first:
+        // a head stored in blocks goes to Q8_0's 8 bits, near its values.
+        let float_source = matches!(info.dtype, StoredType::F32 | StoredType::F16 | StoredType::BF16);
+        let m = if t == QType::Q8_0 && six_bit(self.backend, role) && float_source {
             QMatrix::quantize_6bit(rows, cols, &w)
         } else {
             QMatrix::quantize(t, rows, cols, &w)
@@ -471,6 +474,26 @@ mod tests {
             assert!(!m.embed.0.is_6bit(), "{backend}: the embedding stays at 8 bits");
             let layer = if backend == BackendKind::CpuQ4 { QType::Q4_0 } else { QType::Q8_0 };
             assert_eq!(m.layers[0].down.matrix().qtype(), layer, "{backend}");
+        }
+    }
+
+    /// Only a head stored in floats is quantised to 6 bits; one stored in blocks (llama.cpp's Q6_K output) goes to
+    /// 8, as before.
+    #[test]
+    fn only_float_heads_are_quantised_to_six_bits() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/gguf/types.gguf");
+        let g = crate::weights::GgufFile::open(&path).unwrap();
+        for (name, six) in [
+            ("t_f32", true),
+            ("t_f16", true),
+            ("t_bf16", true),
+            ("t_q6_k", false),
+            ("t_q4_k", false),
+            ("t_q8_0", false),
+        ] {
+            let mut t = Tensors::new(&g, Some(GgufNames { permute: None }), None, BackendKind::CpuQ4);
+            let m = t.matrix(name, 2, 256, Role::Head).unwrap();
+            assert_eq!((m.qtype(), m.is_6bit()), (QType::Q8_0, six), "{name}");
         }
     }
 

@@ -649,17 +649,14 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const f16_t* __restr
 // Q6 (the q4 backends' output head, matrix.rs): a chunk is one block, its low nibbles as Q4's (16 bytes) and their
 // two high bits (8 bytes, q6_word in common.cuh) with the f16 scale; weights d·q for q in −31..=31, signed bytes
 // as Q8's, so no minimum term. Only norm-free instances (a head norms nothing after it).
+// load_q4's nibbles and scales, then the blocks' high bits.
 template <int R>
 __device__ __forceinline__ void load_q6(const unsigned char* __restrict__ Q, const unsigned char* __restrict__ QH,
                                         const f16_t* __restrict__ QS, int n0, int N, int K, int blk, uint4 (&w)[R],
                                         uint2 (&h)[R], f16_t (&qd)[R]) {
+    load_q4<R>(Q, QS, n0, N, K, blk, w, qd);
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-        size_t n = min(n0 + r, N - 1);
-        w[r] = __ldg((const uint4*)(Q + n * (K / 2)) + blk);
-        h[r] = __ldg((const uint2*)(QH + n * (K / 4)) + blk);
-        qd[r] = __ldg(QS + n * (K / 32) + blk);
-    }
+    for (int r = 0; r < R; r++) h[r] = __ldg((const uint2*)(QH + (size_t)min(n0 + r, N - 1) * (K / 4)) + blk);
 }
 
 template <int B, int R>

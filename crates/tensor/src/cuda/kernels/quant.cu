@@ -1,16 +1,22 @@
-// Weight conversions on the device: bf16 to the q8/q4 formats (the CPU quantiser's arithmetic, so both give the
-// same blocks), and q8/q4 back to bf16 for the prefill GEMM. One thread per block of 32 weights.
+// Weight conversions on the device: bf16 to the q8/q4/q6 formats (the CPU quantiser's arithmetic, so both give the
+// same blocks), and q8/q4/q6 back to bf16 for the prefill GEMM. One thread per block of 32 weights.
+
+// A block's scale amax/qmax into s[b] (f16) and the reciprocal the quants are made with (0 for a zero block):
+// quantize_row's Q8_0 arithmetic and quantize_row_6bit's, __fdiv_rn so no reciprocal approximation enters.
+__device__ __forceinline__ float block_scale(const bf16_t* x, float qmax, f16_t* s, size_t b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(bf2f(x[j])));
+    float d = __fdiv_rn(amax, qmax);
+    s[b] = f2h(d);
+    return d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+}
 
 extern "C" __global__ void quantize_q8(const bf16_t* __restrict__ w, signed char* q, f16_t* s, size_t blocks) {
     PDL_ENTER();
     size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (b >= blocks) return;
     const bf16_t* x = w + b * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(bf2f(x[j])));
-    float d = __fdiv_rn(amax, 127.0f);
-    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    s[b] = f2h(d);
+    float id = block_scale(x, 127.0f, s, b);
     // __fmul_rn/__fadd_rn: no contraction into an FMA, so the rounding is the CPU quantiser's, step for step.
     for (int j = 0; j < 32; j++) q[b * 32 + j] = (signed char)roundf(__fmul_rn(bf2f(x[j]), id));
 }
@@ -43,11 +49,7 @@ extern "C" __global__ void quantize_q6(const bf16_t* __restrict__ w, unsigned ch
     size_t b = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (b >= blocks) return;
     const bf16_t* x = w + b * 32;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(bf2f(x[j])));
-    float d = __fdiv_rn(amax, 31.0f);
-    float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    s[b] = f2h(d);
+    float id = block_scale(x, 31.0f, s, b);
     unsigned hw[2] = {0u, 0u};
     for (int j = 0; j < 16; j++) {
         int v0 = (int)roundf(__fmul_rn(bf2f(x[j]), id)) & 63;

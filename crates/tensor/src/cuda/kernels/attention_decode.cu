@@ -333,9 +333,38 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     if (!last) return;
     __threadfence();
     if (threadIdx.x == 0) *counter = 0;  // every chunk has counted: ready for the next launch
-    // The chunks' partials in chunk order (a fixed order: the same bits whichever block arrives last). Each head's
-    // (maximum, denominator) pairs once into shared memory, then every output's numerators four chunks at a time:
-    // two L2 round trips for up to four chunks, where a chunk at a time took two a chunk one after another.
+    // The chunks' partials in chunk order (a fixed order: the same bits whichever block arrives last). Up to four
+    // chunks (the 8B shape's one-row decode below 256 keys a block), each output's numerators and its head's
+    // (maximum, denominator) pairs are asked for together: one L2 round trip on the step's critical path, where the
+    // pairs first into shared memory took two.
+    if (S <= 4) {
+        for (int o = threadIdx.x; o < G * hd; o += blockDim.x) {
+            int g = o / hd;
+            float pa[4];
+            float2 ml[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                pa[j] = j < S ? __ldcg(part_acc + (((size_t)r * splits + j) * nh + h0) * hd + o) : 0.0f;
+                ml[j] = j < S ? __ldcg(part_ml + ((size_t)r * splits + j) * nh + h0 + g) : make_float2(-INFINITY, 0.0f);
+            }
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (j < S) mx = fmaxf(mx, ml[j].x);
+            float num = 0.0f, den = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (j >= S || ml[j].x == -INFINITY) continue;  // past the row's chunks, or a chunk that saw no key
+                float e = expf(ml[j].x - mx);
+                num = fmaf(pa[j], e, num);
+                den = fmaf(ml[j].y, e, den);
+            }
+            write(o, num / den);
+        }
+        return;
+    }
+    // More chunks: each head's (maximum, denominator) pairs once into shared memory, then every output's numerators
+    // four chunks at a time.
     __shared__ float2 sm_pml[GM][AD_SPLIT_MAX];
     for (int i = threadIdx.x; i < G * S; i += blockDim.x)
         sm_pml[i / S][i % S] = __ldcg(part_ml + ((size_t)r * splits + i % S) * nh + h0 + i / S);

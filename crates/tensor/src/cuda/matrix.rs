@@ -10,7 +10,8 @@
 //!
 //! - `Q6`: the q4 backends' output head (a Q8_0 matrix whose quants all lie in −31..=31, which the loader makes
 //!   for it: `QMatrix::quantize_6bit`): low nibbles `[rows][cols/2]` as Q4's, then their two high bits
-//!   `[rows][cols/4]` (8 bytes a block, `q6_word` in common.cuh), and scales `[rows][cols/32]` f16 (weight = d·q).
+//!   `[rows][cols/4]` (8 bytes a block, `q6_word` in common.cuh) of v = q + 32, and scales `[rows][cols/32]` f16
+//!   (weight = d·(v − 32)).
 //!   26 bytes a block where Q8_0 takes 34: the 8B shape's head 214 → 164 MB, read every decode step.
 //!
 //! Quants and scales are separate arrays so every row of quants starts 16-byte aligned for the vector loads.
@@ -150,10 +151,10 @@ impl DevMatrix {
     }
 }
 
-/// A Q8_0 matrix of 6-bit quants in the device's Q6 layout: (low nibbles, then high bits; scales). Byte j of a
-/// block's 16 holds quant j's low nibble and quant j + 16's above it (Q4's packing); of its 8 high-bit bytes, word
-/// i/2 (little-endian) holds at bit 8·(j mod 4) + 4·(i mod 2) the two high bits of quant j = 4i + (j mod 4), and two
-/// bits above those quant j + 16's (`q6_word` in common.cuh reads them; `quantize_q6` writes them).
+/// A Q8_0 matrix of 6-bit quants in the device's Q6 layout: (low nibbles, then high bits; scales), each quant q
+/// held as v = q + 32 (1..=63), so the kernels' bytes are non-negative. Byte j of a block's 16 holds v_j's low
+/// nibble and v_(j+16)'s above it (Q4's packing); of its 8 high-bit bytes, word i/2 (little-endian) holds at bit
+/// 8·(j mod 4) + 4·(i mod 2) the two high bits of v_j, j = 4i + (j mod 4), and two bits above those v_(j+16)'s (`q6_word` in common.cuh reads them; `quantize_q6` writes them).
 pub(crate) fn pack_q6(m: &QMatrix) -> (Vec<u8>, Vec<u8>) {
     let (rows, nb) = (m.rows(), m.cols() / 32);
     let (mut lo, mut hi, mut s) =
@@ -162,7 +163,7 @@ pub(crate) fn pack_q6(m: &QMatrix) -> (Vec<u8>, Vec<u8>) {
         let row = m.row(r);
         s.extend_from_slice(&row[..nb * 2]);
         for blk in row[nb * 2..].chunks_exact(32) {
-            let v = |j: usize| (blk[j] as i8 as i32 & 63) as u32;
+            let v = |j: usize| (blk[j] as i8 as i32 + 32) as u32;
             let mut words = [0u32; 2];
             for j in 0..16 {
                 lo.push(((v(j) & 15) | ((v(j + 16) & 15) << 4)) as u8);
@@ -205,7 +206,7 @@ mod tests {
                     let (i, bb) = (jj / 4, jj % 4);
                     let sh = 8 * bb + 4 * (i % 2) + if up { 2 } else { 0 };
                     let v = nib | ((word(i / 2) >> sh) & 3) << 4;
-                    let q = ((v << 26) as i32 >> 26) as i8;
+                    let q = (v as i32 - 32) as i8;
                     assert_eq!(q, row[nb * 2 + b * 32 + j] as i8, "row {r} block {b} quant {j}");
                 }
             }

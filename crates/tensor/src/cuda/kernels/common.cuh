@@ -8,20 +8,21 @@ typedef unsigned short f16_t;
 // bytes a block).
 __device__ __forceinline__ float q4_min(float d) { return -8.0f * d; }
 
-// Word m (0..7) of a q6 block (matrix.rs's Q6) as four signed bytes: weights 4m..4m+3 (m < 4: the low nibbles of
-// word m of the 16 nibble bytes) or 16 + 4(m − 4).. (m ≥ 4: the high nibbles of word m − 4), each with its two high
-// bits from h — h.x holds words 0 and 1's, h.y words 2 and 3's: byte b of the word bits 0–1 for weight 4i + b,
-// 2–3 for 16 + 4i + b, 4–5 and 6–7 for word i + 1's. The 6-bit two's complement is sign-extended to a byte.
+// Word m (0..7) of a q6 block (matrix.rs's Q6) as four bytes v = q + 32 (0..63: signed bytes too, for dp4a):
+// weights 4m..4m+3 (m < 4: the low nibbles of word m of the 16 nibble bytes) or 16 + 4(m − 4).. (m ≥ 4: the high
+// nibbles of word m − 4), each with its two high bits from h — h.x holds words 0 and 1's, h.y words 2 and 3's:
+// byte b of the word bits 0–1 for weight 4i + b, 2–3 for 16 + 4i + b, 4–5 and 6–7 for word i + 1's.
 __device__ __forceinline__ unsigned q6_word(uint4 w, uint2 h, int m) {
     int i = m & 3;
     unsigned wq = i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
     unsigned lo = m < 4 ? wq & 0x0f0f0f0fu : (wq >> 4) & 0x0f0f0f0fu;
     unsigned hh = i < 2 ? h.x : h.y;
     int sh = (i & 1) * 4 + (m < 4 ? 0 : 2);
-    unsigned v = lo | (((hh >> sh) & 0x03030303u) << 4);
-    // Bits 6 and 7 of each byte copy its bit 5 (no carries: one bit a byte times 6).
-    return v | ((v & 0x20202020u) * 6u);
+    return lo | (((hh >> sh) & 0x03030303u) << 4);
 }
+
+// The minimum of a q6 block of scale d: weight = d·v − 32d.
+__device__ __forceinline__ float q6_min(float d) { return -32.0f * d; }
 
 __device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
 

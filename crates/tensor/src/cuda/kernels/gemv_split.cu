@@ -647,8 +647,8 @@ __device__ void gs_q4d(const unsigned char* __restrict__ Q, const f16_t* __restr
 }
 
 // Q6 (the q4 backends' output head, matrix.rs): a chunk is one block, its low nibbles as Q4's (16 bytes) and their
-// two high bits (8 bytes, q6_word in common.cuh) with the f16 scale; weights d·q for q in −31..=31, signed bytes
-// as Q8's, so no minimum term. Only norm-free instances (a head norms nothing after it).
+// two high bits (8 bytes, q6_word in common.cuh) with the f16 scale; weights d·v − 32d for v = q + 32 in 1..=63, the
+// minimum taken through the activations' sum as Q4's. Only norm-free instances (a head norms nothing after it).
 // load_q4's nibbles and scales, then the blocks' high bits.
 template <int R>
 __device__ __forceinline__ void load_q6(const unsigned char* __restrict__ Q, const unsigned char* __restrict__ QH,
@@ -685,7 +685,7 @@ __device__ void gs_q6d(const unsigned char* __restrict__ Q, const f16_t* __restr
             const int4* xb = (const int4*)(xq + (size_t)b * K + blk * 32);
             const int4* xb2 = (const int4*)(xq2 + (size_t)b * K + blk * 32);
             int4 lo = __ldg(xb), hi = __ldg(xb + 1), lo2 = __ldg(xb2), hi2 = __ldg(xb2 + 1);
-            float dx = __ldg(&xds[(size_t)b * nb + blk].x);
+            float2 ds = __ldg(&xds[(size_t)b * nb + blk]);
             const int xl[4] = {lo.x, lo.y, lo.z, lo.w}, xh[4] = {hi.x, hi.y, hi.z, hi.w};
             const int xl2[4] = {lo2.x, lo2.y, lo2.z, lo2.w}, xh2[4] = {hi2.x, hi2.y, hi2.z, hi2.w};
 #pragma unroll
@@ -698,7 +698,8 @@ __device__ void gs_q6d(const unsigned char* __restrict__ Q, const f16_t* __restr
                     isum = __dp4a(wh, xh[i], __dp4a(wl, xl[i], isum));
                     isum2 = __dp4a(wh, xh2[i], __dp4a(wl, xl2[i], isum2));
                 }
-                acc[b][r] = fmaf(h2f(qd[r]) * dx, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), acc[b][r]);
+                float d = h2f(qd[r]);
+                acc[b][r] = fmaf(d * ds.x, fmaf((float)isum2, 1.0f / 254.0f, (float)isum), fmaf(q6_min(d), ds.y, acc[b][r]));
             }
         }
     }

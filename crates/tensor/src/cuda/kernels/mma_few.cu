@@ -104,9 +104,9 @@ struct Mf<3> {
     }
     static __device__ __forceinline__ void words(const MfRaw& v, int m, unsigned& w0, unsigned& w1) {
         float d = h2f((f16_t)v.s);
-        unsigned q = q6_word(v.w, v.h, m) ^ 0x80808080u;
-        float q0 = byte_f(q, 0) - 128.0f, q1 = byte_f(q, 1) - 128.0f, q2 = byte_f(q, 2) - 128.0f,
-              q3 = byte_f(q, 3) - 128.0f;
+        unsigned q = q6_word(v.w, v.h, m);
+        float q0 = byte_f(q, 0) - 32.0f, q1 = byte_f(q, 1) - 32.0f, q2 = byte_f(q, 2) - 32.0f,
+              q3 = byte_f(q, 3) - 32.0f;
         w0 = bf16x2(d * q0, d * q1);
         w1 = bf16x2(d * q2, d * q3);
     }

@@ -42,7 +42,7 @@ extern "C" __global__ void quantize_q4(const bf16_t* __restrict__ w, unsigned ch
     }
 }
 
-// bf16 to Q6 (matrix.rs): quant_row_6bit's arithmetic (scale amax/31, quants −31..=31), each quant's low nibble
+// bf16 to Q6 (matrix.rs): quant_row_6bit's arithmetic (scale amax/31, quants −31..=31), each v = q + 32's low nibble
 // into the Q4 layout at q, its two high bits into the 8 bytes of block b at q + 16·blocks (q6_word's layout).
 extern "C" __global__ void quantize_q6(const bf16_t* __restrict__ w, unsigned char* q, f16_t* s, size_t blocks) {
     PDL_ENTER();
@@ -52,8 +52,8 @@ extern "C" __global__ void quantize_q6(const bf16_t* __restrict__ w, unsigned ch
     float id = block_scale(x, 31.0f, s, b);
     unsigned hw[2] = {0u, 0u};
     for (int j = 0; j < 16; j++) {
-        int v0 = (int)roundf(__fmul_rn(bf2f(x[j]), id)) & 63;
-        int v1 = (int)roundf(__fmul_rn(bf2f(x[j + 16]), id)) & 63;
+        int v0 = (int)roundf(__fmul_rn(bf2f(x[j]), id)) + 32;
+        int v1 = (int)roundf(__fmul_rn(bf2f(x[j + 16]), id)) + 32;
         q[b * 16 + j] = (unsigned char)((v0 & 15) | ((v1 & 15) << 4));
         int i = j / 4, sh = 8 * (j % 4) + (i & 1) * 4;
         hw[i >> 1] |= (unsigned)(v0 >> 4) << sh;
@@ -92,7 +92,7 @@ extern "C" __global__ void dequant_q6(const unsigned char* __restrict__ q, const
         uint4 w = *(const uint4*)(q + b * 16);
         uint2 h = *(const uint2*)(qh + b * 8);
         unsigned word = q6_word(w, h, j / 4);
-        out[i] = f2bf(h2f(s[b]) * (float)(signed char)(word >> (8 * (j % 4))));
+        out[i] = f2bf(h2f(s[b]) * (float)((int)((word >> (8 * (j % 4))) & 255u) - 32));
     }
 }
 

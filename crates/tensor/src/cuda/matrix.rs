@@ -154,7 +154,8 @@ impl DevMatrix {
 /// A Q8_0 matrix of 6-bit quants in the device's Q6 layout: (low nibbles, then high bits; scales), each quant q
 /// held as v = q + 32 (1..=63), so the kernels' bytes are non-negative. Byte j of a block's 16 holds v_j's low
 /// nibble and v_(j+16)'s above it (Q4's packing); of its 8 high-bit bytes, word i/2 (little-endian) holds at bit
-/// 8·(j mod 4) + 4·(i mod 2) the two high bits of v_j, j = 4i + (j mod 4), and two bits above those v_(j+16)'s (`q6_word` in common.cuh reads them; `quantize_q6` writes them).
+/// 8·(j mod 4) + 4·(i mod 2) the two high bits of v_j, j = 4i + (j mod 4), and two bits above those v_(j+16)'s
+/// (`q6_word` in common.cuh reads them; `quantize_q6` writes them).
 pub(crate) fn pack_q6(m: &QMatrix) -> (Vec<u8>, Vec<u8>) {
     let (rows, nb) = (m.rows(), m.cols() / 32);
     let (mut lo, mut hi, mut s) =

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Variants of a decode benchmark alternated in one lease (leases differ by up to 3% at the same kernels, so only
-# alternated figures compare), twice round, then each variant's median [min–max] per backend. On the device, after
+# alternated figures compare), twice round (ALT_ROUNDS), then each variant's median [min–max] per backend. On the device, after
 # scripts/gpu/stage.sh here and `bash scripts/gpu/bench.sh make` there:
 #   bash scripts/gpu/alternate.sh OUT "new|.gpu/bin/kvad|" "split1|.gpu/bin/kvad|KVAD_GPU_ATT_SPLIT=1" \
 #     "old|.gpu/old/kvad|" -- /tmp/kvad-bench/hf --backend gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2
@@ -40,7 +40,7 @@ for v in "${variants[@]}"; do
   env $envs "$bin" bench "${warm[@]}" >"$out/warm-$name.log" 2>&1 || echo "alternate: $name's warm-up failed ($out/warm-$name.log)"
 done
 t0=$(date +%s)
-for round in 1 2; do
+for round in $(seq "${ALT_ROUNDS:-2}"); do
   for v in "${variants[@]}"; do
     IFS='|' read -r name bin envs <<<"$v"
     if [ $(($(date +%s) - t0)) -gt "${ALT_DEADLINE:-420}" ]; then

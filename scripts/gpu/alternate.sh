@@ -36,8 +36,11 @@ done
 set -- "${args[@]+"${args[@]}"}"
 for v in "${variants[@]}"; do
   IFS='|' read -r name bin envs <<<"$v"
+  w0=$(date +%s)
   # shellcheck disable=SC2086
   env $envs "$bin" bench "${warm[@]}" >"$out/warm-$name.log" 2>&1 || echo "alternate: $name's warm-up failed ($out/warm-$name.log)"
+  # A binary's first run includes compiling its kernels: how long it took is a figure of its own.
+  echo "alternate: $name's warm-up took $(($(date +%s) - w0)) s" | tee -a "$out/warm-$name.log"
 done
 t0=$(date +%s)
 for round in $(seq "${ALT_ROUNDS:-2}"); do

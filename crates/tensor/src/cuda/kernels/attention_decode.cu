@@ -195,6 +195,15 @@ __device__ __forceinline__ void keys_step(const float (&qr)[GM][D], const raw_t 
     }
 }
 
+// One chunk's partial softmax — numerator pa, (maximum, denominator) ml — into a split row's merge at the row's
+// maximum mx (chunks in order, so the same bits whichever block merges); a chunk that saw no key adds nothing.
+__device__ __forceinline__ void merge_chunk(float pa, float2 ml, float mx, float& num, float& den) {
+    if (ml.x == -INFINITY) return;
+    float e = expf(ml.x - mx);
+    num = fmaf(pa, e, num);
+    den = fmaf(ml.y, e, den);
+}
+
 template <int D, int W, int GM>
 __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages, f16_t* v_pages, float* out,
                                    const float* __restrict__ q_norm, const float* __restrict__ k_norm,
@@ -353,12 +362,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                 if (j < S) mx = fmaxf(mx, ml[j].x);
             float num = 0.0f, den = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                if (j >= S || ml[j].x == -INFINITY) continue;  // past the row's chunks, or a chunk that saw no key
-                float e = expf(ml[j].x - mx);
-                num = fmaf(pa[j], e, num);
-                den = fmaf(ml[j].y, e, den);
-            }
+            for (int j = 0; j < 4; j++)
+                if (j < S) merge_chunk(pa[j], ml[j], mx, num, den);
             write(o, num / den);
         }
         return;
@@ -380,13 +385,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
             for (int j = 0; j < 4; j++)
                 pa[j] = cb + j < S ? __ldcg(part_acc + (((size_t)r * splits + cb + j) * nh + h0) * hd + o) : 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                float2 ml = sm_pml[g][min(cb + j, S - 1)];
-                if (cb + j >= S || ml.x == -INFINITY) continue;  // past the row's chunks, or a chunk that saw no key
-                float e = expf(ml.x - mx);
-                num = fmaf(pa[j], e, num);
-                den = fmaf(ml.y, e, den);
-            }
+            for (int j = 0; j < 4; j++)
+                if (cb + j < S) merge_chunk(pa[j], sm_pml[g][cb + j], mx, num, den);
         }
         write(o, num / den);
     }

@@ -333,14 +333,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
         if (o % hd == 0) part_ml[pbase_o + h0 + o / hd] = make_float2(mx, den);
     });
     if (first) trace_mark(913);
-    __shared__ unsigned last;
     unsigned* counter = counters + ((size_t)r * gridDim.y + kvh) * gridDim.z + blockIdx.z;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == (unsigned)S - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!arrive_last(counter, (unsigned)S)) return;
     if (threadIdx.x == 0) *counter = 0;  // every chunk has counted: ready for the next launch
     // The chunks' partials in chunk order (a fixed order: the same bits whichever block arrives last). Up to four
     // chunks (the 8B shape's one-row decode below 256 keys a block), each output's numerators and its head's

@@ -109,6 +109,24 @@ __device__ __forceinline__ void cp_async_wait() {
 // kernel before it ends (before pdl_wait), and found in L2 by the loads after it.
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// A split kernel's count of its blocks, called by every thread once the block has written its part: whether this
+// block is the `of`-th to arrive at `counter` (in every thread). The barrier orders the block's writes before its
+// first thread's add, whose release publishes them at GPU scope (cumulative through the barrier); the last block's
+// acquire, passed to its threads by the barrier after, orders their reads of every part after the writes. The
+// pattern's __threadfence() took a sequentially consistent fence in every block and another in the last, on the
+// step's critical path (the decode attention's merge, the norm tails).
+__device__ __forceinline__ bool arrive_last(unsigned* counter, unsigned of) {
+    __shared__ unsigned last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+        last = old == of - 1;
+    }
+    __syncthreads();
+    return last;
+}
+
 // The kernel trace (`KVAD_GPU_TRACE`, trace.rs): when kvad_trace is set, the first thread of every kernel's first
 // block records, past pdl_wait, the global timer and the launch's shape ([time, grid.x | grid.y << 24 | block.x <<
 // 48] a record), in the order kernels run. The kernel before has ended by then, so the gaps between records are each

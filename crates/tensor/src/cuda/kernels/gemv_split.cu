@@ -114,14 +114,8 @@ template <int B, bool A8, bool SMEM>
 __device__ __forceinline__ void split_norm_tail(const float* y, int N, const float* __restrict__ ng, float* nout,
                                                 float eps, unsigned* counter, signed char* nq, signed char* nq2,
                                                 float2* nds) {
-    __shared__ unsigned last;
     __shared__ float red[32];
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!arrive_last(counter, gridDim.x)) return;
     if (threadIdx.x == 0) trace_mark(901);
     // The norm weights asked of L2 now, so their loads after the sum below do not wait on HBM.
     for (int n = threadIdx.x * 32; n < N; n += blockDim.x * 32) prefetch_l2(ng + n);
@@ -276,18 +270,12 @@ __device__ __forceinline__ void split_norm_groups(const float* y, int N, const f
                                                   unsigned* counter, signed char* nq, signed char* nq2, float2* nds,
                                                   float* nss) {
     static_assert(8 * B <= GS_WARPS * 32 && 32 % R == 0, "eight threads a row of a group; whole groups a block");
-    __shared__ unsigned last;
     int g = blockIdx.x * R / 32;
     // Eight threads a row of the group, four columns each (threads past B rows idle in the shuffles).
     int b = threadIdx.x >> 3, n = g * 32 + (threadIdx.x & 7) * 4;
     // The norm's weights are constants: asked for before the count, so the group's last block has them by then.
     float4 w = __ldg((const float4*)(ng + n));
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter + g, 1u) == 32 / R - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!arrive_last(counter + g, 32 / R)) return;
     bool on = b < B;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float4 v = on ? __ldcg((const float4*)(y + (size_t)b * N + n)) : zero4;

@@ -182,7 +182,7 @@ const KERNELS: &[&str] = &[
 /// needed): what CI checks, so a kernel that does not compile is found without the device. `defines` name the
 /// measuring variant (`KVAD_TRACE`; none for the kernels kvad runs).
 pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<String>, GpuError> {
-    let (ptx, _) = compile::ptx_units(&compile_units(), capability, None, defines)?;
+    let (ptx, _) = compile::ptx_units(&compile_units(), capability, None, defines, compile::Target::Ptx)?;
     Ok(ptx.iter().map(|p| p.to_src()).collect())
 }
 
@@ -340,19 +340,38 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let started = std::time::Instant::now();
         let units = compile_units();
-        let (ptx, compiled) = compile::ptx_units(&units, info.capability, kernel_cache, &compile::defines_from_env())?;
+        let defines = compile::defines_from_env();
+        // The GPU's own code (CUBINs, compiled side by side and cached whole) unless `KVAD_GPU_CUBIN=0`; PTX, which
+        // the driver compiles one module after another at load, where that fails (an NVRTC that does not know this
+        // GPU's architecture, a driver older than NVRTC's code) or is asked for.
+        let cubins = std::env::var("KVAD_GPU_CUBIN").map_or(true, |v| v != "0");
+        let loaded = cubins
+            .then(|| {
+                let (code, compiled) =
+                    compile::ptx_units(&units, info.capability, kernel_cache, &defines, compile::Target::Cubin).ok()?;
+                let modules = code.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>().ok()?;
+                Some((modules, compiled, "the GPU's code"))
+            })
+            .flatten();
+        let (modules, compiled, form) = match loaded {
+            Some(m) => m,
+            None => {
+                let (ptx, compiled) =
+                    compile::ptx_units(&units, info.capability, kernel_cache, &defines, compile::Target::Ptx)?;
+                (ptx.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>()?, compiled, "PTX")
+            }
+        };
         // What the first load on this GPU says about the pause (a note, taken once: `take_compile_note`).
         let compile_note = (compiled > 0).then(|| {
             let cached = kernel_cache.map_or("not cached: no cache directory".to_string(), |d| {
                 format!("cached in {}; later runs skip this", d.display())
             });
             format!(
-                "compiled {compiled} of {} GPU kernel units with NVRTC in {:.1}s ({cached})",
+                "compiled {compiled} of {} GPU kernel units to {form} with NVRTC and loaded them in {:.1}s ({cached})",
                 units.len(),
                 started.elapsed().as_secs_f64()
             )
         });
-        let modules = ptx.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>()?;
         let mut funcs = HashMap::new();
         for name in kernel_names() {
             // From the unit that holds it (each kernel is in exactly one).

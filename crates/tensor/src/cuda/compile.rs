@@ -20,7 +20,7 @@ pub(crate) enum Target {
 /// and whether it was compiled now: from the cache when an entry for exactly these sources, options and target
 /// exists, else compiled (seconds to half a minute a unit) and written there. `defines` are the measuring variants
 /// asked for by environment ([`defines_from_env`]) and the unit's.
-pub(crate) fn ptx(
+pub(crate) fn code(
     src: &str,
     cap: (i32, i32),
     cache: Option<&Path>,
@@ -117,7 +117,7 @@ pub(crate) fn units(all: &[&str], common: &str, gemv_split: &str) -> Vec<(String
 
 /// The code of every unit ([`Target`]), compiled side by side (one thread each, each cached on its own), in the
 /// units' order, and how many were compiled now (not found in the cache).
-pub(crate) fn ptx_units(
+pub(crate) fn code_units(
     units: &[(String, &'static str)],
     cap: (i32, i32),
     cache: Option<&Path>,
@@ -131,7 +131,7 @@ pub(crate) fn ptx_units(
                 s.spawn(move || {
                     let mut d = defines.to_vec();
                     d.push(unit);
-                    ptx(src, cap, cache, &d, target)
+                    code(src, cap, cache, &d, target)
                 })
             })
             .collect();
@@ -171,12 +171,12 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let src = "extern \"C\" __global__ void k(float* y) { y[threadIdx.x] = (float)UNIT_N; }\n";
         let units = vec![(src.to_string(), "UNIT_N=1"), (src.to_string(), "UNIT_N=2")];
-        let (first, n1) = ptx_units(&units, (9, 0), Some(&dir), &[], Target::Ptx).unwrap();
-        let (again, n2) = ptx_units(&units, (9, 0), Some(&dir), &[], Target::Ptx).unwrap();
-        let (other, n3) = ptx_units(&units, (9, 0), Some(&dir), &["KVAD_TRACE"], Target::Ptx).unwrap();
+        let (first, n1) = code_units(&units, (9, 0), Some(&dir), &[], Target::Ptx).unwrap();
+        let (again, n2) = code_units(&units, (9, 0), Some(&dir), &[], Target::Ptx).unwrap();
+        let (other, n3) = code_units(&units, (9, 0), Some(&dir), &["KVAD_TRACE"], Target::Ptx).unwrap();
         // CUBINs: ELF images of the real architecture, cached beside the PTX as their own entries.
-        let (_, n4) = ptx_units(&units, (9, 0), Some(&dir), &[], Target::Cubin).unwrap();
-        let (_, n5) = ptx_units(&units, (9, 0), Some(&dir), &[], Target::Cubin).unwrap();
+        let (_, n4) = code_units(&units, (9, 0), Some(&dir), &[], Target::Cubin).unwrap();
+        let (_, n5) = code_units(&units, (9, 0), Some(&dir), &[], Target::Cubin).unwrap();
         let mut bins: Vec<Vec<u8>> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())

@@ -182,7 +182,7 @@ const KERNELS: &[&str] = &[
 /// needed): what CI checks, so a kernel that does not compile is found without the device. `defines` name the
 /// measuring variant (`KVAD_TRACE`; none for the kernels kvad runs).
 pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<String>, GpuError> {
-    let (ptx, _) = compile::ptx_units(&compile_units(), capability, None, defines, compile::Target::Ptx)?;
+    let (ptx, _) = compile::code_units(&compile_units(), capability, None, defines, compile::Target::Ptx)?;
     Ok(ptx.iter().map(|p| p.to_src()).collect())
 }
 
@@ -344,25 +344,30 @@ impl Gpu {
         // The GPU's own code (CUBINs, compiled side by side and cached whole) unless `KVAD_GPU_CUBIN=0`; PTX, which
         // the driver compiles one module after another at load, where that fails (an NVRTC that does not know this
         // GPU's architecture, a driver older than NVRTC's code) or is asked for.
-        let cubins = std::env::var("KVAD_GPU_CUBIN").map_or(true, |v| v != "0");
-        let loaded = cubins
-            .then(|| {
-                let (code, compiled) =
-                    compile::ptx_units(&units, info.capability, kernel_cache, &defines, compile::Target::Cubin).ok()?;
-                let modules = code.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>().ok()?;
-                Some((modules, compiled, "the GPU's code"))
-            })
-            .flatten();
-        let (modules, compiled, form) = match loaded {
-            Some(m) => m,
-            None => {
-                let (ptx, compiled) =
-                    compile::ptx_units(&units, info.capability, kernel_cache, &defines, compile::Target::Ptx)?;
-                (ptx.into_iter().map(|p| ctx.load_module(p)).collect::<Result<Vec<_>, _>>()?, compiled, "PTX")
+        let load = |target| -> Result<_, GpuError> {
+            let (code, compiled) = compile::code_units(&units, info.capability, kernel_cache, &defines, target)?;
+            let modules = code.into_iter().map(|c| ctx.load_module(c)).collect::<Result<Vec<_>, _>>()?;
+            Ok((modules, compiled))
+        };
+        // Why the GPU's code was not taken, where it was tried and failed: said in the note on every load, since
+        // such a machine pays for the attempt and the driver's compile each time.
+        let mut cubin_failed = None;
+        let mut cubin = None;
+        if std::env::var("KVAD_GPU_CUBIN").map_or(true, |v| v != "0") {
+            match load(compile::Target::Cubin) {
+                Ok(m) => cubin = Some(m),
+                Err(e) => cubin_failed = Some(e),
             }
+        }
+        let ((modules, compiled), form) = match cubin {
+            Some(m) => (m, "the GPU's code".to_string()),
+            None => match &cubin_failed {
+                Some(e) => (load(compile::Target::Ptx)?, format!("PTX (the GPU's code failed: {e})")),
+                None => (load(compile::Target::Ptx)?, "PTX".to_string()),
+            },
         };
         // What the first load on this GPU says about the pause (a note, taken once: `take_compile_note`).
-        let compile_note = (compiled > 0).then(|| {
+        let compile_note = (compiled > 0 || cubin_failed.is_some()).then(|| {
             let cached = kernel_cache.map_or("not cached: no cache directory".to_string(), |d| {
                 format!("cached in {}; later runs skip this", d.display())
             });

@@ -361,10 +361,10 @@ impl Gpu {
         }
         let ((modules, compiled), form) = match cubin {
             Some(m) => (m, "the GPU's code".to_string()),
-            None => match &cubin_failed {
-                Some(e) => (load(compile::Target::Ptx)?, format!("PTX (the GPU's code failed: {e})")),
-                None => (load(compile::Target::Ptx)?, "PTX".to_string()),
-            },
+            None => {
+                let why = cubin_failed.as_ref().map_or(String::new(), |e| format!(" (the GPU's code failed: {e})"));
+                (load(compile::Target::Ptx)?, format!("PTX{why}"))
+            }
         };
         // What the first load on this GPU says about the pause (a note, taken once: `take_compile_note`).
         let compile_note = (compiled > 0 || cubin_failed.is_some()).then(|| {

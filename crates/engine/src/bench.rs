@@ -102,21 +102,21 @@ pub fn sample_batch(
         return Err(EngineError::BadRequest("a batched sample needs a prompt and at least one token".into()));
     }
     let model = m.model.as_ref();
-    let mut kvs: Vec<_> = (0..batch).map(|_| model.new_cache()).collect();
+    let mut kvs: Vec<_> = (0..batch).map(|_| model.new_state()).collect();
     let (head, last) = prompt.split_at(prompt.len() - 1);
     let t0 = std::time::Instant::now();
     if !head.is_empty() {
-        let mut b: Vec<SeqInput<'_>> = kvs.iter_mut().map(|kv| SeqInput { tokens: head, kv }).collect();
+        let mut b: Vec<SeqInput<'_>> = kvs.iter_mut().map(|kv| SeqInput { tokens: head, state: kv }).collect();
         model.forward(&mut b, LogitsMode::None)?;
     }
-    let mut b: Vec<SeqInput<'_>> = kvs.iter_mut().map(|kv| SeqInput { tokens: last, kv }).collect();
+    let mut b: Vec<SeqInput<'_>> = kvs.iter_mut().map(|kv| SeqInput { tokens: last, state: kv }).collect();
     let mut next = model.forward_greedy(&mut b)?;
     let ttft = t0.elapsed();
     let t1 = std::time::Instant::now();
     for _ in 1..gen_tokens {
         let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
         let mut b: Vec<SeqInput<'_>> =
-            toks.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
+            toks.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, state: kv }).collect();
         next = model.forward_greedy(&mut b)?;
     }
     let decode = t1.elapsed();

@@ -1,12 +1,15 @@
-//! One generation from start to end: read the prompt into an empty cache, then sample token after token.
+//! One generation from start to end, for the CLI: a one-sequence user of the engine's pass ([`crate::pass::run`]),
+//! the same step the server's scheduler drives. Read the prompt into an empty cache, then sample token after token.
 //!
 //! The prompt's last token is always run by itself, after the rest of the prompt: that row's logits are then
 //! computed by the same kernel shape whether the prompt arrived whole, in chunks, or after a cached prefix, so the
 //! first sampled token does not depend on how the prompt was read.
 
-use crate::sampler::{Sampled, Sampler, SamplingParams};
+use crate::pass::{self, Sequence, Stepping};
+use crate::sampler::{Sampled, SamplingParams};
+use crate::seam::{GenParams, Work};
 use crate::EngineError;
-use kvad_models::{CausalLm, LogitsMode, SeqInput};
+use kvad_models::CausalLm;
 use std::time::{Duration, Instant};
 
 /// What to generate.
@@ -58,12 +61,6 @@ impl GenStats {
     }
 }
 
-/// What a step gives: the model's greedy pick, or the logits row for the sampler.
-enum Next {
-    Id(u32),
-    Logits(Vec<f32>),
-}
-
 /// What a request adds to a generation beyond [`GenerateRequest`] (the server's seam; the CLI needs none of it).
 #[derive(Debug, Clone, Default)]
 pub struct GenerateOptions {
@@ -109,70 +106,40 @@ pub fn generate_with(
             req.prompt.len()
         )));
     }
-    let mut kv = model.new_cache();
-    let mut sampler = Sampler::new(req.params.clone());
-    let t0 = Instant::now();
-    let (head, last) = req.prompt.split_at(req.prompt.len() - 1);
-    for chunk in head.chunks(model.prefill_chunk().max(1)) {
-        model.forward(&mut [SeqInput { tokens: chunk, kv: &mut kv }], LogitsMode::None)?;
-    }
-    // Plain greedy replies take the model's own pick (`forward_greedy`, the first maximum as the sampler's): a GPU
-    // then copies back one id a step instead of a vocabulary row for the CPU to scan.
-    let greedy = crate::device_picks(&req.params, opts);
-    let step = |tokens: &[u32], kv: &mut kvad_models::SeqKv| -> Result<Next, EngineError> {
-        let mut b = [SeqInput { tokens, kv }];
-        if greedy {
-            Ok(Next::Id(crate::greedy_picks(model, &mut b)?[0]))
-        } else {
-            Ok(Next::Logits(model.forward(&mut b, LogitsMode::Last)?.swap_remove(0)))
-        }
+    let params = GenParams { sampling: req.params.clone(), max_tokens: req.max_tokens, options: opts.clone() };
+    let mut seq = Sequence::new(req.prompt.clone(), model.new_state(), 0, params);
+    let how = Stepping::default();
+    let step = |work: Work, seq: &mut Sequence| -> Result<Option<Sampled>, EngineError> {
+        Ok(pass::run(model, how, &[work], &mut [seq])?.swap_remove(0))
     };
-    let mut next = step(last, &mut kv)?;
+    let t0 = Instant::now();
+    let chunk = model.prefill_chunk().max(1);
+    while seq.read + 1 < req.prompt.len() {
+        step(Work::Chunk(chunk), &mut seq)?;
+    }
+    let mut next = step(Work::Last, &mut seq)?.filter(|_| req.max_tokens > 0);
     let prefill = t0.elapsed();
     let t1 = Instant::now();
-    let mut reply: Vec<u32> = Vec::new();
     let mut finish = FinishReason::Length;
-    // Greedy picks the model made ahead of the stop checks below (`CausalLm::greedy_ahead`): a GPU runs several
-    // steps back to back; the cache is then ahead of the reply, and is dropped with it.
-    let mut ahead: std::collections::VecDeque<u32> = std::collections::VecDeque::new();
-    let ahead_steps = if greedy { crate::greedy_ahead(model) } else { 1 };
-    while reply.len() < req.max_tokens {
-        let s = match next {
-            Next::Id(id) => Sampled::picked(id),
-            Next::Logits(mut logits) => {
-                for &(id, b) in &opts.logit_bias {
-                    logits[id as usize] += b;
-                }
-                sampler.sample(&logits, &req.prompt, &reply)
-            }
-        };
-        reply.push(s.id);
+    while let Some(s) = next.take() {
         let go_on = on_token(&s);
         if req.stop_ids.contains(&s.id) || !go_on {
             finish = FinishReason::Stop;
             break;
         }
-        if reply.len() == req.max_tokens || req.prompt.len() + reply.len() >= ctx {
+        if seq.reply.len() == req.max_tokens || req.prompt.len() + seq.reply.len() >= ctx {
             break;
         }
-        if ahead_steps > 1 {
-            if ahead.is_empty() {
-                // Steps past the reply's limit or the context are not run.
-                let k = ahead_steps.min(req.max_tokens - reply.len()).min(ctx - req.prompt.len() - reply.len());
-                ahead.extend(crate::greedy_steps(model, SeqInput { tokens: &[s.id], kv: &mut kv }, k)?);
-            }
-            next = Next::Id(ahead.pop_front().expect("a step ahead was run"));
-        } else {
-            next = step(&[s.id], &mut kv)?;
-        }
+        next = step(Work::Decode, &mut seq)?;
     }
-    Ok(GenStats { prompt_tokens: req.prompt.len(), generated: reply.len(), prefill, decode: t1.elapsed(), finish })
+    let generated = seq.reply.len().min(req.max_tokens);
+    Ok(GenStats { prompt_tokens: req.prompt.len(), generated, prefill, decode: t1.elapsed(), finish })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvad_models::{ModelConfig, ModelError, SeqKv};
+    use kvad_models::{LogitsMode, ModelConfig, ModelError, SeqInput, SeqState};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// A fixture model that counts which entry each step took, and can be told to pick a token out of range (from
@@ -190,8 +157,11 @@ mod tests {
         fn config(&self) -> &ModelConfig {
             self.inner.config()
         }
-        fn new_cache(&self) -> SeqKv {
-            self.inner.new_cache()
+        fn state_spec(&self) -> &kvad_models::StateSpec {
+            self.inner.state_spec()
+        }
+        fn new_state(&self) -> SeqState {
+            self.inner.new_state()
         }
         fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
             if mode == LogitsMode::Last {

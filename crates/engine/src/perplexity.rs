@@ -28,11 +28,11 @@ pub fn perplexity(model: &dyn CausalLm, ids: &[u32], chunk: usize) -> Result<Per
         return Err(EngineError::BadRequest(format!("the text is {} tokens; the model's context is {ctx}", ids.len())));
     }
     let vocab = model.config().vocab_size;
-    let mut kv = model.new_cache();
+    let mut kv = model.new_state();
     let mut nll = 0f64;
     let mut pos = 0;
     for piece in ids.chunks(chunk.max(1)) {
-        let logits = model.forward(&mut [SeqInput { tokens: piece, kv: &mut kv }], LogitsMode::All)?.remove(0);
+        let logits = model.forward(&mut [SeqInput { tokens: piece, state: &mut kv }], LogitsMode::All)?.remove(0);
         for (i, row) in logits.chunks_exact(vocab).enumerate() {
             if let Some(&next) = ids.get(pos + i + 1) {
                 nll -= log_softmax(row)[next as usize] as f64;

@@ -47,8 +47,8 @@ fn greedy(m: &OpenedModel, prompt: Vec<u32>, n: usize, stop: bool) -> Vec<u32> {
 }
 
 fn last_logits(m: &OpenedModel, prompt: &[u32]) -> Vec<f32> {
-    let mut kv = m.model.new_cache();
-    m.model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::Last).unwrap().remove(0)
+    let mut kv = m.model.new_state();
+    m.model.forward(&mut [SeqInput { tokens: prompt, state: &mut kv }], LogitsMode::Last).unwrap().remove(0)
 }
 
 fn assert_close(got: &[f32], want: &[f32], tol: f32) {

@@ -34,8 +34,11 @@ pub fn ensure_smollm2() -> Result<(PathBuf, bool), HubError> {
         move |source| HubError::Io { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    // A private staging directory, so two processes fetching at once never see each other's half-written file.
-    let stage = dir.join(format!(".fetch-{}", std::process::id()));
+    // A private staging directory, so two fetches at once (two processes, or two threads of one: tests) never see
+    // each other's half-written file nor remove each other's directory.
+    static FETCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = FETCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stage = dir.join(format!(".fetch-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&stage).map_err(io(&stage))?;
     let script = format!(
         "import glob, subprocess, sys, zipfile\n\

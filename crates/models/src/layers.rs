@@ -1,7 +1,7 @@
-//! Shared layers every architecture is built from: linear, RoPE tables, causal attention over a [`SeqKv`].
+//! Shared layers every architecture is built from: linear, RoPE tables, causal attention over a [`SeqState`].
 
 use crate::config::{ModelConfig, RopeScaling};
-use crate::kv::{KvDtype, KvRows, SeqKv};
+use crate::state::{KvDtype, KvRows, SeqState};
 use kvad_tensor::cpu::attn::{attend_chunk, ChunkShape};
 use kvad_tensor::cpu::{ops, QMatrix};
 
@@ -162,7 +162,7 @@ pub fn attention(
     shape: AttnShape,
     layer: usize,
     qkv: (&[f32], &[f32], &[f32]),
-    caches: &mut [&mut SeqKv],
+    caches: &mut [&mut SeqState],
     spans: &Spans,
 ) -> Vec<f32> {
     let (q, k, v) = qkv;
@@ -173,7 +173,7 @@ pub fn attention(
     let mut row0 = 0;
     for (s, cache) in caches.iter_mut().enumerate() {
         let n = counts[s];
-        let l = &mut cache.layers[layer];
+        let l = cache.kv_layer_mut(layer);
         l.k.extend(&k[row0 * kv_dim..(row0 + n) * kv_dim]);
         l.v.extend(&v[row0 * kv_dim..(row0 + n) * kv_dim]);
         row0 += n;
@@ -191,11 +191,11 @@ pub fn attention(
         }
     }
     let mut out = vec![0f32; row0 * q_dim];
-    let caches_ro: Vec<&SeqKv> = caches.iter().map(|c| &**c).collect();
+    let caches_ro: Vec<&SeqState> = caches.iter().map(|c| &**c).collect();
     let mut r0 = 0;
     for (s, &n) in counts.iter().enumerate() {
         if tiled(n) {
-            let l = &caches_ro[s].layers[layer];
+            let l = caches_ro[s].kv_layer(layer);
             let chunk = ChunkShape {
                 rows: n,
                 first_pos: starts[s],
@@ -223,7 +223,7 @@ pub fn attention(
         if done {
             return;
         }
-        let l = &caches_ro[s].layers[layer];
+        let l = caches_ro[s].kv_layer(layer);
         let qv = &q[row * q_dim + kvh * group * hd..row * q_dim + (kvh + 1) * group * hd];
         let lo = shape.window.map_or(0, |w| (pos + 1).saturating_sub(w));
         match (&l.k, &l.v) {

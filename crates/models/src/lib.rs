@@ -1,24 +1,25 @@
 //! kvad-models: from files on disk to a stateless model that turns token ids into logits.
 //!
 //! Weight sources (safetensors, GGUF) are loaders, not pipelines: both end in the same typed [`ModelConfig`] and
-//! the same architecture code, so a GGUF and a safetensors checkpoint of one model run the same arithmetic. The KV
-//! cache lives outside the model ([`SeqKv`]); one forward pass takes several sequences of different lengths.
+//! the same architecture code, so a GGUF and a safetensors checkpoint of one model run the same arithmetic. A
+//! sequence's per-layer state lives outside the model ([`SeqState`]); one forward pass takes several sequences of
+//! different lengths.
 
 pub mod arch;
 pub mod config;
 pub mod error;
 pub mod gpu;
-pub mod kv;
 pub mod layers;
 pub mod load;
 pub mod qcache;
+pub mod state;
 mod tensors;
 pub mod weights;
 
 pub use config::{arch_of_model_type, ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
-pub use kv::{KvDtype, SeqKv};
 pub use load::{load_model, load_model_with, CacheUse, LoadOptions, LoadedModel, ModelFiles};
+pub use state::{KvDtype, LayerSpec, SeqState, StateSpec};
 
 /// Which rows of a forward pass need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,25 +32,24 @@ pub enum LogitsMode {
     All,
 }
 
-/// One sequence's part of a batched forward pass: its new tokens and its cache, which the pass extends.
-/// The new tokens' positions follow on from what the cache already holds.
+/// One sequence's part of a batched forward pass: its new tokens and its state, which the pass extends.
+/// The new tokens' positions follow on from what the state already holds.
 pub struct SeqInput<'a> {
     /// Token ids to run.
     pub tokens: &'a [u32],
-    /// This sequence's cache.
-    pub kv: &'a mut SeqKv,
+    /// This sequence's per-layer state.
+    pub state: &'a mut SeqState,
 }
 
 /// A causal language model: stateless, so one loaded model serves any number of conversations.
 pub trait CausalLm: Send + Sync {
     /// The typed config the model was built from.
     fn config(&self) -> &ModelConfig;
-    /// An empty cache for a new sequence.
-    fn new_cache(&self) -> SeqKv;
-    /// What the cache stores a key or value as (the CPU's rows, or the GPU's pages), for charging a context's
-    /// memory.
-    fn kv_dtype(&self) -> KvDtype {
-        KvDtype::F32
+    /// What a sequence's state is made of, layer by layer: what memory admission charges a context for.
+    fn state_spec(&self) -> &StateSpec;
+    /// An empty state for a new sequence (on a GPU, its layers' pages in the model's pool).
+    fn new_state(&self) -> SeqState {
+        SeqState::new(self.state_spec())
     }
     /// Runs the new tokens of every sequence and returns, per sequence, the logits the mode asks for
     /// (`rows × vocab`, flattened).
@@ -74,7 +74,7 @@ pub trait CausalLm: Send + Sync {
         1
     }
     /// `steps` greedy steps of one sequence from its new `tokens`: each pick fed back as the next step's token,
-    /// the picks returned in order and the cache `steps` tokens further (its picks but the last). A GPU model
+    /// the picks returned in order and the state `steps` tokens further (its picks but the last). A GPU model
     /// runs them back to back on the device; the answer is the same as `steps` calls of
     /// [`CausalLm::forward_greedy`].
     fn forward_greedy_steps(&self, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
@@ -84,11 +84,11 @@ pub trait CausalLm: Send + Sync {
 
 /// [`CausalLm::forward_greedy_steps`] a step at a time through [`CausalLm::forward_greedy`].
 pub fn greedy_one_by_one<M: CausalLm + ?Sized>(m: &M, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
-    let SeqInput { tokens, kv } = seq;
+    let SeqInput { tokens, state } = seq;
     let mut picks: Vec<u32> = Vec::with_capacity(steps);
     for i in 0..steps {
         let fed = if i == 0 { tokens } else { &picks[i - 1..i] };
-        let id = m.forward_greedy(&mut [SeqInput { tokens: fed, kv: &mut *kv }])?;
+        let id = m.forward_greedy(&mut [SeqInput { tokens: fed, state: &mut *state }])?;
         let id = *id.first().ok_or_else(|| ModelError::BadInput("no greedy pick for the sequence".into()))?;
         picks.push(id);
     }

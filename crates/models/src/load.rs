@@ -8,6 +8,7 @@ use crate::arch::{gpt2::Gpt2, llama::Llama};
 use crate::config::{ArchKind, ModelConfig};
 use crate::error::ModelError;
 use crate::qcache;
+use crate::state::StateSpec;
 use crate::tensors::{GgufNames, Tensors};
 use crate::weights::{GgufFile, SafetensorsSource, WeightSource};
 use crate::{CausalLm, SeqInput};
@@ -188,15 +189,19 @@ fn build(
     })
 }
 
-/// Checks a batch against the config and returns the position of every new token, in batch order.
-pub(crate) fn check_batch(cfg: &ModelConfig, batch: &[SeqInput<'_>]) -> Result<Vec<usize>, ModelError> {
+/// Checks a batch against the config and the state's shape, and returns the position of every new token, in batch order.
+pub(crate) fn check_batch(
+    cfg: &ModelConfig,
+    spec: &StateSpec,
+    batch: &[SeqInput<'_>],
+) -> Result<Vec<usize>, ModelError> {
     let mut positions = Vec::new();
     for s in batch {
-        if s.kv.layers.len() != cfg.n_layers {
+        if !s.state.matches(spec) {
             return Err(ModelError::BadInput(format!(
-                "cache has {} layers, model {}",
-                s.kv.layers.len(),
-                cfg.n_layers
+                "this sequence's state ({} layers) was not made by this model ({} layers); use its new_state",
+                s.state.layers.len(),
+                spec.layers.len()
             )));
         }
         for (i, &tok) in s.tokens.iter().enumerate() {
@@ -206,7 +211,7 @@ pub(crate) fn check_batch(cfg: &ModelConfig, batch: &[SeqInput<'_>]) -> Result<V
                     cfg.vocab_size
                 )));
             }
-            let pos = s.kv.len() + i;
+            let pos = s.state.len() + i;
             if pos >= cfg.max_position {
                 return Err(ModelError::BadInput(format!("position {pos} is past the context ({})", cfg.max_position)));
             }

@@ -71,8 +71,8 @@ fn check(name: &str) {
     let vocab = model.config().vocab_size;
     for (ci, case) in cases.iter().enumerate() {
         // Logits of every prompt position in one pass.
-        let mut kv = model.new_cache();
-        let out = model.forward(&mut [SeqInput { tokens: &case.prompt, kv: &mut kv }], LogitsMode::All).unwrap();
+        let mut kv = model.new_state();
+        let out = model.forward(&mut [SeqInput { tokens: &case.prompt, state: &mut kv }], LogitsMode::All).unwrap();
         for (p, want) in case.logits.iter().enumerate() {
             assert_close(name, &format!("case {ci} position {p}"), &out[0][p * vocab..(p + 1) * vocab], want);
         }
@@ -82,24 +82,25 @@ fn check(name: &str) {
         for _ in 0..case.greedy.len() {
             let next = argmax(&last);
             tokens.push(next);
-            last = model.forward(&mut [SeqInput { tokens: &[next], kv: &mut kv }], LogitsMode::Last).unwrap().remove(0);
+            last =
+                model.forward(&mut [SeqInput { tokens: &[next], state: &mut kv }], LogitsMode::Last).unwrap().remove(0);
         }
         assert_eq!(tokens, case.greedy, "{name} case {ci}: greedy tokens");
     }
     // All prompts in one batched pass, and each prompt read in two chunks, give the same last logits.
-    let mut caches: Vec<_> = cases.iter().map(|_| model.new_cache()).collect();
+    let mut caches: Vec<_> = cases.iter().map(|_| model.new_state()).collect();
     let mut batch: Vec<SeqInput> =
-        cases.iter().zip(caches.iter_mut()).map(|(c, kv)| SeqInput { tokens: &c.prompt, kv }).collect();
+        cases.iter().zip(caches.iter_mut()).map(|(c, kv)| SeqInput { tokens: &c.prompt, state: kv }).collect();
     let out = model.forward(&mut batch, LogitsMode::Last).unwrap();
     for (ci, case) in cases.iter().enumerate() {
         assert_close(name, &format!("batched case {ci}"), &out[ci], case.logits.last().unwrap());
-        let mut kv = model.new_cache();
+        let mut kv = model.new_state();
         let cut = case.prompt.len() / 2;
         let none =
-            model.forward(&mut [SeqInput { tokens: &case.prompt[..cut], kv: &mut kv }], LogitsMode::None).unwrap();
+            model.forward(&mut [SeqInput { tokens: &case.prompt[..cut], state: &mut kv }], LogitsMode::None).unwrap();
         assert!(none[0].is_empty());
         let out =
-            model.forward(&mut [SeqInput { tokens: &case.prompt[cut..], kv: &mut kv }], LogitsMode::Last).unwrap();
+            model.forward(&mut [SeqInput { tokens: &case.prompt[cut..], state: &mut kv }], LogitsMode::Last).unwrap();
         assert_close(name, &format!("chunked case {ci}"), &out[0], case.logits.last().unwrap());
     }
 }

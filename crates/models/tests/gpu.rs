@@ -94,8 +94,9 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32() {
         let (mut worst, mut agree, mut total) = (0f32, 0, 0);
         for c in g["cases"].as_array().unwrap() {
             let prompt = ids(&c["prompt"]);
-            let mut kv = m.new_cache();
-            let got = m.forward(&mut [SeqInput { tokens: &prompt, kv: &mut kv }], LogitsMode::All).unwrap().remove(0);
+            let mut kv = m.new_state();
+            let got =
+                m.forward(&mut [SeqInput { tokens: &prompt, state: &mut kv }], LogitsMode::All).unwrap().remove(0);
             for (p, row) in c["logits"].as_array().unwrap().iter().enumerate() {
                 let want: Vec<f32> = row.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
                 let mine = &got[p * vocab..(p + 1) * vocab];
@@ -129,11 +130,11 @@ fn gpu_bf16_greedy_follows_pytorch_bf16_until_a_near_tie() {
             let prompt = ids(&c["prompt"]);
             let want = ids(&c["greedy"]);
             let gaps: Vec<f64> = c["gaps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-            let mut kv = m.new_cache();
+            let mut kv = m.new_state();
             let mut next = prompt.clone();
             let mut got = Vec::new();
             for _ in 0..want.len() {
-                let l = m.forward(&mut [SeqInput { tokens: &next, kv: &mut kv }], LogitsMode::Last).unwrap();
+                let l = m.forward(&mut [SeqInput { tokens: &next, state: &mut kv }], LogitsMode::Last).unwrap();
                 let t = argmax(&l[0]) as u32;
                 got.push(t);
                 next = vec![t];
@@ -165,27 +166,30 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
             let g = common::golden_json(name);
             let prompts: Vec<Vec<u32>> = g["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt"])).collect();
             // Prompts read alone (the same passes on both sides), then 6 greedy steps alone and all together.
-            let prefill = |kv: &mut kvad_models::SeqKv, p: &[u32]| {
-                m.forward(&mut [SeqInput { tokens: p, kv }], LogitsMode::Last).unwrap().remove(0)
+            let prefill = |kv: &mut kvad_models::SeqState, p: &[u32]| {
+                m.forward(&mut [SeqInput { tokens: p, state: kv }], LogitsMode::Last).unwrap().remove(0)
             };
             let mut alone = Vec::new();
             for p in &prompts {
-                let mut kv = m.new_cache();
+                let mut kv = m.new_state();
                 let mut l = prefill(&mut kv, p);
                 let mut steps = Vec::new();
                 for _ in 0..6 {
                     let t = argmax(&l) as u32;
-                    l = m.forward(&mut [SeqInput { tokens: &[t], kv: &mut kv }], LogitsMode::Last).unwrap().remove(0);
+                    l = m
+                        .forward(&mut [SeqInput { tokens: &[t], state: &mut kv }], LogitsMode::Last)
+                        .unwrap()
+                        .remove(0);
                     steps.push((t, l.clone()));
                 }
                 alone.push(steps);
             }
-            let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_cache()).collect();
+            let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_state()).collect();
             let mut ls: Vec<Vec<f32>> = prompts.iter().zip(kvs.iter_mut()).map(|(p, kv)| prefill(kv, p)).collect();
             for step in 0..6 {
                 let next: Vec<[u32; 1]> = ls.iter().map(|l| [argmax(l) as u32]).collect();
                 let mut batch: Vec<SeqInput<'_>> =
-                    next.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
+                    next.iter().zip(kvs.iter_mut()).map(|(t, kv)| SeqInput { tokens: t, state: kv }).collect();
                 ls = m.forward(&mut batch, LogitsMode::Last).unwrap();
                 for (i, (n, l)) in next.iter().zip(&ls).enumerate() {
                     // Each decode row runs the same GEMV and attention arithmetic alone or beside others.
@@ -194,19 +198,19 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
                 }
             }
             // The three prompts in one pass (one cuBLAS product over all rows) against each alone.
-            let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_cache()).collect();
+            let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_state()).collect();
             let mut batch: Vec<SeqInput<'_>> =
-                prompts.iter().zip(kvs.iter_mut()).map(|(p, kv)| SeqInput { tokens: p, kv }).collect();
+                prompts.iter().zip(kvs.iter_mut()).map(|(p, kv)| SeqInput { tokens: p, state: kv }).collect();
             let together = m.forward(&mut batch, LogitsMode::Last).unwrap();
             for (i, p) in prompts.iter().enumerate() {
-                let want = prefill(&mut m.new_cache(), p);
+                let want = prefill(&mut m.new_state(), p);
                 let d = max_diff(&together[i], &want) / spread(&want);
                 assert!(d <= TOL_SAME_WEIGHTS, "{name} {backend} prompt {i}: {d} of the spread");
             }
             // The longest prompt read in chunks of 3 against it read at once.
             let p = &prompts[2];
-            let whole = prefill(&mut m.new_cache(), p);
-            let mut kv = m.new_cache();
+            let whole = prefill(&mut m.new_state(), p);
+            let mut kv = m.new_state();
             let mut last = Vec::new();
             for chunk in p.chunks(3) {
                 last = prefill(&mut kv, chunk);
@@ -225,15 +229,15 @@ fn a_copied_prefix_continues_like_the_prefix_read_alone() {
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ4] {
         let m = load("qwen3", backend);
         let p: Vec<u32> = (3..40).collect();
-        let mut kv = m.new_cache();
-        m.forward(&mut [SeqInput { tokens: &p, kv: &mut kv }], LogitsMode::None).unwrap();
+        let mut kv = m.new_state();
+        m.forward(&mut [SeqInput { tokens: &p, state: &mut kv }], LogitsMode::None).unwrap();
         // A copy of the first 20 positions (a conversation parting from a kept one), then one more token.
         let mut copy = kv.copy_prefix(20).expect("room for a copy");
         assert_eq!(copy.len(), 20);
-        let a = m.forward(&mut [SeqInput { tokens: &[7], kv: &mut copy }], LogitsMode::Last).unwrap().remove(0);
-        let mut fresh = m.new_cache();
-        m.forward(&mut [SeqInput { tokens: &p[..20], kv: &mut fresh }], LogitsMode::None).unwrap();
-        let b = m.forward(&mut [SeqInput { tokens: &[7], kv: &mut fresh }], LogitsMode::Last).unwrap().remove(0);
+        let a = m.forward(&mut [SeqInput { tokens: &[7], state: &mut copy }], LogitsMode::Last).unwrap().remove(0);
+        let mut fresh = m.new_state();
+        m.forward(&mut [SeqInput { tokens: &p[..20], state: &mut fresh }], LogitsMode::None).unwrap();
+        let b = m.forward(&mut [SeqInput { tokens: &[7], state: &mut fresh }], LogitsMode::Last).unwrap().remove(0);
         let d = max_diff(&a, &b) / spread(&b);
         assert!(d <= TOL_SAME_WEIGHTS, "{backend}: {d} of the spread");
         // The original is untouched by the copy's new token.
@@ -248,11 +252,11 @@ fn a_cache_of_another_model_is_refused_by_name() {
     }
     let a = load("llama", BackendKind::GpuBf16);
     let b = load("llama", BackendKind::GpuBf16);
-    let mut kv = b.new_cache();
-    let err = a.forward(&mut [SeqInput { tokens: &[3, 4], kv: &mut kv }], LogitsMode::Last).unwrap_err();
+    let mut kv = b.new_state();
+    let err = a.forward(&mut [SeqInput { tokens: &[3, 4], state: &mut kv }], LogitsMode::Last).unwrap_err();
     assert!(err.to_string().contains("another model"), "{err}");
-    let mut cpu_kv = load("llama", BackendKind::CpuF32).new_cache();
-    let err = a.forward(&mut [SeqInput { tokens: &[3], kv: &mut cpu_kv }], LogitsMode::Last).unwrap_err();
+    let mut cpu_kv = load("llama", BackendKind::CpuF32).new_state();
+    let err = a.forward(&mut [SeqInput { tokens: &[3], state: &mut cpu_kv }], LogitsMode::Last).unwrap_err();
     assert!(err.to_string().contains("not made by this GPU model"), "{err}");
 }
 
@@ -269,33 +273,33 @@ fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
         let m = load("qwen3", backend);
         let prompts: Vec<Vec<u32>> =
             (0..18).map(|i| (0..10 + 6 * i).map(|k| ((3 + 7 * i + 5 * k) % 250) as u32).collect()).collect();
-        let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_cache()).collect();
+        let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_state()).collect();
         let next: Vec<[u32; 1]> = prompts
             .iter()
             .zip(kvs.iter_mut())
             .map(|(p, kv)| {
-                let l = m.forward(&mut [SeqInput { tokens: p, kv }], LogitsMode::Last).unwrap().remove(0);
+                let l = m.forward(&mut [SeqInput { tokens: p, state: kv }], LogitsMode::Last).unwrap().remove(0);
                 [argmax(&l) as u32]
             })
             .collect();
-        let copy = |kv: &kvad_models::SeqKv| kv.copy_prefix(kv.len()).expect("room for a copy");
+        let copy = |kv: &kvad_models::SeqState| kv.copy_prefix(kv.len()).expect("room for a copy");
         let mut again: Vec<_> = kvs[..6].iter().map(copy).collect();
         let mut alone: Vec<_> = kvs[..6].iter().map(copy).collect();
         // Pass A: sequences 0..12; pass B: the copies of 0..6 beside sequences 12..18 (also 12 rows).
         let mut a: Vec<SeqInput<'_>> =
-            next[..12].iter().zip(kvs[..12].iter_mut()).map(|(t, kv)| SeqInput { tokens: t, kv }).collect();
+            next[..12].iter().zip(kvs[..12].iter_mut()).map(|(t, kv)| SeqInput { tokens: t, state: kv }).collect();
         let la = m.forward(&mut a, LogitsMode::Last).unwrap();
         let tail = &mut kvs[12..];
         let mut b: Vec<SeqInput<'_>> = next[..6]
             .iter()
             .zip(again.iter_mut())
             .chain(next[12..].iter().zip(tail.iter_mut()))
-            .map(|(t, kv)| SeqInput { tokens: t, kv })
+            .map(|(t, kv)| SeqInput { tokens: t, state: kv })
             .collect();
         let lb = m.forward(&mut b, LogitsMode::Last).unwrap();
         for i in 0..6 {
             assert!(la[i] == lb[i], "{backend} sequence {i}: logits differ with other neighbours in a 12-row pass");
-            let l = m.forward(&mut [SeqInput { tokens: &next[i], kv: &mut alone[i] }], LogitsMode::Last).unwrap();
+            let l = m.forward(&mut [SeqInput { tokens: &next[i], state: &mut alone[i] }], LogitsMode::Last).unwrap();
             let d = max_diff(&la[i], &l[0]) / spread(&l[0]);
             assert!(d <= TOL_SAME_WEIGHTS, "{backend} sequence {i}: 12-row pass {d} of the spread from alone");
         }
@@ -316,16 +320,16 @@ fn greedy_steps_ahead_equal_steps_one_at_a_time() {
             let m = load(name, backend);
             let prompt = ids(&common::golden_json(name)["cases"][0]["prompt"]);
             let run = |ahead: bool| {
-                let mut kv = m.new_cache();
-                let first = m.forward_greedy(&mut [SeqInput { tokens: &prompt, kv: &mut kv }]).unwrap()[0];
-                let seq = SeqInput { tokens: &[first], kv: &mut kv };
+                let mut kv = m.new_state();
+                let first = m.forward_greedy(&mut [SeqInput { tokens: &prompt, state: &mut kv }]).unwrap()[0];
+                let seq = SeqInput { tokens: &[first], state: &mut kv };
                 let picks = if ahead {
                     m.forward_greedy_steps(seq, 20).unwrap()
                 } else {
                     kvad_models::greedy_one_by_one(m.as_ref(), seq, 20).unwrap()
                 };
                 let last = [*picks.last().unwrap()];
-                let after = m.forward_greedy(&mut [SeqInput { tokens: &last, kv: &mut kv }]).unwrap()[0];
+                let after = m.forward_greedy(&mut [SeqInput { tokens: &last, state: &mut kv }]).unwrap()[0];
                 (first, picks, after, kv.len())
             };
             let (one_by_one, ahead) = (run(false), run(true));

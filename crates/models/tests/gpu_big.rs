@@ -54,9 +54,9 @@ fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
         let m = load_model_with(&files, &LoadOptions { backend, cache_dir: None, f32_reference: false })
             .unwrap_or_else(|e| panic!("{spec}: {e}"))
             .model;
-        let mut kv = m.new_cache();
+        let mut kv = m.new_state();
         let mut got = Vec::with_capacity(want.len());
-        let last = m.forward(&mut [SeqInput { tokens: &tokens[..p], kv: &mut kv }], LogitsMode::Last).unwrap();
+        let last = m.forward(&mut [SeqInput { tokens: &tokens[..p], state: &mut kv }], LogitsMode::Last).unwrap();
         got.push(kvad_models::first_argmax(&last[0]));
         if let Some(first) = r["f32_logits_first"].as_array() {
             let d =
@@ -67,7 +67,9 @@ fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
             );
         }
         for i in 1..want.len() {
-            got.extend(m.forward_greedy(&mut [SeqInput { tokens: &tokens[p + i - 1..p + i], kv: &mut kv }]).unwrap());
+            got.extend(
+                m.forward_greedy(&mut [SeqInput { tokens: &tokens[p + i - 1..p + i], state: &mut kv }]).unwrap(),
+            );
         }
         let agree = got.iter().zip(&want).filter(|(a, b)| a == b).count();
         let parted: Vec<String> = got

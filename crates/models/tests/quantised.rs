@@ -37,8 +37,8 @@ fn worst_relative_error(model: &dyn CausalLm, cases: &[Case]) -> f32 {
     let vocab = model.config().vocab_size;
     let mut worst = 0f32;
     for (prompt, want) in cases {
-        let mut kv = model.new_cache();
-        let got = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap();
+        let mut kv = model.new_state();
+        let got = model.forward(&mut [SeqInput { tokens: prompt, state: &mut kv }], LogitsMode::All).unwrap();
         for (p, w) in want.iter().enumerate() {
             let err = got[0][p * vocab..(p + 1) * vocab].iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             worst = worst.max(err / spread(w));

@@ -15,6 +15,8 @@
 //! backend = "cpu-f32"            # KVAD_BACKEND
 //! shutdown_timeout = 30          # KVAD_SHUTDOWN_TIMEOUT: seconds running replies get after SIGINT/SIGTERM; then
 //!                                # they end (finish_reason "length", kvad.shutdown, [DONE]) and the server exits 0
+//! greedy_ahead = 8               # KVAD_GREEDY_AHEAD: greedy steps a lone reply runs ahead (unset: the model's own)
+//! step_trace = false             # KVAD_STEP_TRACE=1: each pass's times on stderr
 //!
 //! [client]
 //! url = "http://127.0.0.1:5823"  # KVAD_URL: where `kvad` sends its commands
@@ -65,6 +67,11 @@ pub struct ServerSection {
     /// Seconds running replies (and pulls) get to finish after SIGINT/SIGTERM before they are ended, so a long
     /// stream cannot hold shutdown forever.
     pub shutdown_timeout: u64,
+    /// Greedy steps a reply stepping alone runs ahead of its stop checks (None: the model's own count, 8 on a GPU
+    /// where it saves the host's wait a step, 1 on the CPU).
+    pub greedy_ahead: Option<usize>,
+    /// Each pass's engine time and the gap between passes on stderr: where a step's time goes.
+    pub step_trace: bool,
 }
 
 impl Default for ServerSection {
@@ -81,6 +88,8 @@ impl Default for ServerSection {
             models: vec![kvad_hub::DEFAULT_ALIAS.into()],
             backend: "cpu-f32".into(),
             shutdown_timeout: 30,
+            greedy_ahead: None,
+            step_trace: false,
         }
     }
 }
@@ -270,6 +279,13 @@ impl Config {
         if let Some(v) = get("KVAD_SHUTDOWN_TIMEOUT").filter(|v| !v.is_empty()) {
             self.server.shutdown_timeout =
                 v.parse().map_err(|_| format!("KVAD_SHUTDOWN_TIMEOUT = {v:?}: not a whole number of seconds"))?;
+        }
+        if let Some(v) = get("KVAD_GREEDY_AHEAD").filter(|v| !v.is_empty()) {
+            let n = v.parse().map_err(|_| format!("KVAD_GREEDY_AHEAD = {v:?}: not a whole number"))?;
+            self.server.greedy_ahead = Some(n);
+        }
+        if let Some(v) = get("KVAD_STEP_TRACE").filter(|v| !v.is_empty()) {
+            self.server.step_trace = v == "1";
         }
         if let Some(v) = get("KVAD_URL").filter(|v| !v.is_empty()) {
             self.client.url = Some(v);

@@ -192,11 +192,18 @@ impl IntoResponse for ApiError {
 }
 
 impl From<kvad_engine::EngineError> for ApiError {
+    /// The one place the engine's errors become HTTP: a field at fault is a 400 naming it, what this machine
+    /// cannot do a 400 `unsupported`, an unknown model a 404, memory and backend conflicts 409s, the rest a 500.
     fn from(e: kvad_engine::EngineError) -> Self {
         use kvad_engine::EngineError as E;
         match e {
             E::Sampling(s) => ApiError::bad_field(s.field, s.to_string()),
             E::BadRequest(m) => ApiError::bad_request(m),
+            E::BadField { field, message } => ApiError::bad_field(&field, message),
+            E::Unsupported { field, message } => ApiError::unsupported(&field, message),
+            E::ModelNotFound { model, known } => ApiError::model_not_found(&model, &known),
+            E::InsufficientMemory(m) => ApiError::insufficient_memory(m),
+            E::Conflict { field, message } => ApiError::conflict(&field, message),
             other => ApiError::internal(other.to_string()),
         }
     }

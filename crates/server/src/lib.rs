@@ -9,19 +9,17 @@
 pub mod api;
 pub mod auth;
 pub mod config;
-pub mod engine;
 pub mod error;
-pub mod local;
 pub mod metrics;
 pub mod sched;
 pub mod scripted;
 pub mod store;
 pub mod ui;
 
-pub use engine::Engine;
+pub use kvad_engine::Engine;
 
-use engine::ModelInfo;
 use error::ApiError;
+use kvad_engine::seam::ModelInfo;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -41,7 +39,7 @@ pub struct AppState {
     /// Accounts, sessions and API keys, and the mode requests are authenticated in.
     pub auth: auth::Auth,
     /// The models' tokenizers (`POST /api/tokenize`), outside the engine thread so tokenizing never queues.
-    pub tokenizers: Arc<dyn engine::Tokenize>,
+    pub tokenizers: Arc<dyn kvad_engine::seam::Tokenize>,
     /// The benchmark running now or the last one (`/api/bench`), so a second is refused naming the first.
     pub bench: api::bench::Benches,
     /// The configuration the server started with (`GET /api/settings`; live limits are the queue's).

@@ -6,8 +6,9 @@
 #![allow(rustdoc::broken_intra_doc_links)]
 
 use clap::Parser;
+use kvad_engine::local::{memory, LocalEngine, LocalSettings};
+use kvad_engine::pass::Stepping;
 use kvad_server::config::{data_dir, Config};
-use kvad_server::local::{memory, LocalEngine, LocalSettings};
 use kvad_server::sched::{backend_limits, Kind, Limits, Queue};
 use kvad_server::scripted::ScriptedEngine;
 use kvad_server::store::Store;
@@ -123,7 +124,12 @@ fn run(args: Args) -> Result<(), String> {
         Some(path) => Box::new(ScriptedEngine::from_file(path, total)?),
         None => {
             let backend = config.server.backend.parse().map_err(|e| format!("backend: {e}"))?;
-            let settings = LocalSettings { context: config.server.context, memory: total };
+            let settings = LocalSettings {
+                context: config.server.context,
+                memory: total,
+                stepping: Stepping { greedy_ahead: config.server.greedy_ahead },
+                step_trace: config.server.step_trace,
+            };
             Box::new(LocalEngine::new(&config.server.models, backend, settings)?)
         }
     };
@@ -136,6 +142,7 @@ fn run(args: Args) -> Result<(), String> {
         batch: config.server.batch,
         chunk,
         batch_from,
+        trace_steps: config.server.step_trace,
     };
     let tokenizers = engine.tokenizers();
     let (queue, _worker) = Queue::start(engine, store, limits);

@@ -11,14 +11,14 @@
 //! one of the six (`cpu-q8`, ...), keeps it until unloaded (`model@backend` in `/api/ps`), and a load naming another
 //! while it is in memory is refused (409) as the real engine refuses it.
 
-use crate::engine::{
+use crate::sched::{Part, Work};
+use kvad_engine::local::memory;
+use kvad_engine::seam::{
     loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident,
     SeqId, Stepped, TokenLogprob, TokenPiece, Tokenize,
 };
-use crate::error::ApiError;
-use crate::local::memory;
-use crate::sched::{Part, Work};
-use crate::Engine;
+use kvad_engine::Engine;
+use kvad_engine::EngineError;
 use kvad_text::{ChatContext, ChatTemplate};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -112,9 +112,9 @@ impl ScriptedEngine {
         Ok(ScriptedEngine { models, loaded: BTreeMap::new(), seqs: HashMap::new(), memory })
     }
 
-    fn index(&self, model: &str) -> Result<usize, ApiError> {
+    fn index(&self, model: &str) -> Result<usize, EngineError> {
         self.models.iter().position(|m| m.spec.id == model).ok_or_else(|| {
-            ApiError::model_not_found(model, &self.models.iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>())
+            EngineError::model_not_found(model, &self.models.iter().map(|m| m.spec.id.clone()).collect::<Vec<_>>())
         })
     }
 
@@ -145,7 +145,7 @@ impl Engine for ScriptedEngine {
             .collect()
     }
 
-    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError> {
+    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError> {
         let idx = self.index(model)?;
         let loaded = !self.loaded.contains_key(&idx);
         let backend = self.load(model, None)?;
@@ -153,7 +153,7 @@ impl Engine for ScriptedEngine {
         let text = match prompt {
             Prompt::Chat { messages, tools } => {
                 let Some(t) = &m.template else {
-                    return Err(ApiError::bad_field("model", format!("model {model} has no chat template")));
+                    return Err(EngineError::bad_field("model", format!("model {model} has no chat template")));
                 };
                 let ctx = ChatContext {
                     messages: messages.clone(),
@@ -161,7 +161,7 @@ impl Engine for ScriptedEngine {
                     add_generation_prompt: true,
                     ..Default::default()
                 };
-                t.render(&ctx).map_err(|e| ApiError::bad_field("messages", e.to_string()))?
+                t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?
             }
             Prompt::Text(s) => s.clone(),
         };
@@ -182,7 +182,7 @@ impl Engine for ScriptedEngine {
         self.index(model).map_or(0, |i| self.models[i].spec.context)
     }
 
-    fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, _fresh: bool) -> Result<Begun, ApiError> {
+    fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, _fresh: bool) -> Result<Begun, EngineError> {
         let model = self.index(&p.model)?;
         let spec = &self.models[model].spec;
         let reply = spec.rules.iter().find(|r| p.text.contains(&r.when)).map_or(&spec.default, |r| &r.reply);
@@ -191,12 +191,12 @@ impl Engine for ScriptedEngine {
         Ok(Begun { cached: 0, to_read: p.prompt_tokens.max(1) })
     }
 
-    fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, ApiError> {
+    fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, EngineError> {
         let delay = parts.first().and_then(|p| self.seqs.get(&p.id)).map_or(0, |s| self.models[s.model].spec.delay_ms);
         std::thread::sleep(std::time::Duration::from_millis(delay));
         let mut out = Vec::new();
         for p in parts {
-            let s = self.seqs.get_mut(&p.id).ok_or_else(|| ApiError::internal("step: no such sequence"))?;
+            let s = self.seqs.get_mut(&p.id).ok_or_else(|| EngineError::internal("step: no such sequence"))?;
             if let Work::Chunk(_) = p.work {
                 out.push(None);
                 continue;
@@ -216,7 +216,7 @@ impl Engine for ScriptedEngine {
         Ended::default()
     }
 
-    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, ApiError> {
+    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, EngineError> {
         let i = self.index(model)?;
         if let Some(on) = self.loaded.get(&i) {
             return match backend {
@@ -228,17 +228,17 @@ impl Engine for ScriptedEngine {
         let bytes = self.models[i].spec.bytes;
         let name = format!("{model}@{backend}");
         memory::admit(self.memory, &self.memory().resident, &name, bytes, "its script says so")
-            .map_err(ApiError::insufficient_memory)?;
+            .map_err(EngineError::insufficient_memory)?;
         self.loaded.insert(i, backend.to_string());
         Ok(backend.to_string())
     }
 
-    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError> {
+    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, EngineError> {
         let targets: Vec<usize> = match model {
             Some(m) => {
                 let i = self.index(m)?;
                 if !self.loaded.contains_key(&i) {
-                    return Err(ApiError::bad_field("model", format!("{m} is not loaded")));
+                    return Err(EngineError::bad_field("model", format!("{m} is not loaded")));
                 }
                 vec![i]
             }
@@ -294,9 +294,9 @@ fn scripted_logprob(text: &str, n: usize) -> TokenLogprob {
 struct ScriptedTokenizer(Vec<String>);
 
 impl Tokenize for ScriptedTokenizer {
-    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, ApiError> {
+    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, EngineError> {
         if !self.0.iter().any(|m| m == model) {
-            return Err(ApiError::model_not_found(model, &self.0));
+            return Err(EngineError::model_not_found(model, &self.0));
         }
         let chars: Vec<char> = text.chars().collect();
         Ok(chars

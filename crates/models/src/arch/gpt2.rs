@@ -5,8 +5,8 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv::{KvDtype, SeqKv};
 use crate::layers::{attention, final_logits, AttnShape, Embedding, Head, Linear, Spans};
+use crate::state::{SeqState, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
@@ -28,8 +28,8 @@ pub struct Gpt2 {
     pub(crate) blocks: Vec<Block>,
     pub(crate) ln_f: (Vec<f32>, Vec<f32>),
     pub(crate) head: Option<Linear>,
-    /// What the CPU cache stores (by backend: see [`KvDtype`]).
-    pub(crate) kv: KvDtype,
+    /// Every layer's keys and values, stored as the backend keeps them ([`crate::layers::kv_dtype_for`]).
+    pub(crate) spec: StateSpec,
 }
 
 impl Gpt2 {
@@ -57,7 +57,8 @@ impl Gpt2 {
         let ln_f = ln(t, &format!("{p}ln_f"))?;
         // GPT-2's head is the embedding; a shipped lm_head.weight of another shape is refused by the loader.
         let head = t.head(&cfg, &wte)?;
-        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f, head, kv: crate::layers::kv_dtype_for(t.backend) })
+        let spec = StateSpec::kv(cfg.n_layers, cfg.kv_dim(), crate::layers::kv_dtype_for(t.backend));
+        Ok(Gpt2 { cfg, wte, wpe, blocks, ln_f, head, spec })
     }
 }
 
@@ -81,12 +82,8 @@ impl CausalLm for Gpt2 {
         blocks + self.wte.0.bytes().len() + self.wpe.len() * 4 + self.head.as_ref().map_or(0, Linear::bytes)
     }
 
-    fn new_cache(&self) -> SeqKv {
-        SeqKv::with_dtype(self.cfg.n_layers, self.kv_dtype())
-    }
-
-    fn kv_dtype(&self) -> KvDtype {
-        self.kv
+    fn state_spec(&self) -> &StateSpec {
+        &self.spec
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
@@ -101,9 +98,9 @@ impl Gpt2 {
         let c = &self.cfg;
         let e = c.hidden;
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.kv.len()).collect() };
+        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
         let rows: usize = counts.iter().sum();
-        let positions = crate::load::check_batch(c, batch)?;
+        let positions = crate::load::check_batch(c, &self.spec, batch)?;
         let mut x = Vec::with_capacity(rows * e);
         for s in batch.iter() {
             self.wte.lookup(s.tokens, &mut x);
@@ -112,7 +109,7 @@ impl Gpt2 {
             ops::add_inplace(row, &self.wpe[p * e..(p + 1) * e]);
         }
         let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_heads, head_dim: c.head_dim, window: None };
-        let mut caches: Vec<&mut SeqKv> = batch.iter_mut().map(|s| &mut *s.kv).collect();
+        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
         let mut hbuf = vec![0f32; rows * e];
         for (li, b) in self.blocks.iter().enumerate() {
             ops::layer_norm(&x, &b.ln1.0, &b.ln1.1, c.norm_eps, &mut hbuf);
@@ -131,8 +128,8 @@ impl Gpt2 {
             ops::gelu_tanh(&mut f);
             ops::add_inplace(&mut x, &b.proj.forward(&f, rows));
         }
-        for (cache, &n) in caches.iter_mut().zip(&counts) {
-            cache.len += n;
+        for (state, &n) in caches.iter_mut().zip(&counts) {
+            state.len += n;
         }
         Ok(final_logits(&x, e, &counts, mode, |rows, n| {
             let mut normed = vec![0f32; n * e];

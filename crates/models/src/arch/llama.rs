@@ -6,8 +6,8 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv::{KvDtype, SeqKv};
 use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans};
+use crate::state::{SeqState, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
@@ -34,8 +34,8 @@ pub struct Llama {
     /// None when the head is the embedding.
     pub(crate) head: Option<Linear>,
     pub(crate) rope: Rope,
-    /// What the CPU cache stores (by backend: see [`KvDtype`]).
-    pub(crate) kv: KvDtype,
+    /// Every layer's keys and values, stored as the backend keeps them ([`crate::layers::kv_dtype_for`]).
+    pub(crate) spec: StateSpec,
 }
 
 impl Llama {
@@ -81,7 +81,8 @@ impl Llama {
         let norm = t.vector("model.norm.weight", &[h])?;
         let head = t.head(&cfg, &embed)?;
         let rope = Rope::new(&cfg);
-        Ok(Llama { cfg, embed, layers, norm, head, rope, kv: crate::layers::kv_dtype_for(t.backend) })
+        let spec = StateSpec::kv(cfg.n_layers, cfg.kv_dim(), crate::layers::kv_dtype_for(t.backend));
+        Ok(Llama { cfg, embed, layers, norm, head, rope, spec })
     }
 }
 
@@ -102,12 +103,8 @@ impl CausalLm for Llama {
         layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
     }
 
-    fn new_cache(&self) -> SeqKv {
-        SeqKv::with_dtype(self.cfg.n_layers, self.kv_dtype())
-    }
-
-    fn kv_dtype(&self) -> KvDtype {
-        self.kv
+    fn state_spec(&self) -> &StateSpec {
+        &self.spec
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
@@ -122,16 +119,16 @@ impl Llama {
         let c = &self.cfg;
         let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.kv.len()).collect() };
+        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
         let rows: usize = counts.iter().sum();
-        let positions = crate::load::check_batch(c, batch)?;
+        let positions = crate::load::check_batch(c, &self.spec, batch)?;
         let mut x = Vec::with_capacity(rows * h);
         for s in batch.iter() {
             self.embed.lookup(s.tokens, &mut x);
         }
         let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
         let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd, window: c.sliding_window };
-        let mut caches: Vec<&mut SeqKv> = batch.iter_mut().map(|s| &mut *s.kv).collect();
+        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
         let mut hbuf = vec![0f32; rows * h];
         for (li, l) in self.layers.iter().enumerate() {
             ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
@@ -172,8 +169,8 @@ impl Llama {
             }
             ops::add_inplace(&mut x, &l.down.forward(&act, rows));
         }
-        for (cache, &n) in caches.iter_mut().zip(&counts) {
-            cache.len += n;
+        for (state, &n) in caches.iter_mut().zip(&counts) {
+            state.len += n;
         }
         let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
         Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {

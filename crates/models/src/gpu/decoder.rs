@@ -7,8 +7,8 @@
 use super::pages::{PagePool, Pages, Store};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::kv::SeqKv;
 use crate::layers::logit_rows;
+use crate::state::{KvDtype, SeqState, StateSpec};
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
     flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, NormTo,
@@ -71,6 +71,8 @@ pub(crate) struct GpuDecoder {
     p: Parts,
     /// The KV pages (`[layers][pages][nkv][PAGE][hd]` f16, K and V) and which are free.
     pool: Arc<PagePool>,
+    /// Every layer's keys and values, f16 in the pages.
+    spec: StateSpec,
     scratch: Mutex<Option<Scratch>>,
     /// Fold decode's RMSNorms into the following GEMV (`KVAD_GPU_FUSE_NORM=1`) rather than run the norm kernel:
     /// measured both ways in docs/performance.md.
@@ -185,9 +187,11 @@ impl GpuDecoder {
         };
         let pool = PagePool::new(pages, page_bytes, Some(store));
         let fuse_norm = std::env::var("KVAD_GPU_FUSE_NORM").is_ok_and(|v| v == "1");
+        let spec = StateSpec::kv(c.n_layers, c.kv_dim(), KvDtype::F16);
         Ok(GpuDecoder {
             gpu,
             pool,
+            spec,
             scratch: Mutex::new(None),
             p,
             fuse_norm,
@@ -275,15 +279,12 @@ impl CausalLm for GpuDecoder {
         &self.p.cfg
     }
 
-    fn kv_dtype(&self) -> crate::kv::KvDtype {
-        // The pages hold f16 keys and values (`page_one_layer` above).
-        crate::kv::KvDtype::F16
+    fn state_spec(&self) -> &StateSpec {
+        &self.spec
     }
 
-    fn new_cache(&self) -> SeqKv {
-        let mut kv = SeqKv::new(self.p.cfg.n_layers);
-        kv.pages = Some(Pages::new(self.pool.clone()));
-        kv
+    fn new_state(&self) -> SeqState {
+        SeqState::with_pages(&self.spec, Box::new(Pages::new(self.pool.clone())))
     }
 
     fn weight_bytes(&self) -> usize {
@@ -360,24 +361,24 @@ impl CausalLm for GpuDecoder {
     /// for every step are taken first, so one page table (one graph) serves them all. A pass that ran
     /// unrecorded goes on a step at a time.
     fn forward_greedy_steps(&self, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
-        let SeqInput { tokens, kv } = seq;
-        if steps <= 1 || tokens.len() != 1 || steps > GREEDY_AHEAD_MAX || kv.len + steps > self.p.cfg.max_position {
-            return crate::greedy_one_by_one(self, SeqInput { tokens, kv }, steps);
+        let SeqInput { tokens, state } = seq;
+        if steps <= 1 || tokens.len() != 1 || steps > GREEDY_AHEAD_MAX || state.len + steps > self.p.cfg.max_position {
+            return crate::greedy_one_by_one(self, SeqInput { tokens, state }, steps);
         }
         // Pages for every step first: the replays read the table run() writes now. Where the pool cannot give them
         // all, a step at a time (which says so at the step that lacks one).
-        let need = kv.len + steps;
-        let reserved = match kv.pages.as_mut() {
+        let need = state.len + steps;
+        let reserved = match state.pages_as_mut::<Pages>() {
             Some(p) if Arc::ptr_eq(&p.pool, &self.pool) => p.ensure(need),
             _ => false,
         };
         if !reserved {
-            return crate::greedy_one_by_one(self, SeqInput { tokens, kv }, steps);
+            return crate::greedy_one_by_one(self, SeqInput { tokens, state }, steps);
         }
         let vocab = self.p.cfg.vocab_size;
         let gpu = &self.gpu;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let mut b = [SeqInput { tokens, kv }];
+        let mut b = [SeqInput { tokens, state }];
         if self.run(&mut b, LogitsMode::Last, &mut guard)?.is_none() {
             return Ok(Vec::new());
         }
@@ -385,9 +386,9 @@ impl CausalLm for GpuDecoder {
         let Some(key) = s.last_graph else {
             let mut picks = self.picks(s, 1)?;
             drop(guard);
-            let [SeqInput { kv, .. }] = b;
+            let [SeqInput { state, .. }] = b;
             let first = [picks[0]];
-            picks.extend(crate::greedy_one_by_one(self, SeqInput { tokens: &first, kv }, steps - 1)?);
+            picks.extend(crate::greedy_one_by_one(self, SeqInput { tokens: &first, state }, steps - 1)?);
             return Ok(picks);
         };
         // SAFETY: logits holds one row of vocab, ids one int, hist GREEDY_AHEAD_MAX ints, meta a one-row pass's
@@ -402,7 +403,7 @@ impl CausalLm for GpuDecoder {
             }
             s.hist.read(gpu, steps)?
         };
-        b[0].kv.len += steps - 1;
+        b[0].state.len += steps - 1;
         Ok(picks.into_iter().map(|i| i as u32).collect())
     }
 }
@@ -467,7 +468,7 @@ impl GpuDecoder {
         guard: &mut Option<Scratch>,
     ) -> Result<Option<Vec<(usize, usize)>>, ModelError> {
         let c = &self.p.cfg;
-        let positions = crate::load::check_batch(c, batch)?;
+        let positions = crate::load::check_batch(c, &self.spec, batch)?;
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
         let rows: usize = counts.iter().sum();
         if rows == 0 {
@@ -475,9 +476,9 @@ impl GpuDecoder {
         }
         // Pages for every new position, all or nothing.
         for s in batch.iter_mut() {
-            let need = s.kv.len() + s.tokens.len();
-            let pages = s.kv.pages.as_mut().ok_or_else(|| {
-                ModelError::BadInput("this cache was not made by this GPU model (use its new_cache)".into())
+            let need = s.state.len() + s.tokens.len();
+            let pages = s.state.pages_as_mut::<Pages>().ok_or_else(|| {
+                ModelError::BadInput("this state was not made by this GPU model (use its new_state)".into())
             })?;
             if !Arc::ptr_eq(&pages.pool, &self.pool) {
                 return Err(ModelError::BadInput("this cache belongs to another model's page pool".into()));
@@ -493,7 +494,7 @@ impl GpuDecoder {
         }
         let sel_spans = logit_rows(&counts, mode);
         let sel: Vec<i32> = sel_spans.iter().flat_map(|&(r0, n)| (r0..r0 + n).map(|r| r as i32)).collect();
-        let max_pages = batch.iter().map(|s| s.kv.pages.as_ref().map_or(0, |p| p.ids.len())).max().unwrap_or(1);
+        let max_pages = batch.iter().map(|s| s.state.pages_as::<Pages>().map_or(0, |p| p.ids.len())).max().unwrap_or(1);
         let gemv = rows <= GEMV_MAX_ROWS;
         // Prompt rows cut into tiles for the tensor-core attention; decode rows (one per sequence) keep the
         // key-stream kernels, where a 64-row tile would hold one row.
@@ -530,7 +531,7 @@ impl GpuDecoder {
         }
         meta.extend_from_slice(&sel);
         for s in batch.iter() {
-            let ids = &s.kv.pages.as_ref().map_or(&[][..], |p| &p.ids[..]);
+            let ids = &s.state.pages_as::<Pages>().map_or(&[][..], |p| &p.ids[..]);
             meta.extend(ids.iter().map(|&i| i as i32));
             meta.extend(std::iter::repeat_n(0, width - ids.len()));
         }
@@ -579,7 +580,7 @@ impl GpuDecoder {
             self.issue(s, &plan, batch.len())?;
         }
         for (sq, &n) in batch.iter_mut().zip(&counts) {
-            sq.kv.len += n;
+            sq.state.len += n;
         }
         Ok(Some(sel_spans))
     }

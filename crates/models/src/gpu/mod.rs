@@ -1,6 +1,6 @@
 //! The GPU backends (gpu-bf16, gpu-q8, gpu-q4): every architecture runs one shared decoder (`decoder`) over
 //! weights uploaded from the CPU loader's matrices, with its KV cache in pages of a pool the model owns and each
-//! sequence's [`SeqKv`](crate::SeqKv) holds page ids of.
+//! sequence's [`SeqState`](crate::SeqState) holds page ids of.
 //!
 //! The architecture files here only say how a family's tensors map onto the decoder's parts; the loader, the
 //! config checks and the refusals are the CPU path's, so a model refused on the CPU is refused here the same way.
@@ -9,9 +9,11 @@ mod decoder;
 pub(crate) mod gpt2;
 pub(crate) mod llama;
 mod pages;
+mod slots;
 
 pub(crate) use decoder::GpuDecoder;
 pub use pages::Pages;
+pub use slots::{Slot, SlotPool};
 
 use crate::error::ModelError;
 use crate::tensors::{six_bit, target, Role};

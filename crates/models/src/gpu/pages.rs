@@ -108,6 +108,28 @@ impl Pages {
     }
 }
 
+impl crate::state::DevicePages for Pages {
+    fn keep(&mut self, tokens: usize) {
+        Pages::keep(self, tokens);
+    }
+
+    fn copy_prefix(&self, tokens: usize) -> Option<Box<dyn crate::state::DevicePages>> {
+        Some(Box::new(Pages::copy_prefix(self, tokens)?))
+    }
+
+    fn bytes(&self) -> usize {
+        Pages::bytes(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
 impl Drop for Pages {
     fn drop(&mut self) {
         let ids = std::mem::take(&mut self.ids);

@@ -30,10 +30,12 @@ pub fn golden_files(g: &Value) -> ModelFiles {
 /// Logits of every prompt position read at once (the many-row path), then of a continuation read a token at a time
 /// (the decode path), concatenated.
 pub fn logits(model: &dyn CausalLm, prompt: &[u32]) -> Vec<f32> {
-    let mut kv = model.new_cache();
-    let mut out = model.forward(&mut [SeqInput { tokens: prompt, kv: &mut kv }], LogitsMode::All).unwrap().remove(0);
+    let mut kv = model.new_state();
+    let mut out = model.forward(&mut [SeqInput { tokens: prompt, state: &mut kv }], LogitsMode::All).unwrap().remove(0);
     for &t in prompt.iter().take(6) {
-        out.extend(model.forward(&mut [SeqInput { tokens: &[t], kv: &mut kv }], LogitsMode::Last).unwrap().remove(0));
+        out.extend(
+            model.forward(&mut [SeqInput { tokens: &[t], state: &mut kv }], LogitsMode::Last).unwrap().remove(0),
+        );
     }
     out
 }

@@ -15,7 +15,7 @@ use axum::extract::{Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use kvad_tensor::BackendKind;
+use kvad_engine::BackendKind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
@@ -58,7 +58,7 @@ async fn admin(state: &AppState, who: &Caller, kind: Kind) -> Result<Vec<String>
 }
 
 /// `POST /api/load {"model", "backend"?}`: a job on the queue (nothing passes it) that loads the model on
-/// `backend` (one of the six `kvad_tensor::BackendKind` names, or the model's default backend by name; absent:
+/// `backend` (one of the six `kvad_engine::BackendKind` names, or the model's default backend by name; absent:
 /// `[server] backend`). Refused with a 400 naming an unknown backend, a 409 naming the holders when the model does
 /// not fit beside what is loaded, and a 409 naming the backend it is on when it is in memory on another (unload it
 /// first: nothing is unloaded implicitly); loading it again where it is succeeds and changes nothing. Answers

@@ -11,7 +11,6 @@
 
 use super::request::{parse_body, Fields};
 use crate::auth::{Admin, Caller};
-use crate::engine::{GenParams, Prompt};
 use crate::error::ApiError;
 use crate::sched::{Event, Job};
 use crate::AppState;
@@ -23,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
 use kvad_engine::bench::{Sample, Summary};
+use kvad_engine::seam::{GenParams, Prompt};
 use kvad_engine::SamplingParams;
 use serde_json::{json, Value};
 use std::convert::Infallible;

@@ -3,12 +3,12 @@
 use super::request::{ignored, kind_of, parse_body, sampling, stop, stream, Fields};
 use super::{respond, Shape, Submit};
 use crate::auth::Caller;
-use crate::engine::Prompt;
 use crate::error::ApiError;
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
+use kvad_engine::seam::Prompt;
 use serde_json::{json, Map, Value};
 
 /// Roles a message may have (`developer` is OpenAI's newer name for `system`).

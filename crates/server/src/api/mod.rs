@@ -12,7 +12,6 @@ pub mod request;
 pub mod table;
 pub mod web;
 
-use crate::engine::{GenParams, Prompt, TokenLogprob};
 use crate::error::ApiError;
 use crate::sched::{Delta, Done, Event, Job};
 use crate::AppState;
@@ -21,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use axum::Router;
 use futures_util::stream::{self, Stream};
+use kvad_engine::seam::{GenParams, Prompt, TokenLogprob};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};

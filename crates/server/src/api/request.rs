@@ -1,8 +1,8 @@
 //! Reading request bodies by hand, so every error names the field and the value (serde's derive reports types
 //! without paths), and unsupported fields are refused by name instead of being silently ignored.
 
-use crate::engine::GenParams;
 use crate::error::ApiError;
+use kvad_engine::seam::GenParams;
 use kvad_engine::SamplingParams;
 use serde_json::{Map, Value};
 

@@ -21,7 +21,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// A job's number, unique for the scheduler's life.
-pub type JobId = u64;
+pub type JobId = kvad_engine::seam::SeqId;
+
+pub use kvad_engine::seam::{Part, Work};
 
 /// What a job is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,11 +70,13 @@ pub struct Limits {
     pub chunk: usize,
     /// From how many parts one pass is used for a step (below it, each part takes its own pass).
     pub batch_from: usize,
+    /// Each step's engine time and the gap between steps on stderr (`[server] step_trace`).
+    pub trace_steps: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { queue: 16, per_account: 4, per_minute: None, batch: 4, chunk: 64, batch_from: 2 }
+        Limits { queue: 16, per_account: 4, per_minute: None, batch: 4, chunk: 64, batch_from: 2, trace_steps: false }
     }
 }
 
@@ -144,26 +148,6 @@ pub struct Running {
     pub phase: Phase,
     /// Tokens it may hold at most.
     pub reserve: usize,
-}
-
-/// One part of a forward pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Work {
-    /// The next `n` prompt tokens, no logits.
-    Chunk(usize),
-    /// The prompt's last token, by itself: logits, the first token sampled.
-    Last,
-    /// The token sampled last: logits, the next token sampled.
-    Decode,
-}
-
-/// A job's part of a pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Part {
-    /// Whose.
-    pub id: JobId,
-    /// What.
-    pub work: Work,
 }
 
 /// What the engine thread does next.

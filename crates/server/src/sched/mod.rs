@@ -16,8 +16,8 @@ mod runner;
 pub use self::core::{Decision, JobId, Kind, Limits, Part, Phase, Refusal, Scheduler, Work};
 pub use queue::{AdminResult, Queue, QueueView, RunningView, WaitingView};
 
-use crate::engine::{GenParams, Prompt, TokenLogprob};
 use crate::error::ApiError;
+use kvad_engine::seam::{GenParams, Prompt, TokenLogprob};
 use kvad_text::stream::ToolCall;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -3,11 +3,11 @@
 
 use super::core::{JobId, Kind, Limits, Phase, Refusal, Scheduler};
 use super::{runner, Job};
-use crate::engine::{Memory, ModelInfo};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use crate::Engine;
+use kvad_engine::seam::{Memory, ModelInfo};
+use kvad_engine::Engine;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Instant;

@@ -2,8 +2,8 @@
 //! deltas (stop strings, `<think>` traces, tool calls) sent over the job's channel.
 
 use super::{Delta, Event, Job};
-use crate::engine::{Piece, Prepared, Stepped};
 use crate::error::ApiError;
+use kvad_engine::seam::{Piece, Prepared, Stepped};
 use kvad_text::stream::{ReasoningSplitter, ReplyParser, Segment, StopMatcher, ToolCallParser};
 use std::sync::atomic::Ordering;
 

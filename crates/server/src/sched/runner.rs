@@ -6,10 +6,10 @@ use super::core::{Decision, JobId, Kind, Scheduler};
 use super::queue::{AdminResult, Payload, Shared, State};
 use super::reply::{self, Reply, Stop};
 use super::{Done, Event, Job};
-use crate::engine::{Prepared, Stepped};
 use crate::error::ApiError;
 use crate::store::{RequestRow, Store};
-use crate::Engine;
+use kvad_engine::seam::{Prepared, Stepped};
+use kvad_engine::Engine;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
@@ -55,7 +55,7 @@ fn row_for(job: &Job) -> RequestRow {
 
 /// What a decision needs, taken out while the lock is held.
 enum Todo {
-    Prepare(JobId, String, crate::engine::Prompt),
+    Prepare(JobId, String, kvad_engine::seam::Prompt),
     Exclusive(JobId, Kind, Option<oneshot::Sender<AdminResult>>),
     Step(Vec<Vec<super::Part>>),
 }
@@ -193,8 +193,8 @@ impl Runner<'_> {
     }
 
     /// Reads a prompt (loading its model when needed) and records what it may hold.
-    fn prepare(&mut self, id: JobId, model: &str, prompt: &crate::engine::Prompt) {
-        let result = self.engine.prepare(model, prompt);
+    fn prepare(&mut self, id: JobId, model: &str, prompt: &kvad_engine::seam::Prompt) {
+        let result = self.engine.prepare(model, prompt).map_err(ApiError::from);
         if let Some(p) = result.as_ref().ok().filter(|p| p.loaded) {
             // Loaded by a request: active like a `kvad load`, so autoload puts it back on this backend.
             let _ = self.store.set_active(&p.model, Some(&p.backend));
@@ -220,7 +220,7 @@ impl Runner<'_> {
             st.core.remove(id);
             return;
         };
-        match self.engine.begin(id, &p, &job.params, job.fresh) {
+        match self.engine.begin(id, &p, &job.params, job.fresh).map_err(ApiError::from) {
             Ok(b) => {
                 st.core.set_pass_limits(super::backend_limits(&p.backend));
                 st.core.start(id, b.to_read);
@@ -244,7 +244,7 @@ impl Runner<'_> {
     /// One forward pass, and what each part's token means for its reply.
     fn step(&mut self, pass: &[super::Part]) {
         let t = Instant::now();
-        let result = self.engine.step(pass);
+        let result = self.engine.step(pass).map_err(ApiError::from);
         let engine_s = t.elapsed().as_secs_f64();
         self.shared.metrics.step(engine_s);
         let mut st = lock(self.shared);
@@ -280,9 +280,10 @@ impl Runner<'_> {
                 }
             }
         }
+        let trace = st.core.limits().trace_steps;
         drop(st);
         self.refresh();
-        if crate::local::step_trace() {
+        if trace {
             let gap = self.last_step.map_or(0.0, |l| (t - l).as_secs_f64() * 1e3);
             let after = (t.elapsed().as_secs_f64() - engine_s) * 1e3;
             eprintln!(
@@ -321,12 +322,14 @@ impl Runner<'_> {
     /// A load or an unload, with nothing else running.
     fn exclusive(&mut self, id: JobId, kind: Kind, tx: Option<oneshot::Sender<AdminResult>>) {
         let result = match &kind {
-            Kind::Load { model, backend } => self.engine.load(model, backend.as_deref()).map(|on| {
-                // The backend it is on, so autoload puts it back there.
-                let _ = self.store.set_active(model, Some(&on));
-                vec![model.clone()]
-            }),
-            Kind::Unload { model } => self.engine.unload(model.as_deref()).inspect(|names| {
+            Kind::Load { model, backend } => {
+                self.engine.load(model, backend.as_deref()).map_err(ApiError::from).map(|on| {
+                    // The backend it is on, so autoload puts it back there.
+                    let _ = self.store.set_active(model, Some(&on));
+                    vec![model.clone()]
+                })
+            }
+            Kind::Unload { model } => self.engine.unload(model.as_deref()).map_err(ApiError::from).inspect(|names| {
                 for n in names {
                     let id = n.rsplit_once('@').map_or(n.as_str(), |(m, _)| m);
                     let _ = self.store.set_active(id, None);

@@ -2,8 +2,8 @@
 //! (tokenizer.json, or a GGUF's vocabulary) without its weights, and kept, so tokenizing never queues behind a
 //! reply or waits for a load.
 
-use crate::engine::{TokenPiece, Tokenize};
-use crate::error::ApiError;
+use crate::seam::{TokenPiece, Tokenize};
+use crate::EngineError;
 use kvad_models::weights::GgufFile;
 use kvad_text::Tokenizer;
 use std::collections::HashMap;
@@ -22,16 +22,16 @@ impl LocalTokenizers {
         LocalTokenizers { paths, read: Mutex::new(HashMap::new()) }
     }
 
-    fn get(&self, model: &str) -> Result<Arc<Tokenizer>, ApiError> {
+    fn get(&self, model: &str) -> Result<Arc<Tokenizer>, EngineError> {
         let Some((_, path)) = self.paths.iter().find(|(id, _)| id == model) else {
             let ids: Vec<String> = self.paths.iter().map(|(id, _)| id.clone()).collect();
-            return Err(ApiError::model_not_found(model, &ids));
+            return Err(EngineError::model_not_found(model, &ids));
         };
         let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(t) = read.get(model) {
             return Ok(t.clone());
         }
-        let tok = Arc::new(open(path).map_err(|e| ApiError::internal(format!("{model}'s tokenizer: {e}")))?);
+        let tok = Arc::new(open(path).map_err(|e| EngineError::internal(format!("{model}'s tokenizer: {e}")))?);
         read.insert(model.to_string(), tok.clone());
         Ok(tok)
     }
@@ -42,13 +42,13 @@ fn open(path: &Path) -> Result<Tokenizer, String> {
         return Tokenizer::from_dir(path).map_err(|e| e.to_string());
     }
     let g = GgufFile::open(path).map_err(|e| e.to_string())?;
-    Tokenizer::from_gguf_vocab(kvad_engine::open::gguf_vocab(&g)).map_err(|e| e.to_string())
+    Tokenizer::from_gguf_vocab(crate::open::gguf_vocab(&g)).map_err(|e| e.to_string())
 }
 
 impl Tokenize for LocalTokenizers {
-    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, ApiError> {
+    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, EngineError> {
         let tok = self.get(model)?;
-        let ids = tok.encode(text, true).map_err(|e| ApiError::internal(e.to_string()))?;
+        let ids = tok.encode(text, true).map_err(|e| EngineError::internal(e.to_string()))?;
         Ok(ids.into_iter().map(|id| TokenPiece { id, text: tok.decode(&[id], false).unwrap_or_default() }).collect())
     }
 }

@@ -2,7 +2,7 @@
 //! (so a model that was admitted can always finish its conversation). A load that does not fit beside what is there
 //! is refused with a message naming what holds the memory; nothing is ever unloaded to make room.
 
-use crate::engine::Resident;
+use crate::seam::Resident;
 
 /// Bytes as people read them.
 pub fn human(bytes: u64) -> String {
@@ -68,7 +68,7 @@ pub fn admit(total: u64, resident: &[Resident], name: &str, charged: u64, detail
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Held;
+    use crate::seam::Held;
 
     #[test]
     fn sizes_parse_and_bad_ones_are_named() {

@@ -1,12 +1,13 @@
-//! The seam between the HTTP side and generation: the [`Engine`] trait.
+//! The seam between whoever schedules work (the server's scheduler, the CLI's one request) and generation: the
+//! [`Engine`] trait and the plain data that crosses it.
 //!
-//! The scheduler's thread owns one `Engine` and drives it a pass at a time ([`Engine::step`]): several sequences,
-//! each reading a chunk of its prompt or writing a token. [`crate::local::LocalEngine`] runs real models through
-//! `kvad_models`' batched forward pass; [`crate::scripted::ScriptedEngine`] answers from a script (tests: a reply a
-//! tiny model cannot produce, such as a tool call, behind exactly the same code path).
+//! The caller owns one `Engine` and drives it a pass at a time ([`Engine::step`]): several sequences, each reading a
+//! chunk of its prompt or writing a token ([`Part`]). [`crate::local::LocalEngine`] runs real models through
+//! `kvad_models`' batched forward pass; the server's scripted engine answers from a script (tests: a reply a tiny
+//! model cannot produce, such as a tool call, behind exactly the same code path).
 
-use crate::error::ApiError;
-use kvad_engine::{GenerateOptions, SamplingParams};
+use crate::EngineError;
+use crate::{GenerateOptions, SamplingParams};
 use serde_json::Value;
 
 /// What the server knows about one model it can serve.
@@ -98,7 +99,27 @@ pub struct Piece {
 /// One generation's sequence in the engine, named by the scheduler's job number.
 pub type SeqId = u64;
 
-/// What one part of a pass produced: for [`crate::sched::Work::Last`] and [`crate::sched::Work::Decode`], the
+/// What a sequence does in a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// The next `n` prompt tokens, no logits.
+    Chunk(usize),
+    /// The prompt's last token, by itself: logits, the first token sampled.
+    Last,
+    /// The token sampled last: logits, the next token sampled.
+    Decode,
+}
+
+/// A sequence's part of a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// Whose.
+    pub id: SeqId,
+    /// What.
+    pub work: Work,
+}
+
+/// What one part of a pass produced: for [`Work::Last`] and [`Work::Decode`], the
 /// token sampled; for a chunk of the prompt, nothing.
 #[derive(Debug, Clone)]
 pub struct Stepped {
@@ -174,17 +195,18 @@ pub trait Engine: Send {
     fn catalog(&self) -> Vec<ModelInfo>;
 
     /// Renders and tokenizes the prompt, loading the model first when it is not in memory (under the memory rule).
-    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, ApiError>;
+    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError>;
 
     /// The tokens of context a model's replies and kept conversations share (0 when it is not loaded).
     fn budget(&self, model: &str) -> usize;
 
     /// Starts a sequence: finds the kept conversation sharing the longest prefix with the prompt (unless `fresh`:
     /// a request that asked for no cache) and sets up its sampler.
-    fn begin(&mut self, seq: SeqId, prepared: &Prepared, params: &GenParams, fresh: bool) -> Result<Begun, ApiError>;
+    fn begin(&mut self, seq: SeqId, prepared: &Prepared, params: &GenParams, fresh: bool)
+        -> Result<Begun, EngineError>;
 
     /// Runs one forward pass over these parts (all of one model); one entry per part, in order.
-    fn step(&mut self, parts: &[crate::sched::Part]) -> Result<Vec<Option<Stepped>>, ApiError>;
+    fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, EngineError>;
 
     /// Ends a sequence: `keep` sets its cache aside as a conversation (evicting the one that spoke longest ago when
     /// the context is short); otherwise it is freed. Returns the text the decoder held back and what is kept.
@@ -195,10 +217,10 @@ pub trait Engine: Send {
     /// already in memory on that backend (or on any, when none is named) is left as it is; on another backend the
     /// load is refused (409) naming the backend it is on, since nothing is unloaded implicitly. Returns the backend
     /// the model is on.
-    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, ApiError>;
+    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, EngineError>;
 
     /// Unloads a model (None: all); returns the names unloaded.
-    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, ApiError>;
+    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, EngineError>;
 
     /// What is in memory.
     fn memory(&self) -> Memory;
@@ -220,13 +242,13 @@ pub struct TokenPiece {
 /// Text to tokens with a model's own tokenizer, without loading the model's weights.
 pub trait Tokenize: Send + Sync {
     /// The tokens of `text` as `model` reads a plain prompt (special tokens such as BOS included).
-    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, ApiError>;
+    fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, EngineError>;
 }
 
 /// The 409 of a load naming another backend than the one the model is in memory on: both engines answer it in
 /// these words, so a client (the web UI shows it as it is) reads the same reason whatever serves it.
-pub fn loaded_elsewhere(model: &str, on: &str, asked: &str) -> ApiError {
-    ApiError::conflict(
+pub fn loaded_elsewhere(model: &str, on: &str, asked: &str) -> EngineError {
+    EngineError::conflict(
         "backend",
         format!(
             "backend = \"{asked}\": model {model} is loaded on {on} ({model}@{on}); unload it first \

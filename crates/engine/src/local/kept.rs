@@ -5,9 +5,10 @@
 //! question asked again) starts from a copy of the shared part, so the conversation it parted from is still kept.
 //! They share the context the model was charged for; when it is short, the one that spoke longest ago goes first.
 
-use crate::engine::Held;
+use crate::seam::Held;
 
-/// What a kept cache must do: say how many tokens it holds and forget the ones after a point.
+/// What a kept cache must do: say how many tokens it holds, where it can be cut back to, and forget the ones after
+/// such a point.
 pub trait Cache {
     /// Tokens held.
     fn len(&self) -> usize;
@@ -15,23 +16,29 @@ pub trait Cache {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Keeps the first `n`.
-    fn truncate(&mut self, n: usize);
+    /// The longest prefix of at most `n` tokens it can be cut back to (`n` for keys and values; a recurrent
+    /// state's latest snapshot at or below `n`).
+    fn cut_point(&self, n: usize) -> usize;
+    /// Keeps the first `n` (a cut point); false, and nothing changed, where it cannot.
+    fn truncate(&mut self, n: usize) -> bool;
     /// A copy of the first `n` tokens' cache, or None when there is no room for one (a GPU page pool that is full).
     fn copy_prefix(&self, n: usize) -> Option<Self>
     where
         Self: Sized;
 }
 
-impl Cache for kvad_models::SeqKv {
+impl Cache for kvad_models::SeqState {
     fn len(&self) -> usize {
-        kvad_models::SeqKv::len(self)
+        kvad_models::SeqState::len(self)
     }
-    fn truncate(&mut self, n: usize) {
-        kvad_models::SeqKv::truncate(self, n);
+    fn cut_point(&self, n: usize) -> usize {
+        kvad_models::SeqState::cut_point(self, n)
+    }
+    fn truncate(&mut self, n: usize) -> bool {
+        kvad_models::SeqState::truncate(self, n)
     }
     fn copy_prefix(&self, n: usize) -> Option<Self> {
-        kvad_models::SeqKv::copy_prefix(self, n)
+        kvad_models::SeqState::copy_prefix(self, n)
     }
 }
 
@@ -60,16 +67,17 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl<C: Cache> Kept<C> {
-    /// The cache of the conversation sharing the longest prefix with `prompt`, cut to that prefix: taken out when
-    /// the prompt continues the whole conversation, copied when it parts from it. At most all but the prompt's last
-    /// token is used (that one is always read by itself). None when nothing is shared.
+    /// The cache of the conversation sharing the longest usable prefix with `prompt`, cut to that prefix: taken
+    /// out when the prompt continues the whole conversation, copied when it parts from it. At most all but the
+    /// prompt's last token is used (that one is always read by itself), and only as far back as the cache can be cut
+    /// ([`Cache::cut_point`]). None when nothing usable is shared.
     pub fn take(&mut self, prompt: &[u32]) -> Option<(C, usize)> {
         let most = prompt.len().saturating_sub(1);
         let (i, n) = self
             .all
             .iter()
             .enumerate()
-            .map(|(i, c)| (i, common_prefix(&c.tokens, prompt).min(most)))
+            .map(|(i, c)| (i, c.cache.cut_point(common_prefix(&c.tokens, prompt).min(most))))
             .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))?;
         if n == 0 {
             return None;
@@ -81,8 +89,7 @@ impl<C: Cache> Kept<C> {
             self.all[i].spoke = self.clock;
             self.all[i].cache.copy_prefix(n)?
         };
-        cache.truncate(n);
-        Some((cache, n))
+        cache.truncate(n).then_some((cache, n))
     }
 }
 
@@ -123,8 +130,12 @@ mod tests {
         fn len(&self) -> usize {
             self.0.len()
         }
-        fn truncate(&mut self, n: usize) {
+        fn cut_point(&self, n: usize) -> usize {
+            n.min(self.0.len())
+        }
+        fn truncate(&mut self, n: usize) -> bool {
             self.0.truncate(n);
+            true
         }
         fn copy_prefix(&self, n: usize) -> Option<Self> {
             Some(Fake(self.0[..n.min(self.0.len())].to_vec()))
@@ -172,5 +183,48 @@ mod tests {
         assert!(k.take(&[3, 3, 3]).is_some() && k.take(&[1, 1, 1]).is_some());
         k.fit(0);
         assert_eq!(k.held(), Held::default());
+    }
+
+    /// A cache that can be cut back only at some lengths (a recurrent state's snapshots).
+    #[derive(Debug, Clone, PartialEq)]
+    struct Snapshots(Vec<u32>, Vec<usize>);
+
+    impl Cache for Snapshots {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn cut_point(&self, n: usize) -> usize {
+            if n >= self.0.len() {
+                return self.0.len();
+            }
+            self.1.iter().copied().filter(|&p| p <= n).max().unwrap_or(0)
+        }
+        fn truncate(&mut self, n: usize) -> bool {
+            let ok = n >= self.0.len() || n == 0 || self.1.contains(&n);
+            if ok {
+                self.0.truncate(n);
+                self.1.retain(|&p| p <= n);
+            }
+            ok
+        }
+        fn copy_prefix(&self, n: usize) -> Option<Self> {
+            let mut c = self.clone();
+            c.truncate(n).then_some(c)
+        }
+    }
+
+    #[test]
+    fn a_cache_cut_only_at_snapshots_is_taken_up_to_the_latest_one_shared() {
+        let mut k = Kept::default();
+        k.put(vec![1, 2, 3, 4, 5, 6], Snapshots(vec![1, 2, 3, 4, 5, 6], vec![3]));
+        k.put(vec![1, 2, 9], Snapshots(vec![1, 2, 9], vec![]));
+        // Shares 5 with the first, but it can only be cut back to 3 (its snapshot); the second offers nothing.
+        let (c, n) = k.take(&[1, 2, 3, 4, 5, 7, 7]).unwrap();
+        assert_eq!((c.0, n), (vec![1, 2, 3], 3));
+        assert_eq!(k.held(), Held { conversations: 2, tokens: 9 }, "the first is still kept whole");
+        // Its next turn takes it whole; a prompt sharing only 2 tokens finds no cut point and starts fresh.
+        assert!(k.take(&[1, 2, 8, 8]).is_none());
+        let (c, n) = k.take(&[1, 2, 3, 4, 5, 6, 0]).unwrap();
+        assert_eq!((c.0.len(), n), (6, 6));
     }
 }

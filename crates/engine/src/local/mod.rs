@@ -1,0 +1,410 @@
+//! The real engine: models on this machine, loaded through `crate::open_model` under the memory rule
+//! ([`memory`]), several at once; every running sequence's cache, sampler and decoder; and the conversations set
+//! aside per model ([`kept`]). A step is one batched `CausalLm::forward` over the parts the scheduler chose.
+
+pub mod kept;
+pub mod memory;
+pub mod tokens;
+
+use crate::pass::{self, Sequence, Stepping};
+use crate::seam::{
+    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Part, Piece, Prepared, Prompt,
+    Resident, SeqId, Stepped, TokenLogprob,
+};
+use crate::{open_model, Engine, EngineError, OpenedModel};
+use kept::Kept;
+use kvad_models::weights::GgufFile;
+use kvad_models::SeqState;
+use kvad_tensor::BackendKind;
+use kvad_text::{ChatContext, ChatTemplate, DecoderState, IncrementalDecoder};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+struct Entry {
+    info: ModelInfo,
+    path: PathBuf,
+}
+
+/// A model in memory.
+struct Slot {
+    entry: usize,
+    /// The backend it was loaded on (it keeps it until unloaded).
+    backend: BackendKind,
+    m: OpenedModel,
+    stop: Vec<u32>,
+    charged: u64,
+    context: usize,
+    kept: Kept<SeqState>,
+}
+
+/// One running sequence.
+struct Seq {
+    entry: usize,
+    /// Its tokens, cache and sampler.
+    seq: Sequence,
+    /// The text decoder's state (a character may span tokens).
+    dec: DecoderState,
+}
+
+/// How the local engine sizes things.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalSettings {
+    /// Tokens of KV cache each model is charged for (`[server] context`; None: the model's own context).
+    pub context: Option<usize>,
+    /// Bytes the server may charge in all (`[server] memory`, else what the machine has available at start).
+    pub memory: u64,
+    /// How passes step (`[server] greedy_ahead`).
+    pub stepping: Stepping,
+    /// Each pass's forward and sampling times on stderr (`[server] step_trace`): where a step's time goes.
+    pub step_trace: bool,
+}
+
+/// Models by name; those in memory kept with their conversations, each on the backend its load named.
+pub struct LocalEngine {
+    entries: Vec<Entry>,
+    /// `[server] backend`: where a load that names none, and a request for a model not in memory, loads it.
+    default_backend: BackendKind,
+    settings: LocalSettings,
+    slots: Vec<Slot>,
+    seqs: HashMap<SeqId, Seq>,
+}
+
+/// Reads a model's chat template without loading its weights (GGUF metadata is mapped, not read whole).
+fn probe_template(path: &Path) -> Result<Option<ChatTemplate>, String> {
+    if path.is_dir() {
+        return ChatTemplate::from_dir(path).map_err(|e| e.to_string());
+    }
+    let g = GgufFile::open(path).map_err(|e| e.to_string())?;
+    match g.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
+        Some(s) => ChatTemplate::new(s).map(Some).map_err(|e| e.to_string()),
+        None => Ok(None),
+    }
+}
+
+impl LocalEngine {
+    /// Resolves every name (fetching the default alias when needed) and reads each template's capabilities.
+    /// `backend` is `[server] backend`, the default of every load.
+    pub fn new(names: &[String], backend: BackendKind, settings: LocalSettings) -> Result<Self, String> {
+        let mut entries = Vec::new();
+        for name in names {
+            let r = kvad_hub::resolve(name).map_err(|e| e.to_string())?;
+            let tpl = probe_template(&r.path).map_err(|e| format!("{name}: {e}"))?;
+            let info = ModelInfo {
+                id: name.clone(),
+                chat: tpl.is_some(),
+                tools: tpl.as_ref().is_some_and(ChatTemplate::supports_tools),
+                reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
+                loaded: false,
+                backend: backend.to_string(),
+                default_backend: backend.to_string(),
+            };
+            entries.push(Entry { info, path: r.path });
+        }
+        Ok(LocalEngine { entries, default_backend: backend, settings, slots: Vec::new(), seqs: HashMap::new() })
+    }
+
+    fn entry(&self, model: &str) -> Result<usize, EngineError> {
+        self.entries.iter().position(|e| e.info.id == model).ok_or_else(|| {
+            EngineError::model_not_found(model, &self.entries.iter().map(|e| e.info.id.clone()).collect::<Vec<_>>())
+        })
+    }
+
+    fn slot(&self, entry: usize) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.entry == entry)
+    }
+
+    /// `model@backend`: the backend it is on, or the default one while it is not loaded.
+    fn name(&self, entry: usize) -> String {
+        let backend = self.slot(entry).map_or(self.default_backend, |s| s.backend);
+        format!("{}@{backend}", self.entries[entry].info.id)
+    }
+
+    /// The model in memory, loading it on `backend` (`None`: the one it is on, else `[server] backend`) under the
+    /// memory rule. A model in memory on another backend than the one named is refused (409), never unloaded.
+    ///
+    /// A request that names a model not in memory (`prepare`) loads it on `[server] backend`, not on the backend it
+    /// was last loaded on: a request names no backend, so where it lands (and what it is charged) follows from the
+    /// configuration alone rather than from a history an administrator may not see, and the engine keeps no
+    /// history across unloads. The backend a model was on is honoured where it was asked for: `[server] autoload`
+    /// reloads each model on the backend recorded when it was loaded.
+    fn load_entry(&mut self, entry: usize, backend: Option<BackendKind>) -> Result<&Slot, EngineError> {
+        if let Some(on) = self.slot(entry).map(|s| s.backend) {
+            if let Some(b) = backend.filter(|&b| b != on) {
+                return Err(loaded_elsewhere(&self.entries[entry].info.id, on.name(), b.name()));
+            }
+            return self.slot(entry).ok_or_else(|| EngineError::internal("the model left memory"));
+        }
+        let backend = backend.unwrap_or(self.default_backend);
+        let name = format!("{}@{backend}", self.entries[entry].info.id);
+        let m = open_model(&self.entries[entry].path, backend).map_err(|e| match e {
+            // No GPU (or its libraries) here: the engine's own words, about the field the load named.
+            EngineError::Model(kvad_models::ModelError::Gpu(why)) => EngineError::unsupported(
+                "backend",
+                format!("backend = \"{backend}\": {name} cannot load on this machine: GPU: {why}"),
+            ),
+            e => EngineError::internal(format!("loading {name}: {e}")),
+        })?;
+        let c = m.model.config();
+        let context = self.settings.context.unwrap_or(c.max_position);
+        // What a full context of this model's per-layer state takes, as the model says.
+        let kv = m.model.state_spec().bytes_for(context) as u64;
+        // What this backend holds: q8/q4 weights are charged as their blocks, f32 as floats.
+        let weights = m.model.weight_bytes() as u64;
+        let detail =
+            format!("{} of weights and {} of KV cache for {context} tokens", memory::human(weights), memory::human(kv));
+        let resident = self.memory().resident;
+        memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
+            .map_err(EngineError::insufficient_memory)?;
+        let stop = m.stop_ids();
+        self.slots.push(Slot { entry, backend, m, stop, charged: weights + kv, context, kept: Kept::default() });
+        self.slot(entry).ok_or_else(|| EngineError::internal("the model was not kept after loading"))
+    }
+
+    /// Lets go of kept conversations of `entry` until they fit beside the running sequences' reserves.
+    fn fit(&mut self, entry: usize) {
+        let running: usize = self.seqs.values().filter(|s| s.entry == entry).map(|s| s.seq.reserve).sum();
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.entry == entry) {
+            let room = slot.context.saturating_sub(running);
+            slot.kept.fit(room);
+        }
+    }
+}
+
+fn render(m: &OpenedModel, model: &str, prompt: &Prompt) -> Result<(String, Vec<u32>), EngineError> {
+    match prompt {
+        Prompt::Chat { messages, tools } => {
+            let Some(t) = &m.template else {
+                return Err(EngineError::bad_field(
+                    "model",
+                    format!("model {model} has no chat template; use /v1/completions with a plain prompt"),
+                ));
+            };
+            let ctx = ChatContext {
+                messages: messages.clone(),
+                tools: tools.clone(),
+                add_generation_prompt: true,
+                bos_token: m.tokenizer.bos_token().unwrap_or_default().to_string(),
+                eos_token: m.tokenizer.eos_token().unwrap_or_default().to_string(),
+                extra: Default::default(),
+            };
+            let text = t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?;
+            let ids = m.tokenizer.encode(&text, false).map_err(|e| EngineError::internal(e.to_string()))?;
+            Ok((text, ids))
+        }
+        Prompt::Text(s) => {
+            let ids = m.tokenizer.encode(s, true).map_err(|e| EngineError::internal(e.to_string()))?;
+            Ok((s.clone(), ids))
+        }
+    }
+}
+
+impl Engine for LocalEngine {
+    fn catalog(&self) -> Vec<ModelInfo> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let on = self.slot(i).map(|s| s.backend.to_string());
+                ModelInfo {
+                    loaded: on.is_some(),
+                    backend: on.unwrap_or_else(|| e.info.backend.clone()),
+                    ..e.info.clone()
+                }
+            })
+            .collect()
+    }
+
+    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError> {
+        let entry = self.entry(model)?;
+        let loaded = self.slot(entry).is_none();
+        let slot = self.load_entry(entry, None)?;
+        let backend = slot.backend.to_string();
+        let (text, tokens) = render(&slot.m, model, prompt)?;
+        let c = slot.m.model.config();
+        Ok(Prepared {
+            prompt_tokens: tokens.len(),
+            tokens,
+            text,
+            context: c.max_position,
+            vocab: c.vocab_size,
+            backend,
+            model: model.to_string(),
+            loaded,
+        })
+    }
+
+    fn budget(&self, model: &str) -> usize {
+        self.entry(model).ok().and_then(|e| self.slot(e)).map_or(0, |s| s.context)
+    }
+
+    fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, fresh: bool) -> Result<Begun, EngineError> {
+        params.sampling.validate().map_err(EngineError::from)?;
+        let entry = self.entry(&p.model)?;
+        if p.tokens.is_empty() {
+            return Err(EngineError::bad_request("the prompt is empty: nothing to continue"));
+        }
+        let slot = self
+            .slots
+            .iter_mut()
+            .find(|s| s.entry == entry)
+            .ok_or_else(|| EngineError::internal(format!("{} was unloaded before its reply began", p.model)))?;
+        let (kv, cached) = match fresh {
+            true => None,
+            false => slot.kept.take(&p.tokens),
+        }
+        .unwrap_or_else(|| (slot.m.model.new_state(), 0));
+        let seq_state = Sequence::new(p.tokens.clone(), kv, cached, params.clone());
+        self.seqs.insert(seq, Seq { entry, seq: seq_state, dec: DecoderState::default() });
+        self.fit(entry);
+        Ok(Begun { cached, to_read: p.tokens.len() - cached })
+    }
+
+    fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, EngineError> {
+        let mut seqs = Vec::with_capacity(parts.len());
+        for p in parts {
+            match self.seqs.remove(&p.id) {
+                Some(s) => seqs.push(s),
+                None => {
+                    for (s, q) in seqs.into_iter().zip(parts) {
+                        self.seqs.insert(q.id, s);
+                    }
+                    return Err(EngineError::internal(format!("step: sequence {} is not running", p.id)));
+                }
+            }
+        }
+        let result = run_pass(&self.slots, self.settings, parts, &mut seqs);
+        for (s, p) in seqs.into_iter().zip(parts) {
+            self.seqs.insert(p.id, s);
+        }
+        result
+    }
+
+    fn end(&mut self, seq: SeqId, keep: bool) -> Ended {
+        let Some(s) = self.seqs.remove(&seq) else { return Ended::default() };
+        let Some(slot) = self.slots.iter_mut().find(|x| x.entry == s.entry) else { return Ended::default() };
+        let rest = IncrementalDecoder::resume(&slot.m.tokenizer, true, s.dec).finish().unwrap_or_default();
+        if keep {
+            let tokens: Vec<u32> = s.seq.prompt.iter().chain(&s.seq.reply).copied().collect();
+            if let Some(state) = s.seq.into_state() {
+                slot.kept.put(tokens, state);
+            }
+        }
+        self.fit(s.entry);
+        let held = self.slot(s.entry).map(|x| x.kept.held()).unwrap_or_default();
+        Ended { rest, held }
+    }
+
+    fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, EngineError> {
+        let entry = self.entry(model)?;
+        let backend = backend
+            .map(|b| b.parse::<BackendKind>().map_err(|e| EngineError::bad_field("backend", e.to_string())))
+            .transpose()?;
+        self.load_entry(entry, backend).map(|s| s.backend.to_string())
+    }
+
+    fn unload(&mut self, model: Option<&str>) -> Result<Vec<String>, EngineError> {
+        let targets: Vec<usize> = match model {
+            Some(m) => {
+                let e = self.entry(m)?;
+                if self.slot(e).is_none() {
+                    let loaded: Vec<String> = self.slots.iter().map(|s| self.name(s.entry)).collect();
+                    return Err(EngineError::bad_field(
+                        "model",
+                        format!(
+                            "{m} is not loaded; in memory: {}",
+                            if loaded.is_empty() { "nothing".into() } else { loaded.join(", ") }
+                        ),
+                    ));
+                }
+                vec![e]
+            }
+            None => self.slots.iter().map(|s| s.entry).collect(),
+        };
+        if let Some(s) = self.seqs.values().find(|s| targets.contains(&s.entry)) {
+            return Err(EngineError::internal(format!("{} has a reply running", self.name(s.entry))));
+        }
+        let names = targets.iter().map(|&e| self.name(e)).collect();
+        self.slots.retain(|s| !targets.contains(&s.entry));
+        Ok(names)
+    }
+
+    fn memory(&self) -> Memory {
+        Memory {
+            total: self.settings.memory,
+            resident: self
+                .slots
+                .iter()
+                .map(|s| Resident {
+                    name: self.name(s.entry),
+                    charged: s.charged,
+                    context: s.context,
+                    held: s.kept.held(),
+                })
+                .collect(),
+        }
+    }
+
+    fn tokenizers(&self) -> std::sync::Arc<dyn crate::seam::Tokenize> {
+        let paths = self.entries.iter().map(|e| (e.info.id.clone(), e.path.clone())).collect();
+        std::sync::Arc::new(tokens::LocalTokenizers::new(paths))
+    }
+}
+
+/// One pass over the parts (all of one model's sequences): the tokens from [`pass::run`], then each sampled one's
+/// text, whether it ends the reply, and whether the context is full.
+fn run_pass(
+    slots: &[Slot],
+    settings: LocalSettings,
+    parts: &[Part],
+    seqs: &mut [Seq],
+) -> Result<Vec<Option<Stepped>>, EngineError> {
+    let entry = seqs.first().map_or(0, |s| s.entry);
+    if seqs.iter().any(|s| s.entry != entry) {
+        return Err(EngineError::internal("one pass holds sequences of one model"));
+    }
+    let slot = slots
+        .iter()
+        .find(|s| s.entry == entry)
+        .ok_or_else(|| EngineError::internal("a running sequence's model is not in memory"))?;
+    let model = slot.m.model.as_ref();
+    let ctx = model.config().max_position;
+    let works: Vec<_> = parts.iter().map(|p| p.work).collect();
+    let t0 = std::time::Instant::now();
+    let sampled = {
+        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().map(|s| &mut s.seq).collect();
+        pass::run(model, settings.stepping, &works, &mut refs)?
+    };
+    let t1 = std::time::Instant::now();
+    let tok = &slot.m.tokenizer;
+    let text_of = |id: u32| tok.decode(&[id], false).unwrap_or_default();
+    let mut out = Vec::with_capacity(parts.len());
+    for (s, got) in seqs.iter_mut().zip(sampled) {
+        let Some(sampled) = got else {
+            out.push(None);
+            continue;
+        };
+        let end = slot.stop.contains(&sampled.id) && !s.seq.params.options.ignore_eos;
+        let text = if end {
+            String::new()
+        } else {
+            let mut d = IncrementalDecoder::resume(tok, true, std::mem::take(&mut s.dec));
+            let t = d.push(sampled.id).map_err(|e| EngineError::internal(e.to_string()))?;
+            s.dec = d.into_state();
+            t.unwrap_or_default()
+        };
+        let logprob = s.seq.params.sampling.top_logprobs.map(|_| TokenLogprob {
+            token: text_of(sampled.id),
+            logprob: sampled.logprob,
+            top: sampled.top.iter().map(|(id, lp)| (text_of(*id), *lp)).collect(),
+            in_play: sampled.in_play.clone(),
+        });
+        // Where the cache would be stepping one token at a time (it is ahead by the picks not handed out).
+        let full = s.seq.held() + 1 >= ctx;
+        out.push(Some(Stepped { piece: Piece { text, logprob }, end, full }));
+    }
+    if settings.step_trace {
+        let (f, d) = ((t1 - t0).as_secs_f64() * 1e3, t1.elapsed().as_secs_f64() * 1e3);
+        eprintln!("kvad-step parts={} pass_ms={f:.3} text_ms={d:.3}", parts.len());
+    }
+    Ok(out)
+}

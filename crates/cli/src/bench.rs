@@ -78,9 +78,7 @@ pub fn run(a: BenchArgs, json: bool) -> Result<()> {
         );
     })?;
     // KVAD_GPU_TRACE: the kernels' records of every GPU sample, for scripts/gpu/trace.py.
-    if std::env::var_os("KVAD_GPU_TRACE").is_some()
-        && variants.iter().any(|(_, m)| m.backend.device() != kvad_tensor::Device::Cpu)
-    {
+    if crate::config::gpu_trace() && variants.iter().any(|(_, m)| m.backend.device() != kvad_tensor::Device::Cpu) {
         let n = kvad_tensor::cuda::Gpu::shared(None)?.trace_dump()?;
         eprintln!("kvad bench: {n} kernel records written to the KVAD_GPU_TRACE file");
     }

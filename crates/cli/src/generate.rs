@@ -204,11 +204,11 @@ pub(crate) fn conversation(
 
 /// `kvad arch`.
 pub fn arch() {
-    use kvad_models::ArchKind;
-    let names = |a: ArchKind| kvad_models::gpu::backends_for(a).iter().map(|b| b.name()).collect::<Vec<_>>().join(" ");
     println!("{:<8} {:<55} BACKENDS", "ARCH", "COVERS");
-    println!("{:<8} {:<55} {}", "gpt2", "GPT-2", names(ArchKind::Gpt2));
-    println!("{:<8} {:<55} {}", "llama", "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2", names(ArchKind::Llama));
+    for e in kvad_models::arch::registry::ARCHS {
+        let names: Vec<&str> = e.backends.iter().map(|b| b.name()).collect();
+        println!("{:<8} {:<55} {}", e.name, e.covers, names.join(" "));
+    }
     if let Some(why) = kvad_engine::system::gpu_unavailable() {
         println!("gpu-* backends cannot run on this machine: {why}");
     }

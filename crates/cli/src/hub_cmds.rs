@@ -109,10 +109,7 @@ pub enum ModelsCommand {
 
 /// Whether this build implements an architecture class: asked of the loader itself, so there is one list.
 fn arch_supported(name: &str) -> bool {
-    match ModelConfig::from_hf_json(&json!({ "architectures": [name] })) {
-        Err(kvad_models::ModelError::Refused { field, .. }) => field != "architectures",
-        _ => true,
-    }
+    kvad_models::arch::registry::by_hf_class(name).is_some()
 }
 
 /// Bytes as people read them (kB, MB, GB).
@@ -485,7 +482,7 @@ pub fn search(a: SearchArgs) -> Result<()> {
     }
     let text = a.text.join(" ");
     let hits =
-        kvad_hub::api::search(&kvad_hub::http::Client::for_hub(), &kvad_hub::env::hf_endpoint(), &text, a.limit)?;
+        kvad_hub::api::search(&kvad_hub::http::Client::for_hub(), &kvad_hub::config::hf_endpoint(), &text, a.limit)?;
     let mem = mem_total();
     if a.json {
         let v: Vec<Value> = hits

@@ -8,6 +8,7 @@
 mod args;
 mod bench;
 mod client;
+mod config;
 mod generate;
 mod hub_cmds;
 mod serve;

@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod checks;
+mod config;
 mod error;
 pub mod generate;
 pub mod local;

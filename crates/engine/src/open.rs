@@ -68,7 +68,7 @@ pub fn open_model(path: &Path, backend: BackendKind) -> Result<OpenedModel, Engi
     let (loaded, weights_time) = loaded;
     // Which of the two threads a load waits for (`KVAD_LOAD_TRACE=1`): the measure behind the cache's
     // second-load goal.
-    if std::env::var_os("KVAD_LOAD_TRACE").is_some() {
+    if crate::config::load_trace() {
         eprintln!("kvad: load trace: weights {weights_time:.1?}, tokenizer and template {text_time:.1?}");
     }
     let loaded = loaded?;

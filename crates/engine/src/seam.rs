@@ -35,7 +35,12 @@ pub struct ModelInfo {
 #[derive(Debug, Clone)]
 pub enum Prompt {
     /// Messages (already checked and in template shape) and the tools offered (`None`: none).
-    Chat { messages: Vec<Value>, tools: Option<Vec<Value>> },
+    Chat {
+        /// The messages, each `{role, content, ...}` as the template reads them.
+        messages: Vec<Value>,
+        /// The tools offered, as the template renders them.
+        tools: Option<Vec<Value>>,
+    },
     /// Plain text for a completion.
     Text(String),
 }

@@ -1,6 +1,6 @@
 //! What this machine can run: the GPU (if any, and why not), and the default backend that follows from it.
 
-use kvad_models::ArchKind;
+use kvad_models::arch::registry::{self, ArchKind};
 use kvad_tensor::BackendKind;
 
 /// Why the GPU backends cannot run here, or None when they can.
@@ -18,7 +18,7 @@ pub fn gpu_unavailable() -> Option<String> {
 /// The seed's rule: the default backend is the one that is faster here — gpu-q8 where the GPU runs the
 /// architecture, else cpu-q8. `arch` None asks for a model not yet read (every family has a GPU path).
 pub fn default_backend(arch: Option<ArchKind>) -> BackendKind {
-    let gpu_runs = arch.is_none_or(|a| kvad_models::gpu::backends_for(a).contains(&BackendKind::GpuQ8));
+    let gpu_runs = arch.is_none_or(|a| registry::entry(a).backends.contains(&BackendKind::GpuQ8));
     if gpu_runs && gpu_unavailable().is_none() {
         BackendKind::GpuQ8
     } else {
@@ -83,7 +83,7 @@ fn local_model_type(name: &str) -> Option<String> {
 /// gpu-q8 when a usable GPU runs this (known) family, else cpu-q8.
 fn pick(gpu_ok: bool, arch: Option<ArchKind>) -> BackendKind {
     match arch {
-        Some(a) if gpu_ok && kvad_models::gpu::backends_for(a).contains(&BackendKind::GpuQ8) => BackendKind::GpuQ8,
+        Some(a) if gpu_ok && registry::entry(a).backends.contains(&BackendKind::GpuQ8) => BackendKind::GpuQ8,
         _ => BackendKind::CpuQ8,
     }
 }
@@ -121,6 +121,10 @@ pub fn report() -> Vec<String> {
         out.push(format!("gpu backends: not here ({w})"));
     }
     out.push(format!("default backend: {}", default_backend(None)));
+    for e in registry::ARCHS {
+        let here: Vec<&str> = e.backends.iter().filter(|b| runnable.contains(&b.name())).map(|b| b.name()).collect();
+        out.push(format!("arch {}: {} ({})", e.name, here.join(", "), e.covers));
+    }
     out
 }
 

@@ -125,7 +125,7 @@ impl HfCache {
 
     /// The cache the environment names (`HF_HUB_CACHE`, `HF_HOME/hub`, the XDG default).
     pub fn from_env() -> Self {
-        Self::new(crate::env::hf_cache_dir())
+        Self::new(crate::config::hf_cache_dir())
     }
 
     /// The cache's root directory.

@@ -106,7 +106,7 @@ impl Client {
 
     /// A client for the Hub the environment names, with the environment's token.
     pub fn for_hub() -> Self {
-        Self::new(crate::env::hf_token(), Some(&crate::env::hf_endpoint()))
+        Self::new(crate::config::hf_token(), Some(&crate::config::hf_endpoint()))
     }
 
     /// Whether a token is configured.

@@ -7,7 +7,7 @@
 //! and the next `update` asks again.
 
 use crate::http::{Client, Subject};
-use crate::{env, HubError};
+use crate::{config, HubError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -64,7 +64,7 @@ pub struct Index {
 
 /// Where a downloaded index is kept.
 pub fn downloaded_path() -> PathBuf {
-    env::kvad_cache_dir().join("index.json")
+    config::kvad_cache_dir().join("index.json")
 }
 
 fn parse(text: &str, source: &str) -> Result<Index, HubError> {
@@ -100,14 +100,14 @@ pub fn load() -> Index {
 
 /// Fetches the index from `KVAD_INDEX_URL` and stores it; returns it.
 pub fn update() -> Result<Index, HubError> {
-    let Some(url) = env::index_url() else {
+    let Some(url) = config::index_url() else {
         return Err(HubError::Invalid {
             field: "KVAD_INDEX_URL".into(),
             value: String::new(),
             why: "no index address is configured (kvad has no public index service yet); set it to the URL of a version-1 index.json".into(),
         });
     };
-    if env::offline() {
+    if config::offline() {
         return Err(HubError::Offline {
             what: "the model index".into(),
             detail: format!("it would be fetched from {url}"),

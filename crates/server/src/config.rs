@@ -308,6 +308,12 @@ impl Config {
     }
 }
 
+/// `KVAD_ADMIN_PASSWORD`: the first administrator's password in `local` mode, where no account exists yet (read at
+/// start only; never stored in `kvad.toml`).
+pub fn admin_password() -> Option<String> {
+    std::env::var("KVAD_ADMIN_PASSWORD").ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

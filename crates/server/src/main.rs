@@ -112,7 +112,7 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|_| format!("bind = {:?}: not an address like 127.0.0.1:5823", config.server.bind))?;
     kvad_server::auth::check_bind(config.auth.mode, addr, args.insecure)?;
     let db = dir.join("kvad.db");
-    let admin_password = std::env::var("KVAD_ADMIN_PASSWORD").ok();
+    let admin_password = kvad_server::config::admin_password();
     let auth = kvad_server::auth::Auth::start(&config.auth, &db, args.insecure, admin_password.as_deref())?;
     let total = match &config.server.memory {
         Some(m) => memory::parse_bytes(m)?,

@@ -38,7 +38,7 @@ fn server(tag: &str, hub: &str, extra: &[(&str, &str)]) -> common::Server {
 
 #[test]
 fn the_web_ui_in_chromium() {
-    if std::env::var("KVAD_WEB_TESTS").as_deref() != Ok("1") {
+    if !common::config::web_tests() {
         eprintln!(
             "web.rs: the browser tests did not run: scripts/test.sh runs them (it builds web/dist, installs the \
              node modules and Chromium, and sets KVAD_WEB_TESTS=1)"
@@ -48,7 +48,7 @@ fn the_web_ui_in_chromium() {
     let web = root().join("web");
     assert!(web.join("dist/index.html").is_file(), "web/dist is not built: cd web && npm ci && npm run build");
     assert!(web.join("node_modules/@playwright/test").is_dir(), "web/node_modules is missing: cd web && npm ci");
-    let chromium = std::env::var("KVAD_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let chromium = common::config::chromium();
     assert!(Path::new(&chromium).exists(), "{chromium} is missing: apt-get install chromium (scripts/test.sh does)");
 
     let fake = Fake::start();

@@ -182,7 +182,7 @@ pub fn status(url: &str, json_out: bool) -> Result<()> {
         println!("{v}");
         return Ok(());
     }
-    let via = if std::env::var("KVAD_API_KEY").is_ok_and(|k| !k.is_empty()) {
+    let via = if crate::config::api_key().is_some() {
         " (API key from KVAD_API_KEY)".to_string()
     } else if credentials::key_for(url).is_some() {
         format!(" (API key from {})", credentials::path().display())

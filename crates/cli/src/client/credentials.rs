@@ -86,7 +86,7 @@ impl Credentials {
 
 /// The key to send to `url`: `KVAD_API_KEY`, else the stored one (read once per process).
 pub fn key_for(url: &str) -> Option<String> {
-    if let Some(k) = std::env::var("KVAD_API_KEY").ok().filter(|k| !k.is_empty()) {
+    if let Some(k) = crate::config::api_key() {
         return Some(k);
     }
     static LOADED: std::sync::OnceLock<Credentials> = std::sync::OnceLock::new();

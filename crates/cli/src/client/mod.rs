@@ -114,7 +114,7 @@ pub fn choose(remote: Option<&str>, local: bool) -> Result<Target> {
     if let Some(url) = remote {
         return named(url, "--remote");
     }
-    if let Some(url) = std::env::var("KVAD_URL").ok().filter(|u| !u.is_empty()) {
+    if let Some(url) = crate::config::url() {
         return named(&url, "KVAD_URL");
     }
     if let Some(url) = file_config()?.client.url {

@@ -1,4 +1,6 @@
-//! One file per architecture family, built over the shared layers.
+//! One folder per architecture family (its config mapping, CPU forward over the shared layers, and GPU upload),
+//! and the registry that lists them all ([`registry`]).
 
 pub mod gpt2;
 pub mod llama;
+pub mod registry;

@@ -6,20 +6,22 @@ use serde_json::Value;
 
 pub mod gguf;
 
-/// The architecture families kvad implements: one file each under `arch/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ArchKind {
-    /// Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2: pre-norm decoder, RMSNorm, RoPE, SwiGLU, GQA.
-    Llama,
-    /// GPT-2: LayerNorm, learned positions, GELU, fused qkv.
-    Gpt2,
-}
+pub use crate::arch::registry::ArchKind;
 
 /// Llama 3's RoPE frequency scaling.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum RopeScaling {
     /// The `llama3` rule, from config.json's `rope_scaling`.
-    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: f64 },
+    Llama3 {
+        /// How much longer the context is than the one trained for.
+        factor: f64,
+        /// Wavelengths longer than `original_max_position / low_freq_factor` are divided by `factor`.
+        low_freq_factor: f64,
+        /// Wavelengths shorter than `original_max_position / high_freq_factor` are kept.
+        high_freq_factor: f64,
+        /// The context the model was first trained for.
+        original_max_position: f64,
+    },
     /// Per-frequency divisors, as a GGUF stores Llama 3's rule (`rope_freqs.weight`).
     Divisors(Vec<f32>),
 }
@@ -67,27 +69,16 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
 }
 
-/// Architectures the seed lists that this build does not implement yet: refused by name, with that reason.
-const NOT_YET: &[&str] = &[
-    "Qwen3MoeForCausalLM",
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Idefics3ForConditionalGeneration",
-    "DeepseekV2ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "Qwen3NextForCausalLM",
-];
-
 /// Upper bounds that catch corrupt or hostile configs before they size an allocation.
 const MAX_DIM: usize = 1 << 20;
 const MAX_LAYERS: usize = 1024;
 const MAX_VOCAB: usize = 1 << 22;
 
-fn get<'a>(cfg: &'a Value, key: &str) -> Option<&'a Value> {
+pub(crate) fn get<'a>(cfg: &'a Value, key: &str) -> Option<&'a Value> {
     cfg.get(key).filter(|v| !v.is_null())
 }
 
-fn usize_field(cfg: &Value, key: &str) -> Result<Option<usize>, ModelError> {
+pub(crate) fn usize_field(cfg: &Value, key: &str) -> Result<Option<usize>, ModelError> {
     match get(cfg, key) {
         None => Ok(None),
         Some(v) => v
@@ -97,22 +88,22 @@ fn usize_field(cfg: &Value, key: &str) -> Result<Option<usize>, ModelError> {
     }
 }
 
-fn need(cfg: &Value, key: &str) -> Result<usize, ModelError> {
+pub(crate) fn need(cfg: &Value, key: &str) -> Result<usize, ModelError> {
     usize_field(cfg, key)?.ok_or_else(|| ModelError::refused(key, "missing", "the config must give it"))
 }
 
-fn f64_field(cfg: &Value, key: &str) -> Result<Option<f64>, ModelError> {
+pub(crate) fn f64_field(cfg: &Value, key: &str) -> Result<Option<f64>, ModelError> {
     match get(cfg, key) {
         None => Ok(None),
         Some(v) => v.as_f64().map(Some).ok_or_else(|| ModelError::refused(key, v, "expected a number")),
     }
 }
 
-fn bool_field(cfg: &Value, key: &str) -> Option<bool> {
+pub(crate) fn bool_field(cfg: &Value, key: &str) -> Option<bool> {
     get(cfg, key).and_then(Value::as_bool)
 }
 
-fn ids(v: Option<&Value>) -> Vec<u32> {
+pub(crate) fn ids(v: Option<&Value>) -> Vec<u32> {
     match v {
         Some(Value::Number(n)) => n.as_u64().map(|n| vec![n as u32]).unwrap_or_default(),
         Some(Value::Array(a)) => a.iter().filter_map(|x| x.as_u64().map(|n| n as u32)).collect(),
@@ -123,11 +114,7 @@ fn ids(v: Option<&Value>) -> Vec<u32> {
 /// The family a `config.model_type` (what the Hub reports before anything is downloaded, and what a GGUF's
 /// `general.architecture` says) belongs to, when this build implements it.
 pub fn arch_of_model_type(model_type: &str) -> Option<ArchKind> {
-    match model_type {
-        "llama" | "mistral" | "qwen2" | "qwen3" => Some(ArchKind::Llama),
-        "gpt2" => Some(ArchKind::Gpt2),
-        _ => None,
-    }
+    crate::arch::registry::by_model_type(model_type).map(|e| e.kind)
 }
 
 impl ModelConfig {
@@ -146,7 +133,7 @@ impl ModelConfig {
             ));
         }
         let name = archs[0].clone();
-        if NOT_YET.contains(&name.as_str()) {
+        if crate::arch::registry::NOT_YET.contains(&name.as_str()) {
             return Err(ModelError::refused(
                 "architectures",
                 &name,
@@ -173,21 +160,14 @@ impl ModelConfig {
                 "quantised safetensors checkpoints are refused; look for a bf16 or f16 publication",
             ));
         }
-        let config = match name.as_str() {
-            "LlamaForCausalLM" | "MistralForCausalLM" | "Qwen2ForCausalLM" | "Qwen3ForCausalLM" => {
-                llama_family(cfg, &name)?
-            }
-            "GPT2LMHeadModel" => gpt2(cfg)?,
-            _ => {
-                return Err(ModelError::refused(
-                    "architectures",
-                    &name,
-                    "not a supported architecture (llama, mistral, qwen2, qwen3, gpt2)",
-                ))
-            }
-        };
-        config.check_dims()?;
-        Ok(config)
+        match crate::arch::registry::by_hf_class(&name) {
+            Some(entry) => (entry.from_hf)(cfg, &name),
+            None => Err(ModelError::refused(
+                "architectures",
+                &name,
+                format!("not a supported architecture ({})", crate::arch::registry::all_names(|e| e.hf_classes)),
+            )),
+        }
     }
 
     /// Checks that dimensions are in bounds and consistent with each other.
@@ -212,12 +192,6 @@ impl ModelConfig {
                 self.n_kv_heads,
                 format!("must divide num_attention_heads ({})", self.n_heads),
             ));
-        }
-        if self.arch == ArchKind::Llama && !self.head_dim.is_multiple_of(2) {
-            return Err(ModelError::refused("head_dim", self.head_dim, "RoPE needs an even head width"));
-        }
-        if self.arch == ArchKind::Gpt2 && self.n_heads * self.head_dim != self.hidden {
-            return Err(ModelError::refused("n_head", self.n_heads, format!("must divide n_embd ({})", self.hidden)));
         }
         if self.max_position == 0 {
             return Err(ModelError::refused("max_position_embeddings", 0, "must be positive"));
@@ -246,16 +220,13 @@ impl ModelConfig {
     /// Parameter count implied by the config (for memory accounting and summaries).
     pub fn param_count(&self) -> usize {
         let attn = self.hidden * (self.q_dim() + 2 * self.kv_dim()) + self.q_dim() * self.hidden;
-        let mlp = match self.arch {
-            ArchKind::Llama => 3 * self.hidden * self.intermediate,
-            ArchKind::Gpt2 => 2 * self.hidden * self.intermediate,
-        };
+        let mlp = crate::arch::registry::entry(self.arch).mlp_matrices * self.hidden * self.intermediate;
         let head = if self.tie_embeddings { 0 } else { self.vocab_size * self.hidden };
         self.n_layers * (attn + mlp) + self.vocab_size * self.hidden + head
     }
 }
 
-fn rope_params(cfg: &Value) -> Result<(f64, Option<RopeScaling>), ModelError> {
+pub(crate) fn rope_params(cfg: &Value) -> Result<(f64, Option<RopeScaling>), ModelError> {
     // transformers 5 writes `rope_parameters`; 4.x wrote `rope_theta` and `rope_scaling`.
     let params = get(cfg, "rope_parameters");
     let theta = match params.and_then(|p| get(p, "rope_theta")) {
@@ -302,102 +273,6 @@ fn rope_params(cfg: &Value) -> Result<(f64, Option<RopeScaling>), ModelError> {
             Err(ModelError::refused(format!("{field}.rope_type"), other, "only Llama 3's rope scaling is supported"))
         }
     }
-}
-
-fn llama_family(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError> {
-    let act = get(cfg, "hidden_act").and_then(Value::as_str).unwrap_or("silu");
-    if act != "silu" {
-        return Err(ModelError::refused("hidden_act", act, "only SiLU is supported"));
-    }
-    if bool_field(cfg, "mlp_bias") == Some(true) {
-        return Err(ModelError::refused("mlp_bias", true, "an MLP bias is not supported"));
-    }
-    let is_qwen2 = name == "Qwen2ForCausalLM";
-    if !is_qwen2 && bool_field(cfg, "attention_bias") == Some(true) {
-        return Err(ModelError::refused("attention_bias", true, "an attention bias is supported only for Qwen2"));
-    }
-    let hidden = need(cfg, "hidden_size")?;
-    let n_heads = need(cfg, "num_attention_heads")?;
-    if n_heads == 0 {
-        return Err(ModelError::refused("num_attention_heads", 0, "must be positive"));
-    }
-    let n_kv_heads = usize_field(cfg, "num_key_value_heads")?.unwrap_or(n_heads);
-    let default_head_dim = if name == "Qwen3ForCausalLM" { 128 } else { hidden / n_heads };
-    let head_dim = usize_field(cfg, "head_dim")?.unwrap_or(default_head_dim);
-    let (rope_theta, rope_scaling) = rope_params(cfg)?;
-    let mut max_position = usize_field(cfg, "max_position_embeddings")?.unwrap_or(4096);
-    // Mistral applies its window whenever it is set, as a mask: a query sees the last `window` keys, as
-    // transformers does. Qwen's window applies only from layer `max_window_layers` on; kvad runs such a model at a
-    // context no wider than the window, where the window changes nothing (the seed's rule).
-    let sliding_window = match name {
-        "MistralForCausalLM" => usize_field(cfg, "sliding_window")?,
-        "Qwen2ForCausalLM" | "Qwen3ForCausalLM" if bool_field(cfg, "use_sliding_window") == Some(true) => {
-            if let Some(w) = usize_field(cfg, "sliding_window")? {
-                max_position = max_position.min(w);
-            }
-            None
-        }
-        _ => None,
-    };
-    Ok(ModelConfig {
-        arch: ArchKind::Llama,
-        arch_name: name.to_string(),
-        vocab_size: need(cfg, "vocab_size")?,
-        hidden,
-        n_layers: need(cfg, "num_hidden_layers")?,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        intermediate: need(cfg, "intermediate_size")?,
-        norm_eps: f64_field(cfg, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
-        rope_theta,
-        rope_scaling,
-        max_position,
-        sliding_window,
-        qkv_bias: is_qwen2,
-        qk_norm: name == "Qwen3ForCausalLM",
-        tie_embeddings: bool_field(cfg, "tie_word_embeddings").unwrap_or(false),
-        bos_token_id: ids(get(cfg, "bos_token_id")).first().copied(),
-        eos_token_ids: ids(get(cfg, "eos_token_id")),
-    })
-}
-
-fn gpt2(cfg: &Value) -> Result<ModelConfig, ModelError> {
-    let act = get(cfg, "activation_function").and_then(Value::as_str).unwrap_or("gelu_new");
-    if !matches!(act, "gelu_new" | "gelu_pytorch_tanh") {
-        return Err(ModelError::refused("activation_function", act, "GPT-2 runs with the tanh GELU only"));
-    }
-    let hidden = need(cfg, "n_embd")?;
-    let n_heads = need(cfg, "n_head")?;
-    if n_heads == 0 {
-        return Err(ModelError::refused("n_head", 0, "must be positive"));
-    }
-    if bool_field(cfg, "scale_attn_by_inverse_layer_idx") == Some(true)
-        || bool_field(cfg, "reorder_and_upcast_attn") == Some(true)
-    {
-        return Err(ModelError::refused("scale_attn_by_inverse_layer_idx", true, "not supported"));
-    }
-    Ok(ModelConfig {
-        arch: ArchKind::Gpt2,
-        arch_name: "GPT2LMHeadModel".into(),
-        vocab_size: need(cfg, "vocab_size")?,
-        hidden,
-        n_layers: need(cfg, "n_layer")?,
-        n_heads,
-        n_kv_heads: n_heads,
-        head_dim: hidden / n_heads,
-        intermediate: usize_field(cfg, "n_inner")?.unwrap_or(4 * hidden),
-        norm_eps: f64_field(cfg, "layer_norm_epsilon")?.unwrap_or(1e-5) as f32,
-        rope_theta: 0.0,
-        rope_scaling: None,
-        max_position: need(cfg, "n_positions")?,
-        sliding_window: None,
-        qkv_bias: true,
-        qk_norm: false,
-        tie_embeddings: true,
-        bos_token_id: ids(get(cfg, "bos_token_id")).first().copied(),
-        eos_token_ids: ids(get(cfg, "eos_token_id")),
-    })
 }
 
 #[cfg(test)]

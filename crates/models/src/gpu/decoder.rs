@@ -468,7 +468,7 @@ impl GpuDecoder {
         guard: &mut Option<Scratch>,
     ) -> Result<Option<Vec<(usize, usize)>>, ModelError> {
         let c = &self.p.cfg;
-        let positions = crate::load::check_batch(c, &self.spec, batch)?;
+        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
         let rows: usize = counts.iter().sum();
         if rows == 0 {

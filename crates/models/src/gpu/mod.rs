@@ -2,18 +2,18 @@
 //! weights uploaded from the CPU loader's matrices, with its KV cache in pages of a pool the model owns and each
 //! sequence's [`SeqState`](crate::SeqState) holds page ids of.
 //!
-//! The architecture files here only say how a family's tensors map onto the decoder's parts; the loader, the
+//! Each architecture's `arch/<name>/gpu.rs` only says how its tensors map onto the decoder's parts; the loader, the
 //! config checks and the refusals are the CPU path's, so a model refused on the CPU is refused here the same way.
 
 mod decoder;
-pub(crate) mod gpt2;
-pub(crate) mod llama;
 mod pages;
 mod slots;
+mod upload;
 
-pub(crate) use decoder::GpuDecoder;
+pub(crate) use decoder::{GpuDecoder, Layer, Mlp, Norm, Parts};
 pub use pages::Pages;
 pub use slots::{Slot, SlotPool};
+pub(crate) use upload::Uploader;
 
 use crate::error::ModelError;
 use crate::tensors::{six_bit, target, Role};
@@ -41,11 +41,4 @@ pub(crate) fn device_format(backend: BackendKind, role: Role) -> Option<DevForma
 /// The directory NVRTC's output is cached in: beside the quantised cache when there is one.
 pub(crate) fn kernel_cache_dir(cache_dir: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
     cache_dir.map(|d| d.join("kernels"))
-}
-
-/// The backends that run an architecture: the list the loader dispatches on (every family has a GPU path).
-pub fn backends_for(arch: crate::ArchKind) -> &'static [BackendKind] {
-    match arch {
-        crate::ArchKind::Llama | crate::ArchKind::Gpt2 => &BackendKind::ALL,
-    }
 }

@@ -165,7 +165,7 @@ impl SeqState {
         self.pages.as_mut()?.as_any_mut().downcast_mut()
     }
 
-    /// Layer `i` as keys and values ([`crate::load::check_batch`] has checked the shape against the model's).
+    /// Layer `i` as keys and values ([`crate::batch::check_batch`] has checked the shape against the model's).
     pub(crate) fn kv_layer_mut(&mut self, i: usize) -> &mut KvLayer {
         match &mut self.layers[i] {
             LayerState::Kv(l) => l,

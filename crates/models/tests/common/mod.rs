@@ -2,13 +2,15 @@
 //! prompt read at once then token by token (both kernel paths).
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod config;
+
 use kvad_models::{CausalLm, LogitsMode, ModelFiles, SeqInput};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// The checkout: `KVAD_ROOT` when a test binary runs elsewhere than it was built (the GPU machine).
 pub fn root() -> PathBuf {
-    std::env::var_os("KVAD_ROOT").map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."), PathBuf::from)
+    config::root().unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
 }
 
 /// A golden file, parsed.

@@ -2,6 +2,8 @@
 //! SQLite file), and small HTTP helpers.
 #![allow(dead_code)]
 
+pub mod config;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -25,7 +25,7 @@ pub fn has_avx2() -> bool {
         use std::sync::OnceLock;
         static HAS: OnceLock<bool> = OnceLock::new();
         *HAS.get_or_init(|| {
-            std::env::var_os("KVAD_NO_SIMD").is_none()
+            !super::config::no_simd()
                 && is_x86_feature_detected!("avx2")
                 && is_x86_feature_detected!("fma")
                 && is_x86_feature_detected!("f16c")
@@ -176,6 +176,7 @@ unsafe fn tile(x: &[f32], ldx: usize, buf: &[f32], kc: usize, c: *mut f32, ldc: 
         for (j, v) in acc.iter().enumerate() {
             // SAFETY: the caller's contract on `c`.
             let p = unsafe { c.add(r * ldc + j) };
+            // SAFETY: `p` is inside `c`'s rows by the same contract.
             unsafe { *p = if first { *v } else { *p + *v } };
         }
     }

@@ -191,7 +191,7 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
 pub fn has_vnni() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| std::env::var_os("KVAD_NO_VNNI").is_none() && is_x86_feature_detected!("avxvnni"))
+    *HAS.get_or_init(|| !super::config::no_vnni() && is_x86_feature_detected!("avxvnni"))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -391,6 +391,7 @@ mod tests {
                 let mut packed = vec![0i16; nb * NR * BLOCK];
                 let (mut scales, mut mins) = (vec![0f32; nb * NR], vec![0f32; nb * NR]);
                 let mut outs = [vec![0f32; n * NR], vec![0f32; n * NR]];
+                // SAFETY: the test runs where AVX2 was detected, and `packed` holds the panel of 16 rows.
                 unsafe { avx::pack_panel(&w, 16, 16, &mut packed) };
                 panel_scales(&w, 16, 16, &mut scales, &mut mins);
                 for (vnni, out) in [true, false].into_iter().zip(outs.iter_mut()) {
@@ -408,6 +409,7 @@ mod tests {
                             ldc: NR,
                             first: true,
                         };
+                        // SAFETY: every pointer spans this tile's rows and blocks, sized above.
                         unsafe { avx::tile(&a, MR.min(n - i0), vnni) };
                     }
                 }

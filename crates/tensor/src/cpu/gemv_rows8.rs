@@ -159,6 +159,7 @@ pub fn gemv_rows8(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
         // SAFETY: each task writes only columns r0..r1 of each of the n output rows; the slices are disjoint.
         let mut outs: [&mut [f32]; 8] = std::array::from_fn(|i| {
             if i < n {
+                // SAFETY: as above: row i's columns r0..r1, which no other task writes.
                 unsafe { std::slice::from_raw_parts_mut(o.get().add(i * m + r0), r1 - r0) }
             } else {
                 &mut []

@@ -247,6 +247,7 @@ pub const FEW_ROWS_SPLIT_MAX: usize = 32;
 pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
 // SAFETY: used only where tasks write disjoint ranges and the region ends before the buffer is touched again.
 unsafe impl<T> Sync for SyncPtr<T> {}
+// SAFETY: as for Sync: the pointer crosses to the region's tasks, which write disjoint ranges.
 unsafe impl<T> Send for SyncPtr<T> {}
 impl<T> SyncPtr<T> {
     pub(crate) fn get(self) -> *mut T {

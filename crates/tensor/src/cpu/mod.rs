@@ -5,6 +5,7 @@
 //! scalar path).
 
 pub mod attn;
+mod config;
 pub mod gemm;
 pub mod gemm_q;
 pub mod gemv;

@@ -57,10 +57,7 @@ pub fn threads() -> usize {
 
 fn pool_with(threads: Option<usize>) -> &'static Pool {
     POOL.get_or_init(|| {
-        let n = threads
-            .or_else(|| std::env::var("KVAD_THREADS").ok().and_then(|v| v.parse().ok()))
-            .filter(|&n| n > 0)
-            .unwrap_or_else(physical_cores);
+        let n = threads.or_else(super::config::threads).filter(|&n| n > 0).unwrap_or_else(physical_cores);
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             threads: n,
             epoch: AtomicU64::new(0),
@@ -182,6 +179,7 @@ impl<T> Clone for SendPtr<T> {
 impl<T> Copy for SendPtr<T> {}
 // SAFETY: only used by `for_each_piece_mut`, whose tasks touch disjoint pieces.
 unsafe impl<T> Sync for SendPtr<T> {}
+// SAFETY: as for Sync: the pointer crosses to the region's tasks, which touch disjoint pieces.
 unsafe impl<T> Send for SendPtr<T> {}
 impl<T> SendPtr<T> {
     fn get(self) -> *mut T {

@@ -1,11 +1,9 @@
 //! GPT-2 on the GPU: LayerNorm with bias, learned positions added at the embedding, biased linears (transposed
 //! from Conv1D by the loader), tanh GELU, no RoPE.
 
-use super::decoder::{Layer, Mlp, Norm, Parts};
-use super::llama::Uploader;
-use super::GpuDecoder;
-use crate::arch::gpt2::Gpt2;
+use super::Gpt2;
 use crate::error::ModelError;
+use crate::gpu::{GpuDecoder, Layer, Mlp, Norm, Parts, Uploader};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;

@@ -1,13 +1,10 @@
 //! The llama family on the GPU: RMSNorm, stacked q/k/v (Qwen2's bias, Qwen3's per-head q/k norm), rotate-half
 //! RoPE, sliding window, SwiGLU with gate and up stacked.
 
-use super::decoder::{Layer, Mlp, Norm, Parts};
-use super::{device_format, GpuDecoder};
-use crate::arch::llama::Llama;
+use super::Llama;
 use crate::error::ModelError;
-use crate::layers::Linear;
-use crate::tensors::Role;
-use kvad_tensor::cuda::{DevBuf, DevMatrix, Gpu};
+use crate::gpu::{GpuDecoder, Layer, Mlp, Norm, Parts, Uploader};
+use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
 
@@ -43,33 +40,4 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
         cfg,
     };
     GpuDecoder::new(gpu, parts)
-}
-
-/// Uploads host weights in the backend's device formats.
-pub(crate) struct Uploader<'a> {
-    pub(crate) gpu: &'a Arc<Gpu>,
-    pub(crate) backend: BackendKind,
-}
-
-impl Uploader<'_> {
-    pub(crate) fn vector(&self, v: &[f32]) -> Result<DevBuf, ModelError> {
-        Ok(DevBuf::from_slice(self.gpu, v)?)
-    }
-
-    pub(crate) fn matrix(&self, l: &Linear) -> Result<DevMatrix, ModelError> {
-        Ok(DevMatrix::upload(self.gpu, l.matrix(), device_format(self.backend, Role::Layer))?)
-    }
-
-    pub(crate) fn bias(&self, l: &Linear) -> Result<Option<DevBuf>, ModelError> {
-        l.bias().map(|b| self.vector(b)).transpose()
-    }
-
-    pub(crate) fn embedding(&self, m: kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
-        Ok(DevMatrix::upload(self.gpu, &m, device_format(self.backend, Role::Embedding))?)
-    }
-
-    /// An output head of its own (6 bits at gpu-q4 where the loader made it so).
-    pub(crate) fn head(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
-        Ok(DevMatrix::upload(self.gpu, m, device_format(self.backend, Role::Head))?)
-    }
 }

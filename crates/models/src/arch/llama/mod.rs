@@ -4,6 +4,10 @@
 //! per-head q/k RMSNorm; Mistral's sliding window) → residual → RMSNorm → SwiGLU MLP → residual. Variants are
 //! fields of [`ModelConfig`], not branches per model name.
 
+mod config;
+mod gpu;
+
+use crate::arch::registry::{ArchEntry, ArchKind};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans};
@@ -11,6 +15,31 @@ use crate::state::{SeqState, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
+use kvad_tensor::BackendKind;
+
+/// The registry's line.
+pub(crate) static ENTRY: ArchEntry = ArchEntry {
+    kind: ArchKind::Llama,
+    name: "llama",
+    covers: "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2",
+    hf_classes: &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"],
+    model_types: &["llama", "mistral", "qwen2", "qwen3"],
+    gguf_archs: &["llama", "qwen2", "qwen3"],
+    backends: &BackendKind::ALL,
+    mlp_matrices: 3,
+    from_hf: config::from_hf,
+    from_gguf: config::from_gguf,
+    gguf_name: config::gguf_name,
+    gguf_permute: config::gguf_permute,
+    build: |cfg, t, gpu| {
+        let backend = t.backend;
+        let m = Llama::load(cfg, t)?;
+        Ok(match gpu {
+            None => Box::new(m),
+            Some(g) => Box::new(gpu::upload(g, m, backend)?),
+        })
+    },
+};
 
 pub(crate) struct Layer {
     pub(crate) attn_norm: Vec<f32>,
@@ -121,7 +150,7 @@ impl Llama {
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
         let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
         let rows: usize = counts.iter().sum();
-        let positions = crate::load::check_batch(c, &self.spec, batch)?;
+        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
         let mut x = Vec::with_capacity(rows * h);
         for s in batch.iter() {
             self.embed.lookup(s.tokens, &mut x);

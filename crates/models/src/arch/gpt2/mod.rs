@@ -3,6 +3,10 @@
 //! HF stores GPT-2's linears as `Conv1D`, `[in, out]`; they are transposed once at load so the shared
 //! [`Linear`] (`[out, in]`) runs them.
 
+mod config;
+mod gpu;
+
+use crate::arch::registry::{no_gguf, ArchEntry, ArchKind};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{attention, final_logits, AttnShape, Embedding, Head, Linear, Spans};
@@ -10,6 +14,31 @@ use crate::state::{SeqState, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
+use kvad_tensor::BackendKind;
+
+/// The registry's line.
+pub(crate) static ENTRY: ArchEntry = ArchEntry {
+    kind: ArchKind::Gpt2,
+    name: "gpt2",
+    covers: "GPT-2",
+    hf_classes: &["GPT2LMHeadModel"],
+    model_types: &["gpt2"],
+    gguf_archs: &[],
+    backends: &BackendKind::ALL,
+    mlp_matrices: 2,
+    from_hf: config::from_hf,
+    from_gguf: no_gguf,
+    gguf_name: |hf| hf.to_string(),
+    gguf_permute: |_, _| None,
+    build: |cfg, t, gpu| {
+        let backend = t.backend;
+        let m = Gpt2::load(cfg, t)?;
+        Ok(match gpu {
+            None => Box::new(m),
+            Some(g) => Box::new(gpu::upload(g, m, backend)?),
+        })
+    },
+};
 
 pub(crate) struct Block {
     pub(crate) ln1: (Vec<f32>, Vec<f32>),
@@ -40,7 +69,9 @@ impl Gpt2 {
         let ln = |t: &mut Tensors<'_>, name: &str| -> Result<(Vec<f32>, Vec<f32>), ModelError> {
             Ok((t.vector(&format!("{name}.weight"), &[e])?, t.vector(&format!("{name}.bias"), &[e])?))
         };
-        let wte = t.embedding(t.embedding_name(&cfg), cfg.vocab_size, e)?;
+        // Checkpoints name the embedding with or without the `transformer.` prefix.
+        let name = if t.has("transformer.wte.weight") { "transformer.wte.weight" } else { "wte.weight" };
+        let wte = t.embedding(name, cfg.vocab_size, e)?;
         let wpe = t.vector(&format!("{p}wpe.weight"), &[cfg.max_position, e])?;
         let mut blocks = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
@@ -100,7 +131,7 @@ impl Gpt2 {
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
         let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
         let rows: usize = counts.iter().sum();
-        let positions = crate::load::check_batch(c, &self.spec, batch)?;
+        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
         let mut x = Vec::with_capacity(rows * e);
         for s in batch.iter() {
             self.wte.lookup(s.tokens, &mut x);

@@ -75,3 +75,8 @@ pub fn ollama_registry() -> String {
 pub fn index_url() -> Option<String> {
     var("KVAD_INDEX_URL")
 }
+
+/// The Python that runs pip for the default model's offline source: `KVAD_PYTHON`, else `python3`.
+pub fn python() -> String {
+    var("KVAD_PYTHON").unwrap_or_else(|| "python3".into())
+}

@@ -1,0 +1,226 @@
+//! The llama family's config: from an HF config.json (Llama, Mistral, Qwen2, Qwen3) or a GGUF's metadata (llama,
+//! qwen2, qwen3), and its GGUF tensor names.
+
+use crate::config::{bool_field, f64_field, get, ids, need, rope_params, usize_field, ModelConfig, RopeScaling};
+use crate::error::ModelError;
+use crate::weights::{GgufFile, WeightSource};
+use serde_json::Value;
+
+use super::super::registry::ArchKind;
+
+/// RoPE in the rotate-half layout pairs the two halves of a head.
+fn check(cfg: &ModelConfig) -> Result<(), ModelError> {
+    if !cfg.head_dim.is_multiple_of(2) {
+        return Err(ModelError::refused("head_dim", cfg.head_dim, "RoPE needs an even head width"));
+    }
+    Ok(())
+}
+
+/// Reads and checks an HF config.json of class `name`.
+pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError> {
+    let act = get(cfg, "hidden_act").and_then(Value::as_str).unwrap_or("silu");
+    if act != "silu" {
+        return Err(ModelError::refused("hidden_act", act, "only SiLU is supported"));
+    }
+    if bool_field(cfg, "mlp_bias") == Some(true) {
+        return Err(ModelError::refused("mlp_bias", true, "an MLP bias is not supported"));
+    }
+    let is_qwen2 = name == "Qwen2ForCausalLM";
+    if !is_qwen2 && bool_field(cfg, "attention_bias") == Some(true) {
+        return Err(ModelError::refused("attention_bias", true, "an attention bias is supported only for Qwen2"));
+    }
+    let hidden = need(cfg, "hidden_size")?;
+    let n_heads = need(cfg, "num_attention_heads")?;
+    if n_heads == 0 {
+        return Err(ModelError::refused("num_attention_heads", 0, "must be positive"));
+    }
+    let n_kv_heads = usize_field(cfg, "num_key_value_heads")?.unwrap_or(n_heads);
+    let default_head_dim = if name == "Qwen3ForCausalLM" { 128 } else { hidden / n_heads };
+    let head_dim = usize_field(cfg, "head_dim")?.unwrap_or(default_head_dim);
+    let (rope_theta, rope_scaling) = rope_params(cfg)?;
+    let mut max_position = usize_field(cfg, "max_position_embeddings")?.unwrap_or(4096);
+    // Mistral applies its window whenever it is set, as a mask: a query sees the last `window` keys, as
+    // transformers does. Qwen's window applies only from layer `max_window_layers` on; kvad runs such a model at a
+    // context no wider than the window, where the window changes nothing (the seed's rule).
+    let sliding_window = match name {
+        "MistralForCausalLM" => usize_field(cfg, "sliding_window")?,
+        "Qwen2ForCausalLM" | "Qwen3ForCausalLM" if bool_field(cfg, "use_sliding_window") == Some(true) => {
+            if let Some(w) = usize_field(cfg, "sliding_window")? {
+                max_position = max_position.min(w);
+            }
+            None
+        }
+        _ => None,
+    };
+    let cfg = ModelConfig {
+        arch: ArchKind::Llama,
+        arch_name: name.to_string(),
+        vocab_size: need(cfg, "vocab_size")?,
+        hidden,
+        n_layers: need(cfg, "num_hidden_layers")?,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        intermediate: need(cfg, "intermediate_size")?,
+        norm_eps: f64_field(cfg, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
+        rope_theta,
+        rope_scaling,
+        max_position,
+        sliding_window,
+        qkv_bias: is_qwen2,
+        qk_norm: name == "Qwen3ForCausalLM",
+        tie_embeddings: bool_field(cfg, "tie_word_embeddings").unwrap_or(false),
+        bos_token_id: ids(get(cfg, "bos_token_id")).first().copied(),
+        eos_token_ids: ids(get(cfg, "eos_token_id")),
+    };
+    cfg.check_dims()?;
+    check(&cfg)?;
+    Ok(cfg)
+}
+
+/// GGUF architectures of the family, with whether q/k carry a bias (qwen2) or a norm (qwen3).
+const GGUF_VARIANTS: &[(&str, bool, bool)] = &[("llama", false, false), ("qwen2", true, false), ("qwen3", false, true)];
+
+/// Reads and checks a GGUF's metadata (`<arch>.*` keys) for architecture `arch`.
+pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelError> {
+    let Some(&(_, qkv_bias, qk_norm)) = GGUF_VARIANTS.iter().find(|(a, _, _)| *a == arch) else {
+        return Err(ModelError::refused("general.architecture", arch, "not a llama-family GGUF architecture"));
+    };
+    let key = |k: &str| format!("{arch}.{k}");
+    let uint = |k: &str| -> Result<Option<usize>, ModelError> {
+        match g.get(&key(k)) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| ModelError::refused(key(k), format!("{v:?}"), "expected an unsigned integer")),
+        }
+    };
+    let need = |k: &str| -> Result<usize, ModelError> {
+        uint(k)?.ok_or_else(|| ModelError::refused(key(k), "missing", "the GGUF metadata must give it"))
+    };
+    let float = |k: &str| -> Option<f64> { g.get(&key(k)).and_then(|v| v.as_f64()) };
+    let hidden = need("embedding_length")?;
+    let n_heads = need("attention.head_count")?;
+    if n_heads == 0 {
+        return Err(ModelError::refused(key("attention.head_count"), 0, "must be positive"));
+    }
+    let n_kv_heads = uint("attention.head_count_kv")?.unwrap_or(n_heads);
+    let head_dim = uint("attention.key_length")?.unwrap_or(hidden / n_heads);
+    if let Some(rd) = uint("rope.dimension_count")? {
+        if rd != head_dim {
+            return Err(ModelError::refused(
+                key("rope.dimension_count"),
+                rd,
+                format!("partial RoPE is not supported (head width {head_dim})"),
+            ));
+        }
+    }
+    if let Some(t) = g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+        if t != "none" {
+            return Err(ModelError::refused(
+                key("rope.scaling.type"),
+                t,
+                "only Llama 3's rope scaling (rope_freqs.weight) is supported",
+            ));
+        }
+    }
+    let rope_scaling = match g.info("rope_freqs.weight") {
+        Some(_) => Some(RopeScaling::Divisors(g.load_f32("rope_freqs.weight")?)),
+        None => None,
+    };
+    let embd =
+        g.info("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { name: "token_embd.weight".into() })?;
+    let vocab_size = match uint("vocab_size")? {
+        Some(v) => v,
+        None => embd.shape.first().copied().unwrap_or(0),
+    };
+    let id = |k: &str| g.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
+    let mut eos: Vec<u32> =
+        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| id(k)).collect();
+    eos.dedup();
+    let cfg = ModelConfig {
+        arch: ArchKind::Llama,
+        arch_name: format!("gguf:{arch}"),
+        vocab_size,
+        hidden,
+        n_layers: need("block_count")?,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        intermediate: need("feed_forward_length")?,
+        norm_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+        rope_theta: float("rope.freq_base").unwrap_or(10000.0),
+        rope_scaling,
+        max_position: uint("context_length")?.unwrap_or(4096),
+        sliding_window: uint("attention.sliding_window")?,
+        qkv_bias,
+        qk_norm,
+        tie_embeddings: g.info("output.weight").is_none(),
+        bos_token_id: id("tokenizer.ggml.bos_token_id"),
+        eos_token_ids: eos,
+    };
+    if let Some(RopeScaling::Divisors(d)) = &cfg.rope_scaling {
+        if d.len() != head_dim / 2 {
+            return Err(ModelError::refused(
+                "rope_freqs.weight",
+                format!("{} values", d.len()),
+                format!("expected head_dim/2 = {}", head_dim / 2),
+            ));
+        }
+    }
+    cfg.check_dims()?;
+    check(&cfg)?;
+    Ok(cfg)
+}
+
+/// llama.cpp's converter permutes q/k rows for its RoPE in GGUFs of the `llama` architecture only.
+pub(crate) fn gguf_permute(cfg: &ModelConfig, arch: &str) -> Option<(usize, usize)> {
+    (arch == "llama").then_some((cfg.n_heads, cfg.n_kv_heads))
+}
+
+/// HF tensor name to GGUF's.
+pub(crate) fn gguf_name(hf: &str) -> String {
+    let fixed = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
+    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
+    let map = [
+        ("input_layernorm", "attn_norm"),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
+        ("post_attention_layernorm", "ffn_norm"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+    ];
+    for (h, g) in map {
+        if let Some(suffix) = tail.strip_prefix(h) {
+            return format!("blk.{idx}.{g}{suffix}");
+        }
+    }
+    hf.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gguf_names_map_every_layer_tensor() {
+        assert_eq!(gguf_name("model.layers.3.self_attn.q_proj.weight"), "blk.3.attn_q.weight");
+        assert_eq!(gguf_name("model.layers.12.mlp.down_proj.weight"), "blk.12.ffn_down.weight");
+        assert_eq!(gguf_name("model.layers.0.self_attn.k_norm.weight"), "blk.0.attn_k_norm.weight");
+        assert_eq!(gguf_name("lm_head.weight"), "output.weight");
+    }
+}

@@ -1,0 +1,38 @@
+//! Host weights to the device, in the backend's device formats: what every architecture's GPU upload uses.
+
+use super::device_format;
+use crate::error::ModelError;
+use crate::layers::Linear;
+use crate::tensors::Role;
+use kvad_tensor::cuda::{DevBuf, DevMatrix, Gpu};
+use kvad_tensor::BackendKind;
+use std::sync::Arc;
+
+/// Uploads host weights in the backend's device formats.
+pub(crate) struct Uploader<'a> {
+    pub(crate) gpu: &'a Arc<Gpu>,
+    pub(crate) backend: BackendKind,
+}
+
+impl Uploader<'_> {
+    pub(crate) fn vector(&self, v: &[f32]) -> Result<DevBuf, ModelError> {
+        Ok(DevBuf::from_slice(self.gpu, v)?)
+    }
+
+    pub(crate) fn matrix(&self, l: &Linear) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, l.matrix(), device_format(self.backend, Role::Layer))?)
+    }
+
+    pub(crate) fn bias(&self, l: &Linear) -> Result<Option<DevBuf>, ModelError> {
+        l.bias().map(|b| self.vector(b)).transpose()
+    }
+
+    pub(crate) fn embedding(&self, m: kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, &m, device_format(self.backend, Role::Embedding))?)
+    }
+
+    /// An output head of its own (6 bits at gpu-q4 where the loader made it so).
+    pub(crate) fn head(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, m, device_format(self.backend, Role::Head))?)
+    }
+}

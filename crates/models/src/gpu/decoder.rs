@@ -160,7 +160,8 @@ impl Scratch {
 /// is about 1 GB.
 const GPU_PREFILL_CHUNK: usize = 4096;
 
-/// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` says otherwise; at most half the free memory.
+/// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` (the GPU's `Tuning`) says otherwise; at most half the free
+/// memory.
 const DEFAULT_KV_TOKENS: usize = 65_536;
 
 impl GpuDecoder {
@@ -169,11 +170,7 @@ impl GpuDecoder {
         let c = &p.cfg;
         let page_one_layer = KV_PAGE * c.n_kv_heads * c.head_dim * 2;
         let page_bytes = page_one_layer * c.n_layers * 2;
-        let want_tokens = std::env::var("KVAD_GPU_KV_TOKENS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(DEFAULT_KV_TOKENS)
-            .min(c.max_position.max(KV_PAGE) * 64);
+        let want_tokens = gpu.tuning().kv_tokens.unwrap_or(DEFAULT_KV_TOKENS).min(c.max_position.max(KV_PAGE) * 64);
         let (free, _) = gpu.memory()?;
         let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
         let store = Store {

@@ -18,8 +18,8 @@ pub(crate) enum Target {
 
 /// The code for the sources on a GPU of this compute capability (PTX text, or a CUBIN as [`Ptx::from_binary`]),
 /// and whether it was compiled now: from the cache when an entry for exactly these sources, options and target
-/// exists, else compiled (seconds to half a minute a unit) and written there. `defines` are the measuring variants
-/// asked for by environment ([`defines_from_env`]) and the unit's.
+/// exists, else compiled (seconds to half a minute a unit) and written there. `defines` are the trace's, where the
+/// GPU's settings ask for it ([`defines`]), and the unit's.
 pub(crate) fn code(
     src: &str,
     cap: (i32, i32),
@@ -144,14 +144,14 @@ pub(crate) fn code_units(
     })
 }
 
-/// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
-/// trace records in (`KVAD_TRACE`; otherwise that code is not there at all).
-pub(crate) fn defines_from_env() -> Vec<&'static str> {
-    let mut d = Vec::new();
-    if std::env::var_os("KVAD_GPU_TRACE").is_some() {
-        d.push("KVAD_TRACE");
+/// The kernel variants the GPU's settings ask for, each a macro of common.cuh: a kernel trace
+/// ([`super::Tuning::trace`]) compiles the trace records in (`KVAD_TRACE`; otherwise that code is not there at all).
+pub(crate) fn defines(trace: bool) -> Vec<&'static str> {
+    if trace {
+        vec!["KVAD_TRACE"]
+    } else {
+        Vec::new()
     }
-    d
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod attention;
 mod blas;
 mod buffer;
 mod compile;
+mod config;
 mod elementwise;
 mod launch;
 mod matrix;
@@ -19,6 +20,7 @@ mod trace;
 
 pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkKernel, FLASH_TILE};
 pub use buffer::DevBuf;
+pub use config::Tuning;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
     mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS,
@@ -112,7 +114,9 @@ pub struct Gpu {
     pub(crate) att_split: DevBuf,
     /// Whether launches carry programmatic dependent launch (`launch::pdl_wanted`).
     pub(crate) pdl: bool,
-    /// The kernel trace, when `KVAD_GPU_TRACE` asks for one.
+    /// The settings the GPU was opened with ([`Tuning`]).
+    tuning: Tuning,
+    /// The kernel trace, when [`Tuning::trace`] asks for one.
     trace: Option<trace::Trace>,
     /// How long NVRTC took at open, when it compiled (not all from the cache), until a loader takes it.
     compile_note: Mutex<Option<String>>,
@@ -315,19 +319,22 @@ fn info_of(ctx: &Arc<CudaContext>) -> Result<GpuInfo, GpuError> {
 static SHARED: OnceLock<Mutex<Option<Arc<Gpu>>>> = OnceLock::new();
 
 impl Gpu {
-    /// The process's GPU (device 0), opened once: driver, kernels (compiled or read from `kernel_cache`), cuBLAS.
+    /// The process's GPU (device 0), opened once: driver, kernels (compiled or read from `kernel_cache`), cuBLAS,
+    /// with the settings the environment gives ([`Tuning::from_env`], read here once).
     pub fn shared(kernel_cache: Option<&Path>) -> Result<Arc<Gpu>, GpuError> {
         let cell = SHARED.get_or_init(|| Mutex::new(None));
         let mut g = cell.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(gpu) = g.as_ref() {
             return Ok(gpu.clone());
         }
-        let gpu = Arc::new(Gpu::open(kernel_cache)?);
+        let gpu = Arc::new(Gpu::with_tuning(kernel_cache, Tuning::from_env())?);
         *g = Some(gpu.clone());
         Ok(gpu)
     }
 
-    fn open(kernel_cache: Option<&Path>) -> Result<Gpu, GpuError> {
+    /// Device 0 opened anew with these settings, not shared ([`Gpu::shared`] is the process's one): for a test that
+    /// needs settings other than the environment's.
+    pub fn with_tuning(kernel_cache: Option<&Path>, tuning: Tuning) -> Result<Gpu, GpuError> {
         let info = probe()?;
         if info.capability.0 < 8 {
             return Err(GpuError::TooOld { name: info.name, major: info.capability.0, minor: info.capability.1 });
@@ -340,10 +347,10 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let started = std::time::Instant::now();
         let units = compile_units();
-        let defines = compile::defines_from_env();
-        // The GPU's own code (CUBINs, compiled side by side and cached whole) unless `KVAD_GPU_CUBIN=0`; PTX, which
-        // the driver compiles one module after another at load, where that fails (an NVRTC that does not know this
-        // GPU's architecture, a driver older than NVRTC's code) or is asked for.
+        let defines = compile::defines(tuning.trace.is_some());
+        // The GPU's own code (CUBINs, compiled side by side and cached whole); PTX, which the driver compiles one
+        // module after another at load, where that fails (an NVRTC that does not know this GPU's architecture, a
+        // driver older than NVRTC's code).
         let load = |target| -> Result<_, GpuError> {
             let (code, compiled) = compile::code_units(&units, info.capability, kernel_cache, &defines, target)?;
             let modules = code.into_iter().map(|c| ctx.load_module(c)).collect::<Result<Vec<_>, _>>()?;
@@ -351,23 +358,12 @@ impl Gpu {
         };
         // Why the GPU's code was not taken, where it was tried and failed: said in the note on every load, since
         // such a machine pays for the attempt and the driver's compile each time.
-        let mut cubin_failed = None;
-        let mut cubin = None;
-        if std::env::var("KVAD_GPU_CUBIN").map_or(true, |v| v != "0") {
-            match load(compile::Target::Cubin) {
-                Ok(m) => cubin = Some(m),
-                Err(e) => cubin_failed = Some(e),
-            }
-        }
-        let ((modules, compiled), form) = match cubin {
-            Some(m) => (m, "the GPU's code".to_string()),
-            None => {
-                let why = cubin_failed.as_ref().map_or(String::new(), |e| format!(" (the GPU's code failed: {e})"));
-                (load(compile::Target::Ptx)?, format!("PTX{why}"))
-            }
+        let ((modules, compiled), form, cubin_failed) = match load(compile::Target::Cubin) {
+            Ok(m) => (m, "the GPU's code".to_string(), false),
+            Err(e) => (load(compile::Target::Ptx)?, format!("PTX (the GPU's code failed: {e})"), true),
         };
         // What the first load on this GPU says about the pause (a note, taken once: `take_compile_note`).
-        let compile_note = (compiled > 0 || cubin_failed.is_some()).then(|| {
+        let compile_note = (compiled > 0 || cubin_failed).then(|| {
             let cached = kernel_cache.map_or("not cached: no cache directory".to_string(), |d| {
                 format!("cached in {}; later runs skip this", d.display())
             });
@@ -391,7 +387,7 @@ impl Gpu {
         let split_bytes = attention::ATT_SPLIT_BYTES;
         let att_split = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(split_bytes)?, split_bytes);
         let pdl = launch::pdl_wanted(info.capability);
-        let trace = trace::Trace::open(&stream, &modules)?;
+        let trace = trace::Trace::open(&stream, &modules, tuning.trace.as_deref())?;
         let gemv_kernel = GemvKernel::from_env();
         let compile_note = Mutex::new(compile_note);
         Ok(Gpu {
@@ -405,9 +401,15 @@ impl Gpu {
             defer,
             att_split,
             pdl,
+            tuning,
             trace,
             compile_note,
         })
+    }
+
+    /// The settings the GPU was opened with.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// The note on compiling the kernels at open, once (None when they came from the cache or were taken): the

@@ -11,8 +11,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, NormTo,
-    QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut,
+    NormTo, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -72,9 +72,6 @@ pub(crate) struct GpuDecoder {
     /// The KV pages (`[layers][pages][nkv][PAGE][hd]` f16, K and V) and which are free.
     pool: Arc<PagePool>,
     scratch: Mutex<Option<Scratch>>,
-    /// Fold decode's RMSNorms into the following GEMV (`KVAD_GPU_FUSE_NORM=1`) rather than run the norm kernel:
-    /// measured both ways in docs/performance.md.
-    fuse_norm: bool,
     /// Passes with cuBLAS calls may be recorded as graphs (cleared when such a capture fails).
     blas_graph: std::sync::atomic::AtomicBool,
 }
@@ -181,13 +178,11 @@ impl GpuDecoder {
             page_layer_bytes: page_one_layer,
         };
         let pool = PagePool::new(pages, page_bytes, Some(store));
-        let fuse_norm = std::env::var("KVAD_GPU_FUSE_NORM").is_ok_and(|v| v == "1");
         Ok(GpuDecoder {
             gpu,
             pool,
             scratch: Mutex::new(None),
             p,
-            fuse_norm,
             blas_graph: std::sync::atomic::AtomicBool::new(true),
         })
     }
@@ -208,16 +203,11 @@ impl GpuDecoder {
         Ok(())
     }
 
-    /// The activations a product after norm `n` reads: on the GEMV path an RMSNorm is folded into the product
-    /// (no kernel, no copy); otherwise the norm kernel writes `out` (bf16 for cuBLAS).
+    /// The activations a product after norm `n` reads: the norm kernel writes `out` (f32 for the GEMV path, bf16
+    /// for cuBLAS).
     fn normed(&self, n: &Norm, x: u64, out: &DevBuf, rows: usize, gemv: bool) -> Result<Act, ModelError> {
-        match (n, gemv) {
-            (Norm::Rms(w), true) if self.fuse_norm => Ok(Act::F32Rms { x, g: w.ptr(), eps: self.p.cfg.norm_eps }),
-            _ => {
-                self.norm(n, x, out.ptr(), rows, !gemv)?;
-                Ok(act(out, gemv))
-            }
-        }
+        self.norm(n, x, out.ptr(), rows, !gemv)?;
+        Ok(act(out, gemv))
     }
 
     /// Whether every product of a pass of `rows` rows and `sel` logit rows runs the tensor-core kernel
@@ -632,7 +622,7 @@ impl GpuDecoder {
             NormTo::Act8 => Act::F32Act8(o.out),
             NormTo::F32 => Act::F32(o.out),
         };
-        let kern = gpu.gemv_kernel();
+        let kern = GemvKernel::SplitDp4a;
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
         // The input of layer 0's q/k/v product comes from the norm kernel (f32); later ones from the down product.

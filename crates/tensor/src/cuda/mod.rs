@@ -101,8 +101,6 @@ pub struct Gpu {
     funcs: HashMap<String, CudaFunction>,
     pub(crate) blas: Mutex<blas::Blas>,
     info: GpuInfo,
-    /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
-    pub(crate) gemv_kernel: GemvKernel,
     /// Scratch for decode activations in two 8-bit terms (`quant_act8`, read by the dp4a GEMVs): allocated once
     /// with the GPU, so a product recorded into a CUDA graph always names the same address.
     pub(crate) act8: DevBuf,
@@ -229,10 +227,12 @@ pub fn kernel_names() -> Vec<String> {
             names.push(format!("attention_split_{hd}"));
         }
     }
+    // The per-warp product, for bf16 widths that are not whole blocks of 32.
+    for b in 1..=ops::GEMV_MAX_ROWS {
+        names.push(format!("gemv_bf16_{b}"));
+    }
     for f in ["bf16", "q8", "q4"] {
         for b in 1..=ops::GEMV_MAX_ROWS {
-            names.push(format!("gemv_{f}_{b}"));
-            names.push(format!("gemv_{f}_{b}_rms"));
             for r in ops::SPLIT_HEIGHTS {
                 for nn in ["", "_nn"] {
                     names.push(format!("gemvs_{f}_{b}_r{r}{nn}"));
@@ -388,7 +388,6 @@ impl Gpu {
         let att_split = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(split_bytes)?, split_bytes);
         let pdl = launch::pdl_wanted(info.capability);
         let trace = trace::Trace::open(&stream, &modules, tuning.trace.as_deref())?;
-        let gemv_kernel = GemvKernel::from_env();
         let compile_note = Mutex::new(compile_note);
         Ok(Gpu {
             ctx,
@@ -396,7 +395,6 @@ impl Gpu {
             funcs,
             blas: Mutex::new(blas),
             info,
-            gemv_kernel,
             act8,
             defer,
             att_split,
@@ -430,11 +428,6 @@ impl Gpu {
 
     pub(crate) fn func(&self, name: &str) -> &CudaFunction {
         self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} is not in KERNELS"))
-    }
-
-    /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
-    pub fn gemv_kernel(&self) -> GemvKernel {
-        self.gemv_kernel
     }
 
     /// Waits for all queued work.

@@ -1,7 +1,7 @@
-//! The kernel trace: with `KVAD_GPU_TRACE=path` ([`super::Tuning::trace`]) the kernels are compiled with their trace code (`KVAD_TRACE`; without
-//! it they carry none), every kernel's first block records when it passed its PDL wait
-//! (common.cuh's `trace_entry`), and [`Gpu::trace_dump`] writes the records to `path` as text, one kernel a line:
-//! `ns grid_x grid_y block_x`. The gap from one record to the next is that kernel's time on the critical path
+//! The kernel trace: with `KVAD_GPU_TRACE=path` ([`super::Tuning::trace`]) the kernels are compiled with their
+//! trace code (`KVAD_TRACE`; without it they carry none), every kernel's first block records when it passed its PDL
+//! wait (common.cuh's `trace_entry`), and [`Gpu::trace_dump`] writes the records to `path` as text, one kernel a
+//! line: `ns grid_x grid_y block_x`. The gap from one record to the next is that kernel's time on the critical path
 //! inside a CUDA graph, with programmatic dependent launch — what a profiler that launches each kernel alone (ncu)
 //! cannot measure. `scripts/gpu/trace.py` sums a decode step's records by kernel shape.
 

@@ -18,7 +18,7 @@ mod norm_defer;
 mod ops;
 mod trace;
 
-pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkKernel, FLASH_TILE};
+pub use attention::{flash_takes, Attn, FLASH_TILE};
 pub use buffer::DevBuf;
 pub use config::Tuning;
 pub use matrix::{DevFormat, DevMatrix};
@@ -160,9 +160,6 @@ const KERNELS: &[&str] = &[
     "embed",
     "qkv_post",
     "attention",
-    "attention_keys_1",
-    "attention_keys_2",
-    "attention_keys_4",
     "attention_keys_8",
     "flash_attention_16",
     "flash_attention_32",
@@ -193,16 +190,15 @@ fn compile_units() -> Vec<(String, &'static str)> {
     compile::units(&SOURCES, COMMON, GEMV_SPLIT)
 }
 
-/// The key-stream attention instances with more warps (attention.cu): (D, query heads per KV head, warps).
-const ATT_WARPS_INSTANCES: [(usize, &[usize], usize); 8] = [
+/// The key-stream attention instances with more warps (attention.cu), those `attention_warps` picks: (D, query
+/// heads per KV head, warps).
+const ATT_WARPS_INSTANCES: [(usize, &[usize], usize); 6] = [
     (1, &[1, 2, 4, 8], 32),
     (2, &[1, 2, 4, 8], 32),
     (4, &[1, 2, 4], 32),
     (8, &[1, 2], 32),
-    (1, &[1, 2, 4, 8], 16),
-    (2, &[1, 2, 4, 8], 16),
-    (4, &[1, 2, 4, 8], 16),
-    (8, &[1, 2, 4], 16),
+    (4, &[8], 16),
+    (8, &[4], 16),
 ];
 
 /// The kernel entry points the binary loads: the fixed ones and the GEMV family (format × rows × fused norm).
@@ -214,18 +210,13 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     for d in [1, 2, 4, 8] {
-        for gm in [1, 2, 4, 8] {
-            names.push(format!("attention_decode_{d}_g{gm}"));
-        }
+        names.push(format!("attention_decode_{d}_g1"));
     }
-    for hd in [32, 64, 128, 256] {
-        for gm in [1, 2, 4, 8] {
-            names.push(format!("attention_chunks_{hd}_g{gm}"));
-        }
-        if hd <= 128 {
-            names.push(format!("attention_chunks_mma_{hd}"));
-            names.push(format!("attention_split_{hd}"));
-        }
+    for hd in [32, 64, 128] {
+        names.push(format!("attention_split_{hd}"));
+    }
+    for gm in [1, 2, 4, 8] {
+        names.push(format!("attention_chunks_256_g{gm}"));
     }
     // The per-warp product, for bf16 widths that are not whole blocks of 32.
     for b in 1..=ops::GEMV_MAX_ROWS {

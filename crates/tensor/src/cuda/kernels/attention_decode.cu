@@ -3,8 +3,8 @@
 // per-head RMSNorm and RoPE of qkv_post (elementwise.cu) to its group's query heads and to its KV head's new key,
 // writes the new key and value into the pages itself, and attends over keys lo..=pos as the key-stream kernels do
 // (attention.cu: warp w takes keys lo+w, lo+w+W, …, lane l dims [l·D, l·D+D)). Two launches a layer become one.
-// The host may split a KV head's query heads over blocks (grid z, `decode_heads` in attention.rs): each block then
-// attends for GM of them over the same keys, and only the first writes the new key and value.
+// The host splits a KV head's query heads over blocks (grid z, `decode_heads` in attention.rs: one a block, GM = 1):
+// each block attends for GM of them over the same keys, and only the first writes the new key and value.
 //
 // Its loads do not wait on one another: the page table's first 32 entries sit one a lane (a key's page is a
 // shuffle away, not a dependent load), and a warp asks for AD_KB keys' K and V rows at a time, the next AD_KB while
@@ -403,7 +403,5 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                                                    eps, oq, oq2, ods, splits, kpb, part_acc, part_ml,           \
                                                    counters);                                                   \
     }
-ATT_DECODE(1, 1) ATT_DECODE(1, 2) ATT_DECODE(1, 4) ATT_DECODE(1, 8)
-ATT_DECODE(2, 1) ATT_DECODE(2, 2) ATT_DECODE(2, 4) ATT_DECODE(2, 8)
-ATT_DECODE(4, 1) ATT_DECODE(4, 2) ATT_DECODE(4, 4) ATT_DECODE(4, 8)
-ATT_DECODE(8, 1) ATT_DECODE(8, 2) ATT_DECODE(8, 4) ATT_DECODE(8, 8)
+// One query head a block (GM = 1, `decode_heads` in attention.rs), every head width 32·D.
+ATT_DECODE(1, 1) ATT_DECODE(2, 1) ATT_DECODE(4, 1) ATT_DECODE(8, 1)

@@ -12,7 +12,3 @@ for t in cuda_kernels cuda_attention cuda_decode_attention cuda_norm_defer cuda_
   # NVRTC compiling every kernel for two architectures is checked by CI (scripts/test.sh), not here.
   ".gpu/bin/$t" --test-threads=1 --nocapture --skip every_kernel_compiles_with_nvrtc
 done
-# q8/q4 with the residual stream's norm in the o/down products' tails rather than deferred to the product that
-# reads it (the default; KVAD_GPU_NORM_DEFER=0 is the tail).
-echo "== gpu (KVAD_GPU_NORM_DEFER=0)"
-KVAD_GPU_NORM_DEFER=0 .gpu/bin/gpu --test-threads=1 --nocapture

@@ -11,7 +11,7 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut,
+    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut,
     NormTo, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
@@ -428,18 +428,6 @@ impl Plan {
     }
 }
 
-/// Decode products norm their own output unless `KVAD_GPU_NORM_TAIL=0` (for measuring what it brings).
-fn norm_tail_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_TAIL").map_or(true, |v| v != "0"))
-}
-
-/// Graphs are used for decode passes unless `KVAD_GPU_GRAPHS=0` (for measuring what they bring).
-fn graphs_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_GRAPHS").map_or(true, |v| v != "0"))
-}
-
 impl GpuDecoder {
     /// Runs the pass; the logits of the selected rows stay in the scratch. None: no rows at all.
     ///
@@ -500,10 +488,9 @@ impl GpuDecoder {
         // Passes of up to MMA_FEW_MAX_ROWS rows whose attention is the key-stream kernel (decode) are recorded as
         // graphs, cuBLAS calls included (its workspace comes from the stream-ordered allocator under capture since
         // CUDA 12.2); should a capture with cuBLAS fail, such passes run unrecorded from then on.
-        // KVAD_GPU_MMA_FEW=0 restores the path before it: cuBLAS after dequantisation, unrecorded.
-        let few = !gemv && rows <= MMA_FEW_MAX_ROWS && mma_few_enabled();
+        let few = !gemv && rows <= MMA_FEW_MAX_ROWS;
         let blas = few && !self.few_takes_all(rows, sel.len());
-        let graph = (gemv || few) && tiles.is_empty() && graphs_enabled() && !(blas && self.blas_graph_failed());
+        let graph = (gemv || few) && tiles.is_empty() && !(blas && self.blas_graph_failed());
         let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };
         let all_rows = sel.iter().enumerate().all(|(i, &r)| r as usize == i) && sel.len() == rows;
         let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows };
@@ -601,7 +588,6 @@ impl GpuDecoder {
             Norm::Layer(..) => None,
         };
         let fused = gemv
-            && norm_tail_enabled()
             && rms(&self.p.final_norm).is_some()
             && self.p.layers.iter().all(|l| rms(&l.norm1).is_some() && rms(&l.norm2).is_some());
         // The norm also writes the two-term 8-bit activations when the product after it reads them (q8/q4 decode),

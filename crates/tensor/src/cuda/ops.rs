@@ -106,13 +106,6 @@ pub fn mma_few_takes(m: &DevMatrix, rows: usize) -> bool {
     (1..=MMA_FEW_MAX_ROWS).contains(&rows) && m.cols.is_multiple_of(step) && m.rows > 0
 }
 
-/// bf16 products of up to [`MMA_FEW_MAX_ROWS`] rows run the tensor-core kernel unless `KVAD_GPU_MMA_FEW=0`
-/// (cuBLAS after a per-product dequantisation then, as before it: for measuring what it brings).
-pub fn mma_few_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_MMA_FEW").map_or(true, |v| v != "0"))
-}
-
 /// Tokens per KV-cache page.
 pub const KV_PAGE: usize = 16;
 
@@ -347,7 +340,7 @@ impl Gpu {
     /// stored bytes in all) where the kernel reads 1–2.6 TB/s. More tiles a warp share each activation load
     /// among more weight rows, fewer keep more blocks in flight on short matrices.
     pub fn few_rows_tiles(&self, m: &DevMatrix, rows: usize) -> Option<usize> {
-        if !mma_few_enabled() || !mma_few_takes(m, rows) || m.format == DevFormat::Bf16 {
+        if !mma_few_takes(m, rows) || m.format == DevFormat::Bf16 {
             return None;
         }
         let n = m.rows;

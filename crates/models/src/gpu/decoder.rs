@@ -113,9 +113,8 @@ type GraphKey = (usize, usize, usize, usize, bool);
 /// Most greedy steps run ahead in one call ([`CausalLm::forward_greedy_steps`]).
 const GREEDY_AHEAD_MAX: usize = 64;
 
-/// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (the host's wait it saves, ~20 µs a step:
-/// gpu-q4 558.8 tok/s against 553.4 one at a time on the H200, session 18; a reply's last run may go up to 7 steps
-/// past its stop, ~2 ms each on the 8B shape, its tokens dropped). The callers' `KVAD_GREEDY_AHEAD=n`
+/// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (it saves the host's wait between steps; a
+/// reply's last run may go up to 7 steps past its stop, its tokens dropped; figures in docs/performance-gpu.md). The callers' `KVAD_GREEDY_AHEAD=n`
 /// (`kvad_engine::greedy_ahead`) runs n instead (1: one at a time; past [`GREEDY_AHEAD_MAX`], a step at a time).
 const GREEDY_AHEAD: usize = 8;
 

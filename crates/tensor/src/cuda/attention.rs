@@ -288,9 +288,8 @@ struct DecodeKernel<'a> {
 
 /// Most blocks a row's keys may be split over so that a pass of one row fills the GPU in one wave: `sms` × the
 /// kernel's `resident` blocks an SM, over the `row_blocks` one row launches unsplit (at least 1, at most
-/// [`ATT_SPLIT_MAX`]). One block past a wave leaves the whole pass waiting on a second: at a 1,024-token context,
-/// gpu-q4 of the 8B shape (32 blocks a row, one block an SM by registers, 132 SMs) decoded 480.8 tok/s with 4
-/// splits, 431.5 with 5, 379.3 with 16 and 367.4 unsplit (docs/gpu-results/split-2026-12-01/).
+/// [`ATT_SPLIT_MAX`]). One block past a wave leaves the whole pass waiting on a second, which costs more than the
+/// split gains (docs/performance-gpu.md).
 fn one_wave_splits(sms: usize, resident: usize, row_blocks: usize) -> usize {
     (sms * resident / row_blocks.max(1)).clamp(1, ATT_SPLIT_MAX)
 }

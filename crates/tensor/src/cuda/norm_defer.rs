@@ -1,6 +1,6 @@
 //! The residual stream's RMSNorm deferred to the dp4a product that reads it (`split_norm_groups` in
 //! gemv_split.cu): the o and down products at q8/q4 normed their whole output rows in one last block, a serial
-//! ~5 µs twice a layer (the trace, docs/performance-gpu.md). Deferred, each group of 32 columns is quantised by the
+//! step twice a layer on the decode's critical path. Deferred, each group of 32 columns is quantised by the
 //! last of its blocks as `y·g` (the weights applied, the RMS not yet divided out: it scales a block and its 8-bit
 //! form alike), with the group's sum of squares; the next product sums those into each row's 1/rms as it stores
 //! its outputs and multiplies it in (measured faster than the tail: docs/performance-gpu.md).
@@ -45,8 +45,7 @@ pub(crate) const GROUPS_BLOCK: [(&str, usize); 3] = [("q8", 4), ("q8", 8), ("q4"
 /// Whether a deferring product runs the kernel whose blocks hold whole groups of 32 output rows (`_gb` in
 /// gemv_split.cu: each block finishes its group's 8-bit form behind its own barrier, where the `_gn` kernels count
 /// the group's blocks on a counter, fence, and read the rows back from L2 — a chain at the end of a one-wave
-/// product: gpu-q8 +1.8%, gpu-q4 +2.6% on the H200). One input, [`GROUPS_BLOCK`]'s heights; the same bits as
-/// `_gn`.
+/// product). One input, [`GROUPS_BLOCK`]'s heights; the same bits as `_gn`.
 pub(crate) fn groups_in_block(format: &str, rows: usize, per: usize) -> bool {
     rows == 1 && GROUPS_BLOCK.contains(&(format, per))
 }

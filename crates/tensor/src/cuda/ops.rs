@@ -42,18 +42,13 @@ pub const ACT8_MAX_K: usize = 1 << 16;
 pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_ROWS * (ACT8_MAX_K / 32) * 8;
 
 /// The dp4a kernels' block height per format and input count, from the kernel benchmark of their one-term version
-/// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes); not re-measured for two terms.
-/// One q4 input: 8 rows where the product norms its output, 4 where it does not — the norm-free kernels at 8 rows
-/// hold 128 registers, at 4 rows 72, and gpu-q4 decoded 1.5% faster with q/k/v, gate/up and the head at 4
-/// (alternated twice on the H200, docs/gpu-results/tail-smem-2026-12-01/). The products deferring their norm hold
-/// 72 registers at 4 rows too, but gpu-q4 decoded 8% slower with them there than at 8 (461.6 vs 503.2 tok/s,
-/// docs/gpu-results/norm-defer-2026-12-01/).
-///
-/// (At 4 rows in blocks of 1,024 threads holding their group whole, 32 warps an SM where 8 rows hold 16, gpu-q4
-/// decoded 4% slower: 531.4 against 553.4 tok/s, session 18.)
+/// (geometric mean over the 8B shapes; not re-measured for two terms). One q4 input: 8 rows where the product norms
+/// its output, 4 where it does not — the norm-free kernels at 8 rows hold 128 registers, at 4 rows 72, so more
+/// blocks an SM; the products deferring their norm decode faster at 8 although 4 holds 72 registers too, and so
+/// did 8 against 4 rows in blocks holding a group whole (figures: docs/performance-gpu.md).
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     match (format, inputs) {
-        // The 6-bit head: 4 (7 blocks an SM at 72 registers); 2 (8 an SM at 64) measured no faster (session 21).
+        // The 6-bit head: 4 (7 blocks an SM at 72 registers); 2 (8 an SM at 64) measured no faster.
         (DevFormat::Q6, 1) => 4,
         (DevFormat::Q4, 1) if !norm => 4,
         (DevFormat::Q4, 1) => 8,
@@ -64,19 +59,17 @@ fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
 }
 
 /// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
-/// it) rather than registers: `split_norm_tail`'s SMEM in gemv_split.cu, chosen there per format by decode on the
-/// H200 — shared memory gave q8 +5% and bf16 +3% (the tail's registers had cut their o/down products' blocks an SM
-/// to a third), q4 −5% (its products hold 8 rows: as many registers either way).
+/// it) rather than registers: `split_norm_tail`'s SMEM in gemv_split.cu, chosen there per format by decode — for
+/// q8 and bf16 the tail's registers had cut their o/down products' blocks an SM to a third; q4's products hold 8
+/// rows, as many registers either way, and lose to the shared memory's traffic.
 fn tail_in_smem(format: DevFormat) -> bool {
     format != DevFormat::Q4
 }
 
-/// The f32-activation split kernels' block height per format and input count, from the kernel benchmark on the
-/// H200 (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
-/// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights. (bf16 at
-/// height 2 for one and two inputs measured faster in the kernel benchmark of the norm-free kernels — one input:
-/// q/k/v 3.45 → 3.62 TB/s, down 3.05 → 4.09, docs/gpu-results/norm-free-2026-12-01/gemv-nn.json — but slower in
-/// decode, gpu-bf16 226.6 → 220.3 tok/s: not taken.)
+/// The f32-activation split kernels' block height per format and input count, from the kernel benchmark
+/// (examples/gpu_gemv.rs): small heights keep more blocks in flight, large ones share each activation load among
+/// more rows; past a few inputs the block formats' unrolled loops spill at large heights. (bf16 at height 2 won the
+/// kernel benchmark but lost in decode: not taken.)
 fn split_rows_f32(format: DevFormat, inputs: usize) -> usize {
     match (format, inputs) {
         (DevFormat::Bf16 | DevFormat::Q8, 1) => 4,
@@ -334,11 +327,10 @@ impl Gpu {
     }
 
     /// How a product of `rows` bf16 rows runs: `Some(mt)`, the tensor-core kernel with `mt` tiles of 16 output
-    /// rows a warp; None, cuBLAS. From the kernel benchmark on the H200 (examples/gpu_mma_few.rs,
-    /// docs/gpu-results/mma-few-2.json): cuBLAS reads bf16 weights at 2.3–4.1 TB/s where the kernel reaches
-    /// 1.8–2.9, so bf16 stays on cuBLAS; for q8/q4 cuBLAS must first dequantise the matrix (0.2–0.4 TB/s of
-    /// stored bytes in all) where the kernel reads 1–2.6 TB/s. More tiles a warp share each activation load
-    /// among more weight rows, fewer keep more blocks in flight on short matrices.
+    /// rows a warp; None, cuBLAS. From the kernel benchmark (examples/gpu_mma_few.rs): cuBLAS reads bf16 weights
+    /// faster than the kernel, so bf16 stays on cuBLAS; for q8/q4 cuBLAS must first dequantise the whole matrix,
+    /// which costs more than the kernel's reading it once. More tiles a warp share each activation load among more
+    /// weight rows, fewer keep more blocks in flight on short matrices.
     pub fn few_rows_tiles(&self, m: &DevMatrix, rows: usize) -> Option<usize> {
         if !mma_few_takes(m, rows) || m.format == DevFormat::Bf16 {
             return None;
@@ -443,7 +435,7 @@ impl Gpu {
         let split = m.cols.is_multiple_of(32).then(|| {
             let d = if int8 { "d" } else { "" };
             // A product that folds no norm runs the kernel compiled without it (fewer registers, so more blocks
-            // an SM: gpu-q8 +15%, docs/performance-gpu.md).
+            // an SM).
             let nn = match norm {
                 None => "_nn",
                 Some(o) if o.to == NormTo::Deferred && super::norm_defer::groups_in_block(fname, rows, per) => "_gb",

@@ -138,9 +138,10 @@ __device__ __forceinline__ void halve_sums(float (&v)[V], int lane) {
 // for every (key, head) pair, summed across the warp by halving exchanges — at each of the five steps a lane
 // keeps half its values and sends the other half, so AD_KB·GM sums take AD_KB·GM − 1 + the remaining steps'
 // shuffles rather than five each, with no chain from one key to the next — then, a head at a time, the scores
-// gathered back to every lane (AD_KB·GM more shuffles: 32 in all for G = 4, against 80) and one online-softmax update for the group: the running maximum, its rescale of
-// the sum and accumulators, and each key's weight times its value row. (key_step takes keys one by one: a chain of
-// five shuffles and two exponentials a key and head, which made the key loop 10 of the kernel's 14 µs.)
+// gathered back to every lane (AD_KB·GM more shuffles: 32 in all for G = 4, against 80) and one online-softmax
+// update for the group: the running maximum, its rescale of the sum and accumulators, and each key's weight times
+// its value row. (key_step takes keys one by one: a chain of five shuffles and two exponentials a key and head,
+// which made the key loop most of the kernel's time.)
 template <int D, int GM, typename raw_t>
 __device__ __forceinline__ void keys_step(const float (&qr)[GM][D], const raw_t (&ck)[AD_KB],
                                           const raw_t (&cv)[AD_KB], int valid, float (&acc)[GM][D], float (&m)[GM],

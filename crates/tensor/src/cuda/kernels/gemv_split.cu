@@ -122,9 +122,9 @@ __device__ __forceinline__ void split_norm_tail(const float* y, int N, const flo
     // Rows up to TAIL_V float4s a thread are loaded whole (one round trip to L2, not one per element), summed, and
     // written from there: with SMEM by cp.async into the dynamic shared memory the host gives the norm kernels (N
     // floats), which needs no registers for them; otherwise into registers, which every product with a norm then
-    // carries (16 float4s a thread). Measured in decode: shared memory for bf16 and q8 (+3% and +5%: o/down at q8
-    // 135 → 56 registers), registers for q4 (its one-input products hold 8 rows, 127 registers either way: −5%);
-    // ops.rs's tail_in_smem says the same to the host, which gives the shared memory.
+    // carries (16 float4s a thread). Measured in decode: shared memory for bf16 and q8 (o/down at q8 135 → 56
+    // registers), registers for q4 (its one-input products hold 8 rows, 127 registers either way); ops.rs's
+    // tail_in_smem says the same to the host, which gives the shared memory.
     constexpr int TAIL_V = NORM_TAIL_V;
     bool whole = (N & 3) == 0 && N <= (int)blockDim.x * 4 * TAIL_V;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -259,7 +259,7 @@ __device__ __forceinline__ void group_finish(float4 v, float4 w, bool on, int b,
 }
 
 // The norm deferred to the dp4a product next, for the o and down products at q8/q4 (ops.rs, NormOut::defer): the
-// last-block tail above norms the whole row in one block, a serial ~5 µs. Here each group of 32 output columns is
+// last-block tail above norms the whole row in one block, a serial step on the critical path. Here each group of 32 output columns is
 // finished by the last of its 32/R blocks (one counter a group, counter[g]): it writes the group's two-term 8-bit
 // form of y·g — the norm's weights applied, not yet divided by the row's RMS, which scales a block of 32 and its
 // 8-bit form alike — and the group's sum of squares (nss[b][g]), from which the next product makes each row's
@@ -328,7 +328,7 @@ __device__ __forceinline__ void split_range(int chunks, int& c0, int& c1) {
 
 // A lane's R rows of one chunk of q8 weights (16 quants, half a block) with their blocks' scales; rows past N
 // repeat the last. Loaded into registers before a kernel's PDL wait for its first chunk: asking L2 for them
-// instead measured 12% slower at q4, where a lane has about one chunk.
+// instead measured slower at q4, where a lane has about one chunk.
 template <int R>
 __device__ __forceinline__ void load_q8(const unsigned char* __restrict__ Q, const f16_t* __restrict__ S, int n0,
                                         int N, int K, int c, uint4 (&w)[R], float (&d)[R]) {
@@ -363,7 +363,7 @@ __device__ void gs_bf16(const bf16_t* __restrict__ W, const float* __restrict__ 
 #pragma unroll
         for (int r = 0; r < R; r++) acc[b][r] = 0.0f;
     // bf16 lanes walk several chunks: their loop kept as it was measured best, the first chunk asked of L2 before
-    // the wait (loading it into registers there measured 2% slower).
+    // the wait (loading it into registers there measured slower).
     if (c0 + lane < c1) {
 #pragma unroll
         for (int r = 0; r < R; r++) prefetch_l2(W + (size_t)min(n0 + r, N - 1) * K + (c0 + lane) * 8);
@@ -534,9 +534,8 @@ __device__ __forceinline__ int dp4a_q4(const int (&wl)[4], const int (&wh)[4], i
 
 // The dp4a products' end: the store (with the deferred rows' 1/rms in the norm-free instances, the only ones that
 // take deferred rows, ops.rs), then the norm tail or the deferred norm's groups (counted, or whole in the block:
-// `_gb`, SUB sub-blocks; +1.8% decode at q8, +2.6% at q4 against `_gn`). A deferring product lets the next
-// kernel launch once every block's weights are in: its groups' chain is L2 traffic, which the next product's first
-// weight loads overlap (+1% decode at q8 and q4 against the trigger in the groups, docs/performance-gpu.md).
+// `_gb`, SUB sub-blocks: no counter's chain at the end). A deferring product lets the next kernel launch once every
+// block's weights are in: its groups' chain is L2 traffic, which the next product's first weight loads overlap.
 template <int B, int R, int NORM, bool Q8, int SUB = 1>
 __device__ __forceinline__ void gs_d_finish(float (&acc)[B][R], float* y, const float* __restrict__ bias, int n0,
                                             int N, int K, int accumulate, const float* __restrict__ xss,
@@ -736,9 +735,8 @@ __device__ void gs_q6d(const unsigned char* __restrict__ Q, const f16_t* __restr
 
 // The deferring products with their group in one block (`_gb`: GS_GROUPS_BLOCK, 32/R sub-blocks of GS_WARPS warps,
 // one block of 32 rows), for one input — the o and down products of one-stream decode (ops.rs) — at the heights
-// whose sub-blocks fit: q8 at 4 and 8, q4 at 8. Measured and removed (gpu-q4, session 18): q4 at 4 in blocks of
-// 1,024 threads (32 warps an SM where height 8 holds 16; 64 registers, 16 bytes spilled) 531.4 tok/s against
-// 553.4; q4 at 8 asked for 2 blocks an SM (64 registers, 224 bytes spilled) 449.1 against 589.3.
+// whose sub-blocks fit: q8 at 4 and 8, q4 at 8. q4 at 4, and q4 at 8 asked for 2 blocks an SM, spilled and were
+// slower (docs/performance-gpu.md).
 #define GS_INSTANCE_GB(F, B, R, ST)                                                                            \
     extern "C" __global__ void __launch_bounds__(GS_WARPS * 32 * (32 / R), 1)                                 \
         gemvs_##F##d_##B##_r##R##_gb(const unsigned char* Q, const ST* S, const signed char* xq,              \
@@ -758,11 +756,10 @@ __device__ void gs_q6d(const unsigned char* __restrict__ Q, const f16_t* __restr
 // NormOut::defer).
 //
 // q4's one-input norm-free products at height 4 (q/k/v, gate/up, the head) held 7 blocks an SM at 72 registers;
-// the deferred norm's 1/rms in their store took them to 79 (6 blocks: gate/up 18.0 → 22.3 µs a layer in decode).
-// They ask ptxas for 9 (GS_NN4_BOUNDS_1: 56 registers, no spill): gpu-q4 583.8 tok/s against 566.5 at 8 (64
-// registers) and 553.4 at 7 (docs/performance-gpu.md, session 18) — more warps an SM, each waiting on its one
-// round trip; at 10 (48 registers, 44 bytes spilled) 508.1, at 12 (40, 100 spilled) 443.5. At two inputs it
-// spilled. A minimum of 1 is not the same as none: ptxas then gave other q4 kernels 50 more registers.
+// the deferred norm's 1/rms in their store took them to 79 (6 blocks, slower). They ask ptxas for 9
+// (GS_NN4_BOUNDS_1: 56 registers, no spill), faster than 7 or 8 — more warps an SM, each waiting on its one round
+// trip; 10 and 12 spill and lose (docs/performance-gpu.md). At two inputs it spilled. A minimum of 1 is not the
+// same as none: ptxas then gave other q4 kernels 50 more registers.
 // (Function-like, so the comma appears only where the bounds are used, not as a macro argument.)
 #define GS_BOUNDS() GS_WARPS * 32
 #define GS_NN4_BOUNDS_1() GS_WARPS * 32, 9

@@ -105,12 +105,13 @@ fn cubin(src: &str, options: &[String]) -> Result<Vec<u8>, GpuError> {
 /// Compile units of the split products (gemv_split.cu's `KVAD_GS_PART`: two input counts each).
 const GS_PARTS: [&str; 4] = ["KVAD_GS_PART=0", "KVAD_GS_PART=1", "KVAD_GS_PART=2", "KVAD_GS_PART=3"];
 
-/// The kernels as NVRTC compile units, each a source and the define that picks its share: the split products' 240
-/// instances in four units (common.cuh and gemv_split.cu alone), then every other kernel (all sources, no split
-/// product). Compiled whole, the source took 90 s on one core (2026-12-01); as units side by side, about as long as
-/// the largest (~27 s), and a change to one file recompiles only the units that hold it.
-pub(crate) fn units(all: &[&str], common: &str, gemv_split: &str) -> Vec<(String, &'static str)> {
-    let mut u: Vec<(String, &'static str)> = GS_PARTS.iter().map(|&d| (format!("{common}{gemv_split}"), d)).collect();
+/// The kernels as NVRTC compile units, each a source and the define that picks its share: the split products'
+/// instances in four units (common.cuh and the gemv_split files alone), then every other kernel (all sources, no
+/// split product). Side by side the units take about as long as the largest, where the whole source compiled as
+/// one took several times that on one core; and a change to one file recompiles only the units that hold it.
+pub(crate) fn units(all: &[&str], common: &str, gemv_split: &[&str]) -> Vec<(String, &'static str)> {
+    let split = gemv_split.concat();
+    let mut u: Vec<(String, &'static str)> = GS_PARTS.iter().map(|&d| (format!("{common}{split}"), d)).collect();
     u.push((all.concat(), "KVAD_GS_PART=-1"));
     u
 }

@@ -129,15 +129,24 @@ impl std::fmt::Debug for Gpu {
 /// The helpers every kernel file uses, first in every compile unit.
 const COMMON: &str = include_str!("kernels/common.cuh");
 
-/// The split products, also compiled as units of their own ([`compile::units`]).
-const GEMV_SPLIT: &str = include_str!("kernels/gemv_split.cu");
+/// The split products in order (their shared part, the f32 and the 8-bit activation products, their instances),
+/// also compiled as units of their own ([`compile::units`]).
+const GEMV_SPLIT: [&str; 4] = [
+    include_str!("kernels/gemv_split.cuh"),
+    include_str!("kernels/gemv_split_f32.cu"),
+    include_str!("kernels/gemv_split_dp4a.cu"),
+    include_str!("kernels/gemv_split.cu"),
+];
 
 /// The kernel sources in order (a file may use what the files before it define).
-const SOURCES: [&str; 11] = [
+const SOURCES: [&str; 14] = [
     COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
-    GEMV_SPLIT,
+    GEMV_SPLIT[0],
+    GEMV_SPLIT[1],
+    GEMV_SPLIT[2],
+    GEMV_SPLIT[3],
     include_str!("kernels/attention.cu"),
     include_str!("kernels/flash.cu"),
     include_str!("kernels/attention_chunks.cu"),
@@ -187,7 +196,7 @@ pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<S
 
 /// [`compile::units`] of these sources.
 fn compile_units() -> Vec<(String, &'static str)> {
-    compile::units(&SOURCES, COMMON, GEMV_SPLIT)
+    compile::units(&SOURCES, COMMON, &GEMV_SPLIT)
 }
 
 /// The key-stream attention instances with more warps (attention.cu), those `attention_warps` picks: (D, query

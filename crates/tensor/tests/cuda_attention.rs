@@ -149,7 +149,13 @@ fn key_stream_attention_in_every_warp_count_equals_the_reference() {
         let pages = Pages { k: &k, v: &v, tables: &tables, nkv, hd };
         for window in [0usize, 50] {
             let want = decode_reference(&pages, &q, &pos, nh, window, scale);
-            let w = if gm * d <= 16 { 32 } else if gm * d <= 32 { 16 } else { 8 };
+            let w = if gm * d <= 16 {
+                32
+            } else if gm * d <= 32 {
+                16
+            } else {
+                8
+            };
             let a = Attn {
                 q: qb.ptr(),
                 k_pages: kb.ptr(),
@@ -252,12 +258,8 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
             // Each row alone: its position, sequence and queries, the same pages.
             let one = DevBuf::zeros(&g, nh * hd * 4).unwrap();
             for r in 0..rows {
-                let mr = Meta {
-                    row_pos: mb.at(r * 4),
-                    row_seq: mb.at((rows + r) * 4),
-                    tables: mb.at(rows * 8),
-                    max_pages,
-                };
+                let mr =
+                    Meta { row_pos: mb.at(r * 4), row_seq: mb.at((rows + r) * 4), tables: mb.at(rows * 8), max_pages };
                 let a = attn(qb.at(r * nh * hd * 4), one.ptr(), mr, 1, window);
                 // SAFETY: as above, one row.
                 unsafe { g.attention_in_chunks(&a) }.unwrap();

@@ -123,8 +123,7 @@ fn gemv_of_every_format_and_row_count_equals_the_reference() {
                     // Each row of the batch is bit for bit the row alone; for the split kernels, alone at any block
                     // height (the height picked per input count must not change a row's sum).
                     let other = SPLIT_HEIGHTS[(rows + 1) % SPLIT_HEIGHTS.len()];
-                    let alone_kernel =
-                        if int8 { GemvKernel::Dp4aRows(other) } else { GemvKernel::SplitRows(other) };
+                    let alone_kernel = if int8 { GemvKernel::Dp4aRows(other) } else { GemvKernel::SplitRows(other) };
                     for r in 0..rows {
                         let xr = DevBuf::from_slice(&g, &x[r * k..(r + 1) * k]).unwrap();
                         let yr = DevBuf::from_slice(&g, &start[r * n..(r + 1) * n]).unwrap();
@@ -158,7 +157,9 @@ fn kernels_writing_8bit_activations_equal_a_separate_quantisation() {
             let bf = DevMatrix::upload(&g, &bf16_matrix(n2, n1, &data(n2 * n1, 43)), None).unwrap();
             assert!(g.takes_act8(&b, 1) && g.takes_act8(&b, 8) && !g.takes_act8(&b, 9) && !g.takes_act8(&bf, 1));
             // The producer with dp4a writes them in its norm tail; with f32 activations, by quant_act8 after.
-            for (rows, kern) in [(1usize, GemvKernel::SplitDp4a), (3, GemvKernel::SplitRows(4)), (8, GemvKernel::SplitDp4a)] {
+            for (rows, kern) in
+                [(1usize, GemvKernel::SplitDp4a), (3, GemvKernel::SplitRows(4)), (8, GemvKernel::SplitDp4a)]
+            {
                 let x = DevBuf::from_slice(&g, &data(rows * k1, 45 + rows as u64)).unwrap();
                 let ng = DevBuf::from_slice(&g, &data(n1, 47)).unwrap();
                 let counter = DevBuf::zeros(&g, 4).unwrap();

@@ -11,8 +11,8 @@ use crate::kv::SeqKv;
 use crate::layers::logit_rows;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut,
-    NormTo, QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut, NormTo, QkvPost,
+    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -177,13 +177,7 @@ impl GpuDecoder {
             page_layer_bytes: page_one_layer,
         };
         let pool = PagePool::new(pages, page_bytes, Some(store));
-        Ok(GpuDecoder {
-            gpu,
-            pool,
-            scratch: Mutex::new(None),
-            p,
-            blas_graph: std::sync::atomic::AtomicBool::new(true),
-        })
+        Ok(GpuDecoder { gpu, pool, scratch: Mutex::new(None), p, blas_graph: std::sync::atomic::AtomicBool::new(true) })
     }
 
     fn layer_pages(&self, li: usize) -> (u64, u64) {

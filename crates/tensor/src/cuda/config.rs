@@ -7,12 +7,17 @@
 
 /// What the environment sets for the GPU. Every field, its variable, its default and what it is for:
 ///
-/// | field       | variable             | default        | what it is for                                              |
-/// |-------------|----------------------|----------------|-------------------------------------------------------------|
-/// | `kv_tokens` | `KVAD_GPU_KV_TOKENS` | None (65,536)  | tokens the GPU's KV page pool holds (the models' decoder caps it at half the free memory) |
-/// | `trace`     | `KVAD_GPU_TRACE`     | None (no trace)| a file for the kernel trace: the kernels are compiled with their trace records (`KVAD_TRACE`) and `Gpu::trace_dump` writes them there, for `scripts/gpu/trace.py` |
+/// | field       | variable             | default           | for                                              |
+/// |-------------|----------------------|-------------------|--------------------------------------------------|
+/// | `kv_tokens` | `KVAD_GPU_KV_TOKENS` | None: 65,536      | the KV page pool's size in tokens ¹              |
+/// | `trace`     | `KVAD_GPU_TRACE`     | None: no trace    | the kernel trace's file ²                        |
 ///
-/// Nothing else about the GPU path is read from the environment: the kernels each shape runs are fixed by the code.
+/// ¹ The models' GPU decoder caps the pool at half the free device memory.
+/// ² The kernels are then compiled with their trace records (`KVAD_TRACE`; otherwise they carry no trace code), and
+/// `Gpu::trace_dump` writes them there, for `scripts/gpu/trace.py`.
+///
+/// Nothing else about the GPU path is read from the environment: the kernels each shape runs are fixed by the code
+/// (the measuring switches that once chose others are listed in docs/performance-gpu.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// Tokens the KV page pool should hold (`KVAD_GPU_KV_TOKENS`); None: the decoder's default.

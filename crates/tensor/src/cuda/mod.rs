@@ -210,7 +210,8 @@ const ATT_WARPS_INSTANCES: [(usize, &[usize], usize); 6] = [
     (8, &[4], 16),
 ];
 
-/// The kernel entry points the binary loads: the fixed ones and the GEMV family (format × rows × fused norm).
+/// The kernel entry points the binary loads: the fixed ones, the attention instances, and the products (format ×
+/// input rows × block height × what they do with their output rows).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = KERNELS.iter().map(|s| s.to_string()).collect();
     for (d, gms, w) in ATT_WARPS_INSTANCES {

@@ -3,7 +3,7 @@
 // per-head RMSNorm and RoPE of qkv_post (elementwise.cu) to its group's query heads and to its KV head's new key,
 // writes the new key and value into the pages itself, and attends over keys lo..=pos as the key-stream kernels do
 // (attention.cu: warp w takes keys lo+w, lo+w+W, …, lane l dims [l·D, l·D+D)). Two launches a layer become one.
-// The host splits a KV head's query heads over blocks (grid z, `decode_heads` in attention.rs: one a block, GM = 1):
+// The host splits a KV head's query heads over blocks (grid z, `DECODE_HEADS` in attention.rs: one a block, GM = 1):
 // each block attends for GM of them over the same keys, and only the first writes the new key and value.
 //
 // Its loads do not wait on one another: the page table's first 32 entries sit one a lane (a key's page is a
@@ -220,8 +220,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     int r = blockIdx.x / splits, chunk = blockIdx.x % splits, kvh = blockIdx.y, warp = threadIdx.x >> 5,
         lane = threadIdx.x & 31;
     // Block z of the grid takes query heads z·GM.. of its KV head's group when the host splits the group over
-    // blocks (attention.rs's decode_heads: one head a block unless measuring; only where GM divides the group): G
-    // heads here, the first h0.
+    // blocks (attention.rs's DECODE_HEADS: one head a block, so GM = 1 divides every group): G heads here, the
+    // first h0.
     int G = gridDim.z > 1 ? GM : nh / nkv, h0 = kvh * (nh / nkv) + blockIdx.z * GM;
     bool first = (threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0;  // the thread that marks the trace
     if (first) trace_mark(910);
@@ -404,5 +404,5 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                                                    eps, oq, oq2, ods, splits, kpb, part_acc, part_ml,           \
                                                    counters);                                                   \
     }
-// One query head a block (GM = 1, `decode_heads` in attention.rs), every head width 32·D.
+// One query head a block (GM = 1, `DECODE_HEADS` in attention.rs), every head width 32·D.
 ATT_DECODE(1, 1) ATT_DECODE(2, 1) ATT_DECODE(4, 1) ATT_DECODE(8, 1)

@@ -2,7 +2,7 @@
 # Variants of a decode benchmark alternated in one lease (leases differ by up to 3% at the same kernels, so only
 # alternated figures compare), twice round (ALT_ROUNDS), then each variant's median [min–max] per backend. On the
 # device, after scripts/gpu/stage.sh here and `bash scripts/gpu/bench.sh make` there:
-#   bash scripts/gpu/alternate.sh OUT "new|.gpu/bin/kvad|" "split1|.gpu/bin/kvad|KVAD_GPU_ATT_SPLIT=1" \
+#   bash scripts/gpu/alternate.sh OUT "new|.gpu/bin/kvad|" "pool|.gpu/bin/kvad|KVAD_GPU_KV_TOKENS=16384" \
 #     "old|.gpu/old/kvad|" -- /tmp/kvad-bench/hf --backend gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2
 # Each variant is name|kvad binary|environment (space-separated NAME=value, may be empty). JSON of every run goes to
 # OUT/tg-NAME-ROUND.json. ALT_DEADLINE (seconds, default 420) stops starting runs past it, so a call's time limit

@@ -36,7 +36,8 @@ fi
 if [[ " $steps " == *" tg "* ]]; then
   tg=("$W/hf" --backend gpu-bf16,gpu-q8,gpu-q4 --prompt-tokens 128 --gen-tokens 128 --rounds 2)
   if [ -n "${KVAD_AB_ENV:-}" ]; then
-    # The build with and without an environment setting (KVAD_AB_ENV="KVAD_GPU_NORM_DEFER=0", say), alternated twice.
+    # The build with and without an environment setting (KVAD_AB_ENV="NAME=value": a switch a branch adds to
+    # measure a change, say), alternated twice.
     bash scripts/gpu/alternate.sh "$O" "env|$K|$KVAD_AB_ENV" "plain|$K|" -- "${tg[@]}"
   elif [ -n "${KVAD_OLD:-}" ]; then
     # A change against the build before it (KVAD_OLD: that build's kvad, e.g. .gpu/old/kvad copied there before

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where a decode step's time goes (issue 8), on the device after scripts/gpu/stage.sh here: ncu's
-# gpu__time_duration of every kernel of a short `kvad bench --batch N` with graphs off (each kernel launched alone
-# so ncu sees it; inside a graph with PDL neighbours overlap, so the sum is an upper bound), summed per kernel for
-# the last decode pass; then the step's wall time with graphs on, for the gaps. Makes the 8B-shaped model if it is
+# gpu__time_duration of every kernel of a short `kvad bench --batch N` (ncu profiles each kernel node of the decode
+# graphs alone, its default `--graph-profiling node`; inside a graph with PDL neighbours overlap, so the sum is an
+# upper bound), summed per kernel for the last decode pass; then the step's wall time, for the gaps. Makes the 8B-shaped model if it is
 # not there.
 #   bash scripts/gpu/profile.sh [BATCH] [BACKEND...]   (default: 32 gpu-bf16; results in $OUT or /tmp/profile)
 set -uo pipefail
@@ -27,7 +27,7 @@ date -u
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 for be in "${BACKENDS[@]}"; do
 echo "== $be, $N rows"
-KVAD_GPU_GRAPHS=0 timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+timeout 240 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
   --log-file "$R/ncu-$be-$N.csv" $K bench "$B/hf" --backend "$be" --batch "$N" --prompt-tokens 128 --gen-tokens 4 \
   --rounds 1 --warmup 0 2>&1 | tail -5
 date -u

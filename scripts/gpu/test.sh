@@ -12,17 +12,3 @@ for t in cuda_kernels cuda_attention cuda_decode_attention cuda_norm_defer cuda_
   # NVRTC compiling every kernel for two architectures is checked by CI (scripts/test.sh), not here.
   ".gpu/bin/$t" --test-threads=1 --nocapture --skip every_kernel_compiles_with_nvrtc
 done
-# The fixtures again with f32 activations in the q8/q4 GEMVs (the kernels before dp4a), at the same bound.
-echo "== gpu (KVAD_GPU_GEMV=split)"
-KVAD_GPU_GEMV=split .gpu/bin/gpu --test-threads=1 --nocapture
-# The decode attention with two query heads a block, and with a KV head's whole group a block (KVAD_GPU_ATT_HEADS:
-# the default is one head a block).
-for h in 2 8; do
-  echo "== cuda_decode_attention, gpu (KVAD_GPU_ATT_HEADS=$h)"
-  KVAD_GPU_ATT_HEADS=$h .gpu/bin/cuda_decode_attention --test-threads=1 --nocapture
-  KVAD_GPU_ATT_HEADS=$h .gpu/bin/gpu --test-threads=1 --nocapture
-done
-# q8/q4 with the residual stream's norm in the o/down products' tails rather than deferred to the product that
-# reads it (the default; KVAD_GPU_NORM_DEFER=0 is the tail).
-echo "== gpu (KVAD_GPU_NORM_DEFER=0)"
-KVAD_GPU_NORM_DEFER=0 .gpu/bin/gpu --test-threads=1 --nocapture

@@ -77,10 +77,14 @@ pub fn run(a: BenchArgs, json: bool) -> Result<()> {
             s.round, variants[i].0, s.prefill_tps, s.decode_tps, s.ttft_ms
         );
     })?;
-    // KVAD_GPU_TRACE: the kernels' records of every GPU sample, for scripts/gpu/trace.py.
-    if crate::config::gpu_trace() && variants.iter().any(|(_, m)| m.backend.device() != kvad_tensor::Device::Cpu) {
-        let n = kvad_tensor::cuda::Gpu::shared(None)?.trace_dump()?;
-        eprintln!("kvad bench: {n} kernel records written to the KVAD_GPU_TRACE file");
+    // The kernels' records of every GPU sample, when the GPU's settings name a trace file (KVAD_GPU_TRACE), for
+    // scripts/gpu/trace.py.
+    if variants.iter().any(|(_, m)| m.backend.device() != kvad_tensor::Device::Cpu) {
+        let gpu = kvad_tensor::cuda::Gpu::shared(None)?;
+        if gpu.tuning().trace.is_some() {
+            let n = gpu.trace_dump()?;
+            eprintln!("kvad bench: {n} kernel records written to the KVAD_GPU_TRACE file");
+        }
     }
     let doc = serde_json::json!({
         "protocol": {"rounds": a.rounds, "warmup": a.warmup, "prompt_tokens": a.prompt_tokens,

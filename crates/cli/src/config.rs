@@ -1,5 +1,5 @@
 //! The command line's settings from the environment, read here and nowhere else (the server's are
-//! `kvad_server::config`, the Hub's `kvad_hub::config`).
+//! `kvad_server::config`, the Hub's `kvad_hub::config`, the GPU's `kvad_tensor::cuda::config`).
 
 /// `KVAD_API_KEY`: the key sent to a server, before any stored one.
 pub(crate) fn api_key() -> Option<String> {
@@ -9,9 +9,4 @@ pub(crate) fn api_key() -> Option<String> {
 /// `KVAD_URL`: the server to send commands to, before `kvad.toml`'s `[client] url` and the service's address.
 pub(crate) fn url() -> Option<String> {
     std::env::var("KVAD_URL").ok().filter(|u| !u.is_empty())
-}
-
-/// `KVAD_GPU_TRACE`: `kvad bench` writes the kernels' records of every GPU sample to that file.
-pub(crate) fn gpu_trace() -> bool {
-    std::env::var_os("KVAD_GPU_TRACE").is_some()
 }

@@ -49,9 +49,9 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 /// The GPU's own error on the CPU backend's weights (or between two of its paths), as a fraction of the logits'
 /// spread: mostly prompts of more than 8 rows, whose products run in cuBLAS on bf16 activations (the CPU keeps
-/// f32), through these chaotic tiny models. Measured on the H200 up to 3.1e-2 with the default dp4a GEMVs (two 8-bit
-/// activation terms, the CPU's i16 precision) and with f32 activations alike (`KVAD_GPU_GEMV=split`, the second
-/// pass of scripts/gpu/test.sh); the bound is that with a margin.
+/// f32), through these chaotic tiny models. Measured on the H200 up to 3.1e-2 with the dp4a GEMVs (two 8-bit
+/// activation terms, the CPU's i16 precision) and with f32 activations alike (when a switch still chose them); the
+/// bound is that with a margin.
 const TOL_SAME_WEIGHTS: f32 = 4e-2;
 
 #[test]

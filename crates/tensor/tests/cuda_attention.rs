@@ -108,9 +108,9 @@ fn both_attention_kernels_equal_the_reference_over_pages() {
     }
 }
 
-/// Decode rows (one per sequence, contexts of 1 to 300 keys over scattered pages) through every instance of the
-/// key-stream kernel — 8, 16 and 32 warps a block, as far as each head width and group size has one — against
-/// attention computed here in f64 from the same f16 keys and values, within 1e-4; with and without a window.
+/// Decode rows (one per sequence, contexts of 1 to 300 keys over scattered pages) through the key-stream kernel
+/// each shape runs — 32, 16 and 8 warps a block by the shape's accumulators (the instances attention.cu has) —
+/// against attention computed here in f64 from the same f16 keys and values, within 1e-4; with and without a window.
 #[test]
 fn key_stream_attention_in_every_warp_count_equals_the_reference() {
     use half::f16;
@@ -120,8 +120,10 @@ fn key_stream_attention_in_every_warp_count_equals_the_reference() {
     let rows = ctx.len();
     let max_pages = 300usize.div_ceil(KV_PAGE);
     let n_pages = rows * max_pages;
-    for (hd, group) in [(32usize, 1usize), (32, 8), (64, 2), (64, 8), (128, 4), (128, 8), (128, 3), (256, 2), (256, 4)]
-    {
+    // 32 warps (GM·D <= 16) for most; 16 at (128, 8) and (256, 4); 8 at (256, 8).
+    let shapes =
+        [(32usize, 1usize), (32, 8), (64, 2), (64, 8), (128, 4), (128, 8), (128, 3), (256, 2), (256, 4), (256, 8)];
+    for (hd, group) in shapes {
         let (nkv, d) = (2usize, hd / 32);
         let nh = nkv * group;
         let gm = group.next_power_of_two();
@@ -147,52 +149,53 @@ fn key_stream_attention_in_every_warp_count_equals_the_reference() {
         let pages = Pages { k: &k, v: &v, tables: &tables, nkv, hd };
         for window in [0usize, 50] {
             let want = decode_reference(&pages, &q, &pos, nh, window, scale);
-            // The instances attention.cu has: 32 warps where GM·D <= 16, 16 where GM·D <= 32, 8 always.
-            let warps: Vec<usize> = [8usize, 16, 32]
-                .into_iter()
-                .filter(|&w| w == 8 || (w == 16 && gm * d <= 32) || (w == 32 && gm * d <= 16))
-                .collect();
-            for w in warps {
-                let a = Attn {
-                    q: qb.ptr(),
-                    k_pages: kb.ptr(),
-                    v_pages: vb.ptr(),
-                    out: out.ptr(),
-                    out_bf16: false,
-                    meta: m,
-                    rows,
-                    nh,
-                    nkv,
-                    hd,
-                    window,
-                    scale,
-                    tiles: 0,
-                    n_tiles: 0,
-                };
-                // SAFETY: every buffer holds the shapes above; the tables cover every position.
-                unsafe { g.attention_in_warps(&a, Some(w)) }.unwrap();
-                let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (*a as f64 - b).abs() <= 1e-4,
-                        "{w} warps, hd {hd}, group {group}, window {window}, row {} head {}: {a} vs {b}",
-                        i / (nh * hd),
-                        i / hd % nh
-                    );
-                }
+            let w = if gm * d <= 16 {
+                32
+            } else if gm * d <= 32 {
+                16
+            } else {
+                8
+            };
+            let a = Attn {
+                q: qb.ptr(),
+                k_pages: kb.ptr(),
+                v_pages: vb.ptr(),
+                out: out.ptr(),
+                out_bf16: false,
+                meta: m,
+                rows,
+                nh,
+                nkv,
+                hd,
+                window,
+                scale,
+                tiles: 0,
+                n_tiles: 0,
+            };
+            // SAFETY: every buffer holds the shapes above; the tables cover every position.
+            unsafe { g.attention(&a) }.unwrap();
+            let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (*a as f64 - b).abs() <= 1e-4,
+                    "{w} warps, hd {hd}, group {group}, window {window}, row {} head {}: {a} vs {b}",
+                    i / (nh * hd),
+                    i / hd % nh
+                );
             }
         }
     }
 }
 
 /// Decode rows (contexts of 1 to 300 keys, across the kernels' 16-, 32- and 64-key step boundaries, over scattered
-/// pages) through every chunk kernel of passes over 8 rows (CUDA cores; tensor cores by block or by warp), against attention computed here in f64 from the same
-/// f16 keys and values, within 1e-4, with and without a window, for every head width and group it has (the 8B
-/// shape is 128 × 4); and each row run alone through the same kernel gives the same bits as in the pass.
+/// pages) through the chunk kernels of passes over 8 rows (on the tensor cores by warp up to head width 128, on the
+/// CUDA cores by block at 256), against attention computed here in f64 from the same f16 keys and values, within
+/// 1e-4, with and without a window, for every head width and group they have (the 8B shape is 128 × 4); and each
+/// row run alone through the same kernel gives the same bits as in the pass.
 #[test]
 fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
     use half::f16;
-    use kvad_tensor::cuda::{Attn, ChunkKernel, Meta, KV_PAGE};
+    use kvad_tensor::cuda::{Attn, Meta, KV_PAGE};
     let Some(g) = gpu() else { return };
     let ctx = [1usize, 17, 130, 300, 64, 65, 33, 129, 256, 2];
     let rows = ctx.len();
@@ -242,37 +245,30 @@ fn chunked_decode_attention_equals_the_reference_and_each_row_alone() {
         let pages = Pages { k: &k, v: &v, tables: &tables, nkv, hd };
         for window in [0usize, 50] {
             let want = decode_reference(&pages, &q, &pos, nh, window, scale);
-            for kernel in [ChunkKernel::Simt, ChunkKernel::Chunks, ChunkKernel::Split] {
-                // SAFETY: every buffer holds the shapes above; the tables cover every position.
-                unsafe { g.attention_in_chunks(&attn(qb.ptr(), out.ptr(), m, rows, window), kernel) }.unwrap();
-                let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
-                for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-                    let (row, head) = (i / (nh * hd), i / hd % nh);
-                    assert!(
-                        (*a as f64 - b).abs() <= 1e-4,
-                        "{kernel:?}, hd {hd}, group {group}, window {window}, row {row} head {head}: \
-                         {a} vs {b}"
-                    );
-                }
-                // Each row alone: its position, sequence and queries, the same pages.
-                let one = DevBuf::zeros(&g, nh * hd * 4).unwrap();
-                for r in 0..rows {
-                    let mr = Meta {
-                        row_pos: mb.at(r * 4),
-                        row_seq: mb.at((rows + r) * 4),
-                        tables: mb.at(rows * 8),
-                        max_pages,
-                    };
-                    let a = attn(qb.at(r * nh * hd * 4), one.ptr(), mr, 1, window);
-                    // SAFETY: as above, one row.
-                    unsafe { g.attention_in_chunks(&a, kernel) }.unwrap();
-                    let alone: Vec<f32> = one.read(&g, nh * hd).unwrap();
-                    let together = &got[r * nh * hd..(r + 1) * nh * hd];
-                    assert!(
-                        alone.iter().zip(together).all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "{kernel:?}, hd {hd}, group {group}, window {window}, row {r}: alone differs"
-                    );
-                }
+            // SAFETY: every buffer holds the shapes above; the tables cover every position.
+            unsafe { g.attention_in_chunks(&attn(qb.ptr(), out.ptr(), m, rows, window)) }.unwrap();
+            let got: Vec<f32> = out.read(&g, rows * nh * hd).unwrap();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                let (row, head) = (i / (nh * hd), i / hd % nh);
+                assert!(
+                    (*a as f64 - b).abs() <= 1e-4,
+                    "hd {hd}, group {group}, window {window}, row {row} head {head}: {a} vs {b}"
+                );
+            }
+            // Each row alone: its position, sequence and queries, the same pages.
+            let one = DevBuf::zeros(&g, nh * hd * 4).unwrap();
+            for r in 0..rows {
+                let mr =
+                    Meta { row_pos: mb.at(r * 4), row_seq: mb.at((rows + r) * 4), tables: mb.at(rows * 8), max_pages };
+                let a = attn(qb.at(r * nh * hd * 4), one.ptr(), mr, 1, window);
+                // SAFETY: as above, one row.
+                unsafe { g.attention_in_chunks(&a) }.unwrap();
+                let alone: Vec<f32> = one.read(&g, nh * hd).unwrap();
+                let together = &got[r * nh * hd..(r + 1) * nh * hd];
+                assert!(
+                    alone.iter().zip(together).all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "hd {hd}, group {group}, window {window}, row {r}: alone differs"
+                );
             }
         }
     }

@@ -7,21 +7,21 @@ use kvad_tensor::cuda::{Act, DevBuf, DevMatrix, GemvKernel, Gpu, NormOut, NormTo
 use std::sync::Arc;
 
 mod common;
-use common::{data, gpu_dp4a};
+use common::{data, gpu};
 
 /// A producer (accumulating into a residual stream) whose output norm goes to a dp4a consumer (with a bias), once
 /// through the norm tail and once deferred, then the consumer: the residual stream equal bit for bit (the deferral
 /// does not touch it); the consumer's outputs within 1e-4 of the largest (the 8-bit terms are of `y·g` instead of
 /// the normed row: the same up to rounding); rows batched equal to each row alone, bit for bit (a row alone runs the
 /// kernel whose blocks hold their group of 32 outputs whole, `_gb`, batched rows the counted groups, `_gn`: this
-/// compares the two, unless `KVAD_GPU_GROUPS_BLOCK=0`); and a run after one
+/// compares the two); and a run after one
 /// on other inputs equal to the first (the group counters were left at zero: stuck ones would skip the writes, and
 /// the other inputs' planes would show). Widths of 3 groups (a partial warp of group sums), 128 and 256 (the
 /// widest), every block format, the producers' block heights for 1, 3 and 8 rows (4 and 8) and height 2; one producer
 /// wide enough that its lanes walk several chunks (the fixtures' products are too narrow for that).
 #[test]
 fn deferred_norm_equals_the_norm_tail() {
-    let Some(g) = gpu_dp4a() else { return };
+    let Some(g) = gpu() else { return };
     // At the narrowest width an epsilon near the rows' mean square (~7.3), so a product taking the wrong one shows.
     // A producer 9,216 wide has its lanes walk several chunks (2–3 at q4, 4–5 at q8), as the down product's do.
     for &(n1, n2, eps, k1) in
@@ -61,7 +61,7 @@ fn deferred_norm_equals_the_norm_tail() {
                     assert_eq!(bits(&alone.1), bits(&deferred.1[r * n2..(r + 1) * n2]), "row {r} alone, {what}");
                 }
             }
-            // Only a dp4a product takes deferred rows (the f32-activation family says so), and it norms nothing.
+            // Only a dp4a product takes deferred rows (the f32-activation kernels say so), and it norms nothing.
             let z = DevBuf::zeros(&g, n2 * 4).unwrap();
             let nout = DevBuf::zeros(&g, n2 * 4).unwrap();
             let counter = DevBuf::zeros(&g, 4).unwrap();
@@ -69,7 +69,7 @@ fn deferred_norm_equals_the_norm_tail() {
             // SAFETY: shapes as allocated above.
             unsafe {
                 let f32_family =
-                    g.gemv(GemvKernel::Split, &b, Act::Act8Deferred { eps: 1e-5 }, 1, z.ptr(), 0, false, None);
+                    g.gemv(GemvKernel::SplitRows(4), &b, Act::Act8Deferred { eps: 1e-5 }, 1, z.ptr(), 0, false, None);
                 assert!(f32_family.is_err(), "{qt:?}: a deferred input to an f32-activation product");
                 let normed = g.gemv(
                     GemvKernel::SplitDp4a,

@@ -11,8 +11,8 @@ use crate::layers::logit_rows;
 use crate::state::{KvDtype, SeqState, StateSpec};
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, mma_few_enabled, Act, Attn, DevBuf, DevFormat, DevMatrix, Gpu, GpuGraph, Meta, NormOut, NormTo,
-    QkvPost, FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut, NormTo, QkvPost,
+    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -74,9 +74,6 @@ pub(crate) struct GpuDecoder {
     /// Every layer's keys and values, f16 in the pages.
     spec: StateSpec,
     scratch: Mutex<Option<Scratch>>,
-    /// Fold decode's RMSNorms into the following GEMV (`KVAD_GPU_FUSE_NORM=1`) rather than run the norm kernel:
-    /// measured both ways in docs/performance.md.
-    fuse_norm: bool,
     /// Passes with cuBLAS calls may be recorded as graphs (cleared when such a capture fails).
     blas_graph: std::sync::atomic::AtomicBool,
 }
@@ -118,9 +115,8 @@ type GraphKey = (usize, usize, usize, usize, bool);
 /// Most greedy steps run ahead in one call ([`CausalLm::forward_greedy_steps`]).
 const GREEDY_AHEAD_MAX: usize = 64;
 
-/// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (the host's wait it saves, ~20 µs a step:
-/// gpu-q4 558.8 tok/s against 553.4 one at a time on the H200, session 18; a reply's last run may go up to 7 steps
-/// past its stop, ~2 ms each on the 8B shape, its tokens dropped). The callers' `KVAD_GREEDY_AHEAD=n`
+/// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (it saves the host's wait between steps; a
+/// reply's last run may go up to 7 steps past its stop, its tokens dropped; figures in docs/performance-gpu.md). The callers' `KVAD_GREEDY_AHEAD=n`
 /// (`kvad_engine::greedy_ahead`) runs n instead (1: one at a time; past [`GREEDY_AHEAD_MAX`], a step at a time).
 const GREEDY_AHEAD: usize = 8;
 
@@ -162,7 +158,8 @@ impl Scratch {
 /// is about 1 GB.
 const GPU_PREFILL_CHUNK: usize = 4096;
 
-/// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` says otherwise; at most half the free memory.
+/// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` (the GPU's `Tuning`) says otherwise; at most half the free
+/// memory.
 const DEFAULT_KV_TOKENS: usize = 65_536;
 
 impl GpuDecoder {
@@ -171,11 +168,7 @@ impl GpuDecoder {
         let c = &p.cfg;
         let page_one_layer = KV_PAGE * c.n_kv_heads * c.head_dim * 2;
         let page_bytes = page_one_layer * c.n_layers * 2;
-        let want_tokens = std::env::var("KVAD_GPU_KV_TOKENS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(DEFAULT_KV_TOKENS)
-            .min(c.max_position.max(KV_PAGE) * 64);
+        let want_tokens = gpu.tuning().kv_tokens.unwrap_or(DEFAULT_KV_TOKENS).min(c.max_position.max(KV_PAGE) * 64);
         let (free, _) = gpu.memory()?;
         let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
         let store = Store {
@@ -186,7 +179,6 @@ impl GpuDecoder {
             page_layer_bytes: page_one_layer,
         };
         let pool = PagePool::new(pages, page_bytes, Some(store));
-        let fuse_norm = std::env::var("KVAD_GPU_FUSE_NORM").is_ok_and(|v| v == "1");
         let spec = StateSpec::kv(c.n_layers, c.kv_dim(), KvDtype::F16);
         Ok(GpuDecoder {
             gpu,
@@ -194,7 +186,6 @@ impl GpuDecoder {
             spec,
             scratch: Mutex::new(None),
             p,
-            fuse_norm,
             blas_graph: std::sync::atomic::AtomicBool::new(true),
         })
     }
@@ -215,16 +206,11 @@ impl GpuDecoder {
         Ok(())
     }
 
-    /// The activations a product after norm `n` reads: on the GEMV path an RMSNorm is folded into the product
-    /// (no kernel, no copy); otherwise the norm kernel writes `out` (bf16 for cuBLAS).
+    /// The activations a product after norm `n` reads: the norm kernel writes `out` (f32 for the GEMV path, bf16
+    /// for cuBLAS).
     fn normed(&self, n: &Norm, x: u64, out: &DevBuf, rows: usize, gemv: bool) -> Result<Act, ModelError> {
-        match (n, gemv) {
-            (Norm::Rms(w), true) if self.fuse_norm => Ok(Act::F32Rms { x, g: w.ptr(), eps: self.p.cfg.norm_eps }),
-            _ => {
-                self.norm(n, x, out.ptr(), rows, !gemv)?;
-                Ok(act(out, gemv))
-            }
-        }
+        self.norm(n, x, out.ptr(), rows, !gemv)?;
+        Ok(act(out, gemv))
     }
 
     /// Whether every product of a pass of `rows` rows and `sel` logit rows runs the tensor-core kernel
@@ -442,18 +428,6 @@ impl Plan {
     }
 }
 
-/// Decode products norm their own output unless `KVAD_GPU_NORM_TAIL=0` (for measuring what it brings).
-fn norm_tail_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_TAIL").map_or(true, |v| v != "0"))
-}
-
-/// Graphs are used for decode passes unless `KVAD_GPU_GRAPHS=0` (for measuring what they bring).
-fn graphs_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_GRAPHS").map_or(true, |v| v != "0"))
-}
-
 impl GpuDecoder {
     /// Runs the pass; the logits of the selected rows stay in the scratch. None: no rows at all.
     ///
@@ -514,10 +488,9 @@ impl GpuDecoder {
         // Passes of up to MMA_FEW_MAX_ROWS rows whose attention is the key-stream kernel (decode) are recorded as
         // graphs, cuBLAS calls included (its workspace comes from the stream-ordered allocator under capture since
         // CUDA 12.2); should a capture with cuBLAS fail, such passes run unrecorded from then on.
-        // KVAD_GPU_MMA_FEW=0 restores the path before it: cuBLAS after dequantisation, unrecorded.
-        let few = !gemv && rows <= MMA_FEW_MAX_ROWS && mma_few_enabled();
+        let few = !gemv && rows <= MMA_FEW_MAX_ROWS;
         let blas = few && !self.few_takes_all(rows, sel.len());
-        let graph = (gemv || few) && tiles.is_empty() && graphs_enabled() && !(blas && self.blas_graph_failed());
+        let graph = (gemv || few) && tiles.is_empty() && !(blas && self.blas_graph_failed());
         let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };
         let all_rows = sel.iter().enumerate().all(|(i, &r)| r as usize == i) && sel.len() == rows;
         let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows };
@@ -615,7 +588,6 @@ impl GpuDecoder {
             Norm::Layer(..) => None,
         };
         let fused = gemv
-            && norm_tail_enabled()
             && rms(&self.p.final_norm).is_some()
             && self.p.layers.iter().all(|l| rms(&l.norm1).is_some() && rms(&l.norm2).is_some());
         // The norm also writes the two-term 8-bit activations when the product after it reads them (q8/q4 decode),
@@ -636,7 +608,7 @@ impl GpuDecoder {
             NormTo::Act8 => Act::F32Act8(o.out),
             NormTo::F32 => Act::F32(o.out),
         };
-        let kern = gpu.gemv_kernel();
+        let kern = GemvKernel::SplitDp4a;
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
         // The input of layer 0's q/k/v product comes from the norm kernel (f32); later ones from the down product.

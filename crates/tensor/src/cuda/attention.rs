@@ -1,7 +1,7 @@
 //! Attention launches: prompt rows on the tensor cores (`flash.cu`), decode rows by key streams (`attention.cu`,
-//! passes of up to 8 rows) and by chunks of keys through shared memory (`attention_split.cu`,
-//! `attention_chunks.cu`, passes of more rows). Which kernel a pass runs depends on its shape and row count alone,
-//! so a row's bits never depend on the other rows of its pass.
+//! passes of up to 8 rows) and by chunks of keys through shared memory (`attention_split.cu`, and
+//! `attention_chunks.cu` at head width 256, passes of more rows). Which kernel a pass runs depends on its shape and
+//! row count alone, so a row's bits never depend on the other rows of its pass.
 
 use super::ops::{cfg, i, Meta, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE};
 use super::{Gpu, GpuError};
@@ -54,15 +54,6 @@ impl Gpu {
     /// # Safety
     /// Every address must hold what [`Attn`] says.
     pub unsafe fn attention(&self, a: &Attn) -> Result<(), GpuError> {
-        self.attention_in_warps(a, None)
-    }
-
-    /// [`Gpu::attention`] with the key-stream kernel's warps per block given (8, 16 or 32, where
-    /// [`attention_warps`] would allow that many) rather than picked: for testing every instance.
-    ///
-    /// # Safety
-    /// Every address must hold what [`Attn`] says.
-    pub unsafe fn attention_in_warps(&self, a: &Attn, warps: Option<usize>) -> Result<(), GpuError> {
         let g = a.nh / a.nkv.max(1);
         if a.tiles != 0 && a.n_tiles > 0 && flash_takes(a.hd) && a.nkv > 0 && a.nh.is_multiple_of(a.nkv) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
@@ -75,11 +66,10 @@ impl Gpu {
         let d = a.hd / 32;
         if a.nkv > 0 && a.nh.is_multiple_of(a.nkv) && g <= 8 && a.hd.is_multiple_of(32) && matches!(d, 1 | 2 | 4 | 8) {
             let (mp, nh, nkv, win, ob) = (i(a.meta.max_pages), i(a.nh), i(a.nkv), i(a.window), i32::from(a.out_bf16));
-            let chunks = attention_chunks();
-            if warps.is_none() && a.rows > GEMV_MAX_ROWS && chunks != ChunkKernel::Off {
-                return self.attention_in_chunks(a, chunks);
+            if a.rows > GEMV_MAX_ROWS {
+                return self.attention_in_chunks(a);
             }
-            let w = warps.unwrap_or_else(|| if a.rows <= GEMV_MAX_ROWS { attention_warps(d, g) } else { 8 });
+            let w = attention_warps(d, g);
             let f = match w {
                 8 => self.func(&format!("attention_keys_{d}")),
                 _ => self.func(&format!("attention_keys_{d}_w{w}_g{}", g.next_power_of_two())),
@@ -115,15 +105,17 @@ impl Gpu {
         Ok(())
     }
 
-    /// Decode attention by a chunk kernel ([`ChunkKernel`]: keys through shared memory, the next ones' copy in
-    /// flight), which [`Gpu::attention`] runs for decode passes of more than [`GEMV_MAX_ROWS`] rows; public so that
-    /// tests can run each on passes of any size. Head widths 32·D (D = 1, 2, 4, 8) and up to 8 query heads per KV
-    /// head, as the key-stream kernels; the tensor-core ones take head widths up to 128, 256 runs the CUDA-core one
-    /// (`Off` runs it too).
+    /// Decode attention by chunks of keys through shared memory, the next ones' copy in flight, which
+    /// [`Gpu::attention`] runs for passes of more than [`GEMV_MAX_ROWS`] rows (there the key-stream kernels leave
+    /// each warp waiting on one key after another); public so that tests can run it on passes of any size. Head
+    /// widths 32·D (D = 1, 2, 4, 8) and up to 8 query heads per KV head, as the key-stream kernels: up to 128 the
+    /// keys split over a block's 4 warps on the tensor cores (`attention_split.cu`: no block-wide step per chunk),
+    /// 256 in chunks of 32 by the whole block on the CUDA cores (`attention_chunks.cu`). A row's bits depend only on
+    /// its own block, never on the pass's other rows.
     ///
     /// # Safety
     /// Every address must hold what [`Attn`] says.
-    pub unsafe fn attention_in_chunks(&self, a: &Attn, kernel: ChunkKernel) -> Result<(), GpuError> {
+    pub unsafe fn attention_in_chunks(&self, a: &Attn) -> Result<(), GpuError> {
         let g = a.nh / a.nkv.max(1);
         if a.nkv == 0 || !a.nh.is_multiple_of(a.nkv) || g > 8 || !matches!(a.hd, 32 | 64 | 128 | 256) {
             return Err(GpuError::Shape(format!(
@@ -132,14 +124,10 @@ impl Gpu {
             )));
         }
         let gm = g.next_power_of_two();
-        let (f, smem, threads) = match kernel {
-            ChunkKernel::Split if a.hd <= 128 => {
-                (self.func(&format!("attention_split_{}", a.hd)), attention_split_smem(a.hd), 128)
-            }
-            ChunkKernel::Chunks if a.hd <= 128 => {
-                (self.func(&format!("attention_chunks_mma_{}", a.hd)), attention_chunks_mma_smem(a.hd), 256)
-            }
-            _ => (self.func(&format!("attention_chunks_{}_g{gm}", a.hd)), attention_chunks_smem(a.hd, gm), 256),
+        let (f, smem, threads) = if a.hd <= 128 {
+            (self.func(&format!("attention_split_{}", a.hd)), attention_split_smem(a.hd), 128)
+        } else {
+            (self.func(&format!("attention_chunks_{}_g{gm}", a.hd)), attention_chunks_smem(a.hd, gm), 256)
         };
         let smem = smem as u32;
         if smem > 48 * 1024 {
@@ -168,7 +156,7 @@ impl Gpu {
     /// Every address must hold what [`QkvPost`] and [`Attn`] say; no two rows may share a sequence (a row would
     /// not see the key another block writes).
     pub unsafe fn attention_decode(&self, p: &QkvPost, a: &Attn, act8: bool) -> Result<bool, GpuError> {
-        self.decode_launch(p, a, act8, None, split_keys())
+        self.decode_launch(p, a, act8, None, SPLIT_KEYS)
     }
 
     /// Most blocks a row's keys may take so that a one-row pass of kernel `k` fits the GPU in one wave of blocks
@@ -193,8 +181,8 @@ impl Gpu {
         if !takes {
             return Ok(None);
         }
-        // Query heads a block: one (the group over that many blocks; decode_heads).
-        let gm = decode_heads(g);
+        // Query heads a block: one (the group over that many blocks; DECODE_HEADS).
+        let gm = DECODE_HEADS;
         let w = decode_warps(d, gm);
         let f = self.func(&format!("attention_decode_{d}_g{gm}"));
         let smem = (w * g.min(gm) * p.hd * 4) as u32;
@@ -222,7 +210,7 @@ impl Gpu {
         self.decode_launch(p, a, act8, Some(max_splits), keys)
     }
 
-    /// [`Gpu::attention_decode_split`], or with `max_splits` None the default: [`split_wanted`] within one wave
+    /// [`Gpu::attention_decode_split`], or with `max_splits` None the default: as many as one wave holds
     /// ([`Gpu::wave_splits`]).
     unsafe fn decode_launch(
         &self,
@@ -239,7 +227,7 @@ impl Gpu {
         };
         let max_splits = match max_splits {
             Some(m) => m,
-            None => split_wanted().min(self.wave_splits(&k, p.nkv)?),
+            None => self.wave_splits(&k, p.nkv)?,
         };
         let DecodeKernel { f, parts, threads, smem } = k;
         let act8 = act8 && (p.nh * p.hd) <= ACT8_MAX_K;
@@ -300,46 +288,22 @@ struct DecodeKernel<'a> {
 
 /// Most blocks a row's keys may be split over so that a pass of one row fills the GPU in one wave: `sms` × the
 /// kernel's `resident` blocks an SM, over the `row_blocks` one row launches unsplit (at least 1, at most
-/// [`ATT_SPLIT_MAX`]). One block past a wave leaves the whole pass waiting on a second: at a 1,024-token context,
-/// gpu-q4 of the 8B shape (32 blocks a row, one block an SM by registers, 132 SMs) decoded 480.8 tok/s with 4
-/// splits, 431.5 with 5, 379.3 with 16 and 367.4 unsplit (docs/gpu-results/split-2026-12-01/).
+/// [`ATT_SPLIT_MAX`]). One block past a wave leaves the whole pass waiting on a second, which costs more than the
+/// split gains (docs/performance-gpu.md).
 fn one_wave_splits(sms: usize, resident: usize, row_blocks: usize) -> usize {
     (sms * resident / row_blocks.max(1)).clamp(1, ATT_SPLIT_MAX)
 }
 
-/// Most blocks a row's keys are split over: [`ATT_SPLIT_MAX`] unless `KVAD_GPU_ATT_SPLIT=s` (1: unsplit, the
-/// kernel before the split; for measuring).
-fn split_wanted() -> usize {
-    static WANT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_SPLIT").ok().and_then(|v| v.parse().ok()).unwrap_or(ATT_SPLIT_MAX))
-}
-
 /// Keys per block that earn a row another block (until [`ATT_SPLIT_MAX`]): 64, a warp's four keys for each of 16
-/// warps, one step of its key loop; `KVAD_GPU_ATT_KEYS=k` (1 to 2^20) sets it, for measuring.
-fn split_keys() -> usize {
-    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *KEYS.get_or_init(|| {
-        let k = std::env::var("KVAD_GPU_ATT_KEYS").ok().and_then(|v| v.parse().ok());
-        k.filter(|&k| (1..=1 << 20).contains(&k)).unwrap_or(64)
-    })
-}
+/// warps, one step of its key loop.
+const SPLIT_KEYS: usize = 64;
 
-/// Query heads a block of the decode attention takes, for `g` a KV head (the kernel instance's GM): one, the group
+/// Query heads a block of the decode attention takes (the kernel instance's GM): one, a KV head's group of `g`
 /// split over `g` blocks — more SMs busy (32 blocks rather than 8 for one row of the Llama-3-8B shape), each block's
 /// key loop a shorter chain (one score to sum across the warp and one head to update per key), every block reading
-/// its KV head's keys (the same bytes, from L2 after the first). One stream on the H200, 128-token prompt,
-/// alternated twice against one block a KV head: gpu-q8 +5%, gpu-q4 +9%, gpu-bf16 +3.5%
-/// (docs/gpu-results/tail-smem-2026-12-01/). `KVAD_GPU_ATT_HEADS=h` (a power of two dividing `g`) takes `h` a block
-/// instead, for measuring; `h ≥ g` is one block a KV head.
-fn decode_heads(g: usize) -> usize {
-    static WANT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let want = *WANT.get_or_init(|| std::env::var("KVAD_GPU_ATT_HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1));
-    if want.is_power_of_two() && want < g && g.is_multiple_of(want) {
-        want
-    } else {
-        g.next_power_of_two()
-    }
-}
+/// its KV head's keys (the same bytes, from L2 after the first). Measured faster at every backend than a KV head's
+/// whole group a block (docs/performance-gpu.md).
+const DECODE_HEADS: usize = 1;
 
 /// Warps a block of `attention_decode_{d}_g{gm}` has: as many as a thread's registers allow for the accumulators,
 /// queries and two groups of 4 keys' K and V rows, 32 down to 8 (`AD_WARPS` in attention_decode.cu, which this
@@ -358,13 +322,10 @@ fn decode_warps(d: usize, gm: usize) -> usize {
 /// Warps per block of the key-stream decode attention for head width `32·d` and `g` query heads per KV head, in
 /// passes of up to [`GEMV_MAX_ROWS`] rows: 32 where the accumulators fit in 64 registers a thread, 16 where they
 /// fit in 128, else 8 (the first kernel). A pass of few rows launches few blocks (rows × KV heads), each warp
-/// walking its keys in turn, so more warps take fewer keys each (one stream at gpu-bf16: 175.3 → 193.9 tok/s).
-/// Passes of more rows run a chunk kernel ([`attention_chunks`]), or 8 warps where it is switched off:
-/// there 32 warps a block (one block an SM by registers) decoded 32 sequences 1.6% slower, 16 warps 3.6% slower
-/// than 8 (docs/performance-gpu.md). It
-/// depends on the shape and on the rows being at most 8, so a row's result is the same alone and in a batch of
-/// up to 8.
-pub fn attention_warps(d: usize, g: usize) -> usize {
+/// walking its keys in turn, so more warps take fewer keys each. Passes of more rows run a chunk kernel
+/// ([`Gpu::attention_in_chunks`]). It depends on the shape and on the rows being at most 8, so a row's result is
+/// the same alone and in a batch of up to 8.
+fn attention_warps(d: usize, g: usize) -> usize {
     let gm = g.next_power_of_two();
     if gm * d <= 16 {
         32
@@ -383,46 +344,10 @@ fn attention_chunks_smem(hd: usize, gm: usize) -> usize {
     2 * kc * ldk * 2 + 2 * kc * hd * 2 + gm * hd * 4 + gm * kc * 4 + 2 * gm * 4
 }
 
-/// Shared memory of `attention_chunks_mma_{hd}`: two chunks of K and V rows (padded by 8 halves, so the 8 rows of
-/// a fragment load hit 8 bank groups), 8 rows of the chunk's scores, the rescale factors and sums.
-fn attention_chunks_mma_smem(hd: usize) -> usize {
-    2 * 2 * 64 * (hd + 8) * 2 + 8 * (64 + 8) * 4 + 16 * 4
-}
-
 /// Shared memory of `attention_split_{hd}`: each of its 4 warps' two stages of 16 keys' K and V rows (padded by 8
 /// halves); the merge at the end reuses it.
 fn attention_split_smem(hd: usize) -> usize {
     4 * 2 * 2 * 16 * (hd + 8) * 2
-}
-
-/// Which kernel decode passes of more than [`GEMV_MAX_ROWS`] rows run for attention (32 rows of the 8B shape,
-/// context 131, ncu: 23.9 µs a layer for `Off`, 15.4 `Simt`, 12.0 `Chunks`; docs/performance-gpu.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChunkKernel {
-    /// The 8-warp key-stream kernel, as before the chunk kernels (`KVAD_GPU_ATT_CHUNKS=0`, for measuring).
-    Off,
-    /// Chunks of 64 keys by the whole block, on the CUDA cores (`KVAD_GPU_ATT_CHUNKS=simt`).
-    Simt,
-    /// Chunks of 64 keys by the whole block, on the tensor cores (`KVAD_GPU_ATT_CHUNKS=chunks`).
-    Chunks,
-    /// The keys split over a block's 4 warps, 16 at a time each, on the tensor cores, merged at the end (the
-    /// default): no block-wide step per chunk.
-    Split,
-}
-
-/// The kernel of [`ChunkKernel`] that decode passes of more than [`GEMV_MAX_ROWS`] rows run
-/// ([`Gpu::attention_in_chunks`]; at 32 sequences of the 8B shape the 8-warp key-stream kernel took 24 µs a
-/// layer, each warp waiting on one key after another). `KVAD_GPU_ATT_CHUNKS=0|simt|chunks` picks the others,
-/// for measuring. Passes of up to 8 rows keep the key-stream kernels, so a row's bits depend only on the pass's size
-/// class, never on its neighbours.
-pub fn attention_chunks() -> ChunkKernel {
-    static K: std::sync::OnceLock<ChunkKernel> = std::sync::OnceLock::new();
-    *K.get_or_init(|| match std::env::var("KVAD_GPU_ATT_CHUNKS").as_deref() {
-        Ok("0") => ChunkKernel::Off,
-        Ok("simt") => ChunkKernel::Simt,
-        Ok("chunks") => ChunkKernel::Chunks,
-        _ => ChunkKernel::Split,
-    })
 }
 
 #[cfg(test)]

@@ -112,13 +112,14 @@ pub mod bytemuck_free {
     /// # Safety
     /// Implement only for such types.
     pub unsafe trait Plain: Copy + 'static {}
-    // SAFETY: primitive numbers.
-    unsafe impl Plain for f32 {}
-    unsafe impl Plain for i32 {}
-    unsafe impl Plain for u32 {}
-    unsafe impl Plain for u16 {}
-    unsafe impl Plain for u8 {}
-    unsafe impl Plain for i8 {}
+    /// Implements [`Plain`] for primitive numbers, which have no padding and no invalid bit patterns.
+    macro_rules! plain {
+        ($($t:ty),*) => {$(
+            // SAFETY: a primitive number: no padding, every bit pattern a value.
+            unsafe impl Plain for $t {}
+        )*};
+    }
+    plain!(f32, i32, u32, u16, u8, i8);
 
     /// The bytes of a slice.
     pub fn bytes<T: Plain>(v: &[T]) -> &[u8] {

@@ -18,8 +18,8 @@ pub(crate) enum Target {
 
 /// The code for the sources on a GPU of this compute capability (PTX text, or a CUBIN as [`Ptx::from_binary`]),
 /// and whether it was compiled now: from the cache when an entry for exactly these sources, options and target
-/// exists, else compiled (seconds to half a minute a unit) and written there. `defines` are the measuring variants
-/// asked for by environment ([`defines_from_env`]) and the unit's.
+/// exists, else compiled (seconds to half a minute a unit) and written there. `defines` are the trace's, where the
+/// GPU's settings ask for it ([`defines`]), and the unit's.
 pub(crate) fn code(
     src: &str,
     cap: (i32, i32),
@@ -105,12 +105,13 @@ fn cubin(src: &str, options: &[String]) -> Result<Vec<u8>, GpuError> {
 /// Compile units of the split products (gemv_split.cu's `KVAD_GS_PART`: two input counts each).
 const GS_PARTS: [&str; 4] = ["KVAD_GS_PART=0", "KVAD_GS_PART=1", "KVAD_GS_PART=2", "KVAD_GS_PART=3"];
 
-/// The kernels as NVRTC compile units, each a source and the define that picks its share: the split products' 240
-/// instances in four units (common.cuh and gemv_split.cu alone), then every other kernel (all sources, no split
-/// product). Compiled whole, the source took 90 s on one core (2026-12-01); as units side by side, about as long as
-/// the largest (~27 s), and a change to one file recompiles only the units that hold it.
-pub(crate) fn units(all: &[&str], common: &str, gemv_split: &str) -> Vec<(String, &'static str)> {
-    let mut u: Vec<(String, &'static str)> = GS_PARTS.iter().map(|&d| (format!("{common}{gemv_split}"), d)).collect();
+/// The kernels as NVRTC compile units, each a source and the define that picks its share: the split products'
+/// instances in four units (common.cuh and the gemv_split files alone), then every other kernel (all sources, no
+/// split product). Side by side the units take about as long as the largest, where the whole source compiled as
+/// one took several times that on one core; and a change to one file recompiles only the units that hold it.
+pub(crate) fn units(all: &[&str], common: &str, gemv_split: &[&str]) -> Vec<(String, &'static str)> {
+    let split = gemv_split.concat();
+    let mut u: Vec<(String, &'static str)> = GS_PARTS.iter().map(|&d| (format!("{common}{split}"), d)).collect();
     u.push((all.concat(), "KVAD_GS_PART=-1"));
     u
 }
@@ -144,14 +145,14 @@ pub(crate) fn code_units(
     })
 }
 
-/// The kernel variants the environment asks for, each a macro of common.cuh: `KVAD_GPU_TRACE` set compiles the
-/// trace records in (`KVAD_TRACE`; otherwise that code is not there at all).
-pub(crate) fn defines_from_env() -> Vec<&'static str> {
-    let mut d = Vec::new();
-    if std::env::var_os("KVAD_GPU_TRACE").is_some() {
-        d.push("KVAD_TRACE");
+/// The kernel variants the GPU's settings ask for, each a macro of common.cuh: a kernel trace
+/// ([`super::Tuning::trace`]) compiles the trace records in (`KVAD_TRACE`; otherwise that code is not there at all).
+pub(crate) fn defines(trace: bool) -> Vec<&'static str> {
+    if trace {
+        vec!["KVAD_TRACE"]
+    } else {
+        Vec::new()
     }
-    d
 }
 
 #[cfg(test)]

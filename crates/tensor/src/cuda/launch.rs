@@ -78,8 +78,7 @@ impl Gpu {
     }
 }
 
-/// Whether launches carry programmatic dependent launch: on compute capability 9.0 and newer unless
-/// `KVAD_GPU_PDL=0` (every launch then waits for the one before to end, as before it: for measuring).
+/// Whether launches carry programmatic dependent launch: on compute capability 9.0 and newer.
 pub(crate) fn pdl_wanted(capability: (i32, i32)) -> bool {
-    capability.0 >= 9 && std::env::var("KVAD_GPU_PDL").map_or(true, |v| v != "0")
+    capability.0 >= 9
 }

@@ -4,8 +4,8 @@
 //! - `Q8`: quants `[rows][cols]` i8 and scales `[rows][cols/32]` f16 (weight = d·q).
 //! - `Q4`: quants `[rows][cols/2]` (per block, byte j holds weight j low and j+16 high, as GGUF packs them) and
 //!   scales `[rows][cols/32]` f16 (weight = d·(q − 8): Q4_0). 18 bytes a block of 32, read once a decode step: a
-//!   minimum beside each scale (Q4_1's form, which the device held until session 20 for Q4_0 too, as m = −8d) made
-//!   every q4 product read 11% more bytes. A Q4_1 matrix goes up as Q8 (its values d·q + m into 8-bit blocks on the
+//!   minimum beside each scale (Q4_1's form, which the device once held for Q4_0 too, as m = −8d) made every q4
+//!   product read 2 more bytes a block. A Q4_1 matrix goes up as Q8 (its values d·q + m into 8-bit blocks on the
 //!   host, the CPU quantiser's): 8 bits a weight, not a second 4-bit form every q4 kernel would have to carry.
 //!
 //! - `Q6`: the q4 backends' output head (a Q8_0 matrix whose quants all lie in −31..=31, which the loader makes

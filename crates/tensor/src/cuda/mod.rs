@@ -10,6 +10,7 @@ mod attention;
 mod blas;
 mod buffer;
 mod compile;
+mod config;
 mod elementwise;
 mod launch;
 mod matrix;
@@ -17,12 +18,13 @@ mod norm_defer;
 mod ops;
 mod trace;
 
-pub use attention::{attention_chunks, attention_warps, flash_takes, Attn, ChunkKernel, FLASH_TILE};
+pub use attention::{flash_takes, Attn, FLASH_TILE};
 pub use buffer::DevBuf;
+pub use config::Tuning;
 pub use matrix::{DevFormat, DevMatrix};
 pub use ops::{
-    mma_few_enabled, mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS,
-    KV_PAGE, MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
+    mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE,
+    MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
 };
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
@@ -99,8 +101,6 @@ pub struct Gpu {
     funcs: HashMap<String, CudaFunction>,
     pub(crate) blas: Mutex<blas::Blas>,
     info: GpuInfo,
-    /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
-    pub(crate) gemv_kernel: GemvKernel,
     /// Scratch for decode activations in two 8-bit terms (`quant_act8`, read by the dp4a GEMVs): allocated once
     /// with the GPU, so a product recorded into a CUDA graph always names the same address.
     pub(crate) act8: DevBuf,
@@ -112,7 +112,9 @@ pub struct Gpu {
     pub(crate) att_split: DevBuf,
     /// Whether launches carry programmatic dependent launch (`launch::pdl_wanted`).
     pub(crate) pdl: bool,
-    /// The kernel trace, when `KVAD_GPU_TRACE` asks for one.
+    /// The settings the GPU was opened with ([`Tuning`]).
+    tuning: Tuning,
+    /// The kernel trace, when [`Tuning::trace`] asks for one.
     trace: Option<trace::Trace>,
     /// How long NVRTC took at open, when it compiled (not all from the cache), until a loader takes it.
     compile_note: Mutex<Option<String>>,
@@ -127,15 +129,24 @@ impl std::fmt::Debug for Gpu {
 /// The helpers every kernel file uses, first in every compile unit.
 const COMMON: &str = include_str!("kernels/common.cuh");
 
-/// The split products, also compiled as units of their own ([`compile::units`]).
-const GEMV_SPLIT: &str = include_str!("kernels/gemv_split.cu");
+/// The split products in order (their shared part, the f32 and the 8-bit activation products, their instances),
+/// also compiled as units of their own ([`compile::units`]).
+const GEMV_SPLIT: [&str; 4] = [
+    include_str!("kernels/gemv_split.cuh"),
+    include_str!("kernels/gemv_split_f32.cu"),
+    include_str!("kernels/gemv_split_dp4a.cu"),
+    include_str!("kernels/gemv_split.cu"),
+];
 
 /// The kernel sources in order (a file may use what the files before it define).
-const SOURCES: [&str; 11] = [
+const SOURCES: [&str; 14] = [
     COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
-    GEMV_SPLIT,
+    GEMV_SPLIT[0],
+    GEMV_SPLIT[1],
+    GEMV_SPLIT[2],
+    GEMV_SPLIT[3],
     include_str!("kernels/attention.cu"),
     include_str!("kernels/flash.cu"),
     include_str!("kernels/attention_chunks.cu"),
@@ -158,9 +169,6 @@ const KERNELS: &[&str] = &[
     "embed",
     "qkv_post",
     "attention",
-    "attention_keys_1",
-    "attention_keys_2",
-    "attention_keys_4",
     "attention_keys_8",
     "flash_attention_16",
     "flash_attention_32",
@@ -188,22 +196,22 @@ pub fn compile_kernels(capability: (i32, i32), defines: &[&str]) -> Result<Vec<S
 
 /// [`compile::units`] of these sources.
 fn compile_units() -> Vec<(String, &'static str)> {
-    compile::units(&SOURCES, COMMON, GEMV_SPLIT)
+    compile::units(&SOURCES, COMMON, &GEMV_SPLIT)
 }
 
-/// The key-stream attention instances with more warps (attention.cu): (D, query heads per KV head, warps).
-const ATT_WARPS_INSTANCES: [(usize, &[usize], usize); 8] = [
+/// The key-stream attention instances with more warps (attention.cu), those `attention_warps` picks: (D, query
+/// heads per KV head, warps).
+const ATT_WARPS_INSTANCES: [(usize, &[usize], usize); 6] = [
     (1, &[1, 2, 4, 8], 32),
     (2, &[1, 2, 4, 8], 32),
     (4, &[1, 2, 4], 32),
     (8, &[1, 2], 32),
-    (1, &[1, 2, 4, 8], 16),
-    (2, &[1, 2, 4, 8], 16),
-    (4, &[1, 2, 4, 8], 16),
-    (8, &[1, 2, 4], 16),
+    (4, &[8], 16),
+    (8, &[4], 16),
 ];
 
-/// The kernel entry points the binary loads: the fixed ones and the GEMV family (format × rows × fused norm).
+/// The kernel entry points the binary loads: the fixed ones, the attention instances, and the products (format ×
+/// input rows × block height × what they do with their output rows).
 pub fn kernel_names() -> Vec<String> {
     let mut names: Vec<String> = KERNELS.iter().map(|s| s.to_string()).collect();
     for (d, gms, w) in ATT_WARPS_INSTANCES {
@@ -212,23 +220,20 @@ pub fn kernel_names() -> Vec<String> {
         }
     }
     for d in [1, 2, 4, 8] {
-        for gm in [1, 2, 4, 8] {
-            names.push(format!("attention_decode_{d}_g{gm}"));
-        }
+        names.push(format!("attention_decode_{d}_g1"));
     }
-    for hd in [32, 64, 128, 256] {
-        for gm in [1, 2, 4, 8] {
-            names.push(format!("attention_chunks_{hd}_g{gm}"));
-        }
-        if hd <= 128 {
-            names.push(format!("attention_chunks_mma_{hd}"));
-            names.push(format!("attention_split_{hd}"));
-        }
+    for hd in [32, 64, 128] {
+        names.push(format!("attention_split_{hd}"));
+    }
+    for gm in [1, 2, 4, 8] {
+        names.push(format!("attention_chunks_256_g{gm}"));
+    }
+    // The per-warp product, for bf16 widths that are not whole blocks of 32.
+    for b in 1..=ops::GEMV_MAX_ROWS {
+        names.push(format!("gemv_bf16_{b}"));
     }
     for f in ["bf16", "q8", "q4"] {
         for b in 1..=ops::GEMV_MAX_ROWS {
-            names.push(format!("gemv_{f}_{b}"));
-            names.push(format!("gemv_{f}_{b}_rms"));
             for r in ops::SPLIT_HEIGHTS {
                 for nn in ["", "_nn"] {
                     names.push(format!("gemvs_{f}_{b}_r{r}{nn}"));
@@ -315,19 +320,22 @@ fn info_of(ctx: &Arc<CudaContext>) -> Result<GpuInfo, GpuError> {
 static SHARED: OnceLock<Mutex<Option<Arc<Gpu>>>> = OnceLock::new();
 
 impl Gpu {
-    /// The process's GPU (device 0), opened once: driver, kernels (compiled or read from `kernel_cache`), cuBLAS.
+    /// The process's GPU (device 0), opened once: driver, kernels (compiled or read from `kernel_cache`), cuBLAS,
+    /// with the settings the environment gives ([`Tuning::from_env`], read here once).
     pub fn shared(kernel_cache: Option<&Path>) -> Result<Arc<Gpu>, GpuError> {
         let cell = SHARED.get_or_init(|| Mutex::new(None));
         let mut g = cell.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(gpu) = g.as_ref() {
             return Ok(gpu.clone());
         }
-        let gpu = Arc::new(Gpu::open(kernel_cache)?);
+        let gpu = Arc::new(Gpu::with_tuning(kernel_cache, Tuning::from_env())?);
         *g = Some(gpu.clone());
         Ok(gpu)
     }
 
-    fn open(kernel_cache: Option<&Path>) -> Result<Gpu, GpuError> {
+    /// Device 0 opened anew with these settings, not shared ([`Gpu::shared`] is the process's one): for a test that
+    /// needs settings other than the environment's.
+    pub fn with_tuning(kernel_cache: Option<&Path>, tuning: Tuning) -> Result<Gpu, GpuError> {
         let info = probe()?;
         if info.capability.0 < 8 {
             return Err(GpuError::TooOld { name: info.name, major: info.capability.0, minor: info.capability.1 });
@@ -340,10 +348,10 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let started = std::time::Instant::now();
         let units = compile_units();
-        let defines = compile::defines_from_env();
-        // The GPU's own code (CUBINs, compiled side by side and cached whole) unless `KVAD_GPU_CUBIN=0`; PTX, which
-        // the driver compiles one module after another at load, where that fails (an NVRTC that does not know this
-        // GPU's architecture, a driver older than NVRTC's code) or is asked for.
+        let defines = compile::defines(tuning.trace.is_some());
+        // The GPU's own code (CUBINs, compiled side by side and cached whole); PTX, which the driver compiles one
+        // module after another at load, where that fails (an NVRTC that does not know this GPU's architecture, a
+        // driver older than NVRTC's code).
         let load = |target| -> Result<_, GpuError> {
             let (code, compiled) = compile::code_units(&units, info.capability, kernel_cache, &defines, target)?;
             let modules = code.into_iter().map(|c| ctx.load_module(c)).collect::<Result<Vec<_>, _>>()?;
@@ -351,23 +359,12 @@ impl Gpu {
         };
         // Why the GPU's code was not taken, where it was tried and failed: said in the note on every load, since
         // such a machine pays for the attempt and the driver's compile each time.
-        let mut cubin_failed = None;
-        let mut cubin = None;
-        if std::env::var("KVAD_GPU_CUBIN").map_or(true, |v| v != "0") {
-            match load(compile::Target::Cubin) {
-                Ok(m) => cubin = Some(m),
-                Err(e) => cubin_failed = Some(e),
-            }
-        }
-        let ((modules, compiled), form) = match cubin {
-            Some(m) => (m, "the GPU's code".to_string()),
-            None => {
-                let why = cubin_failed.as_ref().map_or(String::new(), |e| format!(" (the GPU's code failed: {e})"));
-                (load(compile::Target::Ptx)?, format!("PTX{why}"))
-            }
+        let ((modules, compiled), form, cubin_failed) = match load(compile::Target::Cubin) {
+            Ok(m) => (m, "the GPU's code".to_string(), false),
+            Err(e) => (load(compile::Target::Ptx)?, format!("PTX (the GPU's code failed: {e})"), true),
         };
         // What the first load on this GPU says about the pause (a note, taken once: `take_compile_note`).
-        let compile_note = (compiled > 0 || cubin_failed.is_some()).then(|| {
+        let compile_note = (compiled > 0 || cubin_failed).then(|| {
             let cached = kernel_cache.map_or("not cached: no cache directory".to_string(), |d| {
                 format!("cached in {}; later runs skip this", d.display())
             });
@@ -391,8 +388,7 @@ impl Gpu {
         let split_bytes = attention::ATT_SPLIT_BYTES;
         let att_split = DevBuf::wrap_on(&stream, stream.alloc_zeros::<u8>(split_bytes)?, split_bytes);
         let pdl = launch::pdl_wanted(info.capability);
-        let trace = trace::Trace::open(&stream, &modules)?;
-        let gemv_kernel = GemvKernel::from_env();
+        let trace = trace::Trace::open(&stream, &modules, tuning.trace.as_deref())?;
         let compile_note = Mutex::new(compile_note);
         Ok(Gpu {
             ctx,
@@ -400,14 +396,19 @@ impl Gpu {
             funcs,
             blas: Mutex::new(blas),
             info,
-            gemv_kernel,
             act8,
             defer,
             att_split,
             pdl,
+            tuning,
             trace,
             compile_note,
         })
+    }
+
+    /// The settings the GPU was opened with.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// The note on compiling the kernels at open, once (None when they came from the cache or were taken): the
@@ -428,11 +429,6 @@ impl Gpu {
 
     pub(crate) fn func(&self, name: &str) -> &CudaFunction {
         self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} is not in KERNELS"))
-    }
-
-    /// The GEMV family decode products run (`KVAD_GPU_GEMV`).
-    pub fn gemv_kernel(&self) -> GemvKernel {
-        self.gemv_kernel
     }
 
     /// Waits for all queued work.

@@ -1,9 +1,9 @@
 //! The residual stream's RMSNorm deferred to the dp4a product that reads it (`split_norm_groups` in
 //! gemv_split.cu): the o and down products at q8/q4 normed their whole output rows in one last block, a serial
-//! ~5 µs twice a layer (the trace, docs/performance-gpu.md). Deferred, each group of 32 columns is quantised by the
+//! step twice a layer on the decode's critical path. Deferred, each group of 32 columns is quantised by the
 //! last of its blocks as `y·g` (the weights applied, the RMS not yet divided out: it scales a block and its 8-bit
 //! form alike), with the group's sum of squares; the next product sums those into each row's 1/rms as it stores
-//! its outputs and multiplies it in. On by default (gpu-q8 +8% on the H200); `KVAD_GPU_NORM_DEFER=0` is the tail.
+//! its outputs and multiplies it in (measured faster than the tail: docs/performance-gpu.md).
 //! One-stream decode runs the products whose blocks hold a group whole (`_gb`, [`groups_in_block`]): no counter.
 
 use super::ops::{whole_groups, GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
@@ -38,12 +38,6 @@ pub(crate) struct DeferPlanes {
     pub ds: u64,
 }
 
-/// Whether the deferred norm is on: by default; `KVAD_GPU_NORM_DEFER=0` turns it off, for measuring.
-fn defer_wanted() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_NORM_DEFER").map_or(true, |v| v != "0"))
-}
-
 /// The formats and block heights whose one-input deferring products come with their groups whole in a block (`_gb`,
 /// gemv_split.cu's `GS_INSTANCE_GB`): where 32/R sub-blocks fit an SM's registers.
 pub(crate) const GROUPS_BLOCK: [(&str, usize); 3] = [("q8", 4), ("q8", 8), ("q4", 8)];
@@ -51,13 +45,9 @@ pub(crate) const GROUPS_BLOCK: [(&str, usize); 3] = [("q8", 4), ("q8", 8), ("q4"
 /// Whether a deferring product runs the kernel whose blocks hold whole groups of 32 output rows (`_gb` in
 /// gemv_split.cu: each block finishes its group's 8-bit form behind its own barrier, where the `_gn` kernels count
 /// the group's blocks on a counter, fence, and read the rows back from L2 — a chain at the end of a one-wave
-/// product: gpu-q8 +1.8%, gpu-q4 +2.6% on the H200). One input, [`GROUPS_BLOCK`]'s heights; the same bits as
-/// `_gn`. `KVAD_GPU_GROUPS_BLOCK=0` keeps `_gn`, for measuring.
+/// product). One input, [`GROUPS_BLOCK`]'s heights; the same bits as `_gn`.
 pub(crate) fn groups_in_block(format: &str, rows: usize, per: usize) -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    rows == 1
-        && GROUPS_BLOCK.contains(&(format, per))
-        && *ON.get_or_init(|| std::env::var("KVAD_GPU_GROUPS_BLOCK").map_or(true, |v| v != "0"))
+    rows == 1 && GROUPS_BLOCK.contains(&(format, per))
 }
 
 impl Gpu {
@@ -69,11 +59,10 @@ impl Gpu {
 
     /// Whether the norm of `producer`'s output, for `next` to read, may be deferred to `next` ([`super::NormTo::Deferred`],
     /// then [`super::Act::Act8Deferred`]): both dp4a products of `rows` rows, the output whole groups of 32 columns
-    /// up to `NORM_TAIL_MAX_N`, unless `KVAD_GPU_NORM_DEFER=0`.
+    /// up to `NORM_TAIL_MAX_N`.
     pub fn defers_norm(&self, producer: &DevMatrix, next: &DevMatrix, rows: usize) -> bool {
         whole_groups(producer.rows)
             && next.cols == producer.rows
-            && defer_wanted()
             && self.takes_act8(producer, rows)
             && self.takes_act8(next, rows)
     }

@@ -17,33 +17,20 @@ pub const MMA_FEW_MAX_ROWS: usize = 32;
 /// Output rows per block the split GEMV kernels come in (`GS_HEIGHTS` in gemv_split.cu).
 pub const SPLIT_HEIGHTS: [usize; 3] = [2, 4, 8];
 
-/// The GEMV kernel families (gemv.cu and gemv_split.cu).
+/// Which split GEMV kernels (gemv_split.cu) a product runs: the default, or one block height forced, for the
+/// kernel benchmark (examples/gpu_gemv.rs) and the tests, which compare the heights (a row's sum must not depend on
+/// one). Widths that are not whole blocks of 32 run gemv.cu's per-warp bf16 kernel whatever is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemvKernel {
-    /// A warp per 2 (bf16, q8) or 4 (q4) output rows, each warp reading all of K and of x.
-    Warp,
-    /// A block of 4 warps per few output rows, K split over the warps, f32 activations; the block height measured
-    /// best for the format and input count (`split_rows_f32`).
-    Split,
-    /// The default: [`GemvKernel::Split`] with q8/q4 weights meeting activations in two 8-bit terms per block
-    /// (`quant_act8`: the CPU's i16 precision) through `dp4a`; bf16 weights keep f32 activations. One-stream
-    /// decode on the 8B shape +6% (q8) and +10% (q4), the same top-1 agreements (docs/performance-gpu.md).
+    /// The default: a block of 4 warps per few output rows, K split over the warps, q8/q4/q6 weights meeting
+    /// activations in two 8-bit terms per block (`quant_act8`: the CPU's i16 precision) through `dp4a`, bf16
+    /// weights (and products wider than [`ACT8_MAX_K`]) f32 activations; the block height per format and input
+    /// count from `split_rows_int8` and `split_rows_f32`.
     SplitDp4a,
-    /// The split kernels with f32 activations at this block height (for the kernel benchmark and tests).
+    /// The split kernels with f32 activations at this block height.
     SplitRows(usize),
     /// The split kernels with activations in two 8-bit terms and `dp4a` (q8 and q4 weights) at this block height.
     Dp4aRows(usize),
-}
-
-impl GemvKernel {
-    /// `KVAD_GPU_GEMV=warp|split|dp4a` (default dp4a; split keeps f32 activations for every format, to compare).
-    pub fn from_env() -> GemvKernel {
-        match std::env::var("KVAD_GPU_GEMV").as_deref() {
-            Ok("warp") => GemvKernel::Warp,
-            Ok("split") => GemvKernel::Split,
-            _ => GemvKernel::SplitDp4a,
-        }
-    }
 }
 
 /// Widest K the 8-bit activation scratch holds (the Llama-3-8B down product's 14,336 with room to spare); wider
@@ -55,18 +42,13 @@ pub const ACT8_MAX_K: usize = 1 << 16;
 pub(crate) const ACT8_BYTES: usize = 2 * GEMV_MAX_ROWS * ACT8_MAX_K + GEMV_MAX_ROWS * (ACT8_MAX_K / 32) * 8;
 
 /// The dp4a kernels' block height per format and input count, from the kernel benchmark of their one-term version
-/// (docs/gpu-results/gemv-dp4a-2026-12-01.json, geometric mean over the 8B shapes); not re-measured for two terms.
-/// One q4 input: 8 rows where the product norms its output, 4 where it does not — the norm-free kernels at 8 rows
-/// hold 128 registers, at 4 rows 72, and gpu-q4 decoded 1.5% faster with q/k/v, gate/up and the head at 4
-/// (alternated twice on the H200, docs/gpu-results/tail-smem-2026-12-01/). The products deferring their norm hold
-/// 72 registers at 4 rows too, but gpu-q4 decoded 8% slower with them there than at 8 (461.6 vs 503.2 tok/s,
-/// docs/gpu-results/norm-defer-2026-12-01/).
-///
-/// (At 4 rows in blocks of 1,024 threads holding their group whole, 32 warps an SM where 8 rows hold 16, gpu-q4
-/// decoded 4% slower: 531.4 against 553.4 tok/s, session 18.)
+/// (geometric mean over the 8B shapes; not re-measured for two terms). One q4 input: 8 rows where the product norms
+/// its output, 4 where it does not — the norm-free kernels at 8 rows hold 128 registers, at 4 rows 72, so more
+/// blocks an SM; the products deferring their norm decode faster at 8 although 4 holds 72 registers too, and so
+/// did 8 against 4 rows in blocks holding a group whole (figures: docs/performance-gpu.md).
 fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
     match (format, inputs) {
-        // The 6-bit head: 4 (7 blocks an SM at 72 registers); 2 (8 an SM at 64) measured no faster (session 21).
+        // The 6-bit head: 4 (7 blocks an SM at 72 registers); 2 (8 an SM at 64) measured no faster.
         (DevFormat::Q6, 1) => 4,
         (DevFormat::Q4, 1) if !norm => 4,
         (DevFormat::Q4, 1) => 8,
@@ -77,19 +59,17 @@ fn split_rows_int8(format: DevFormat, inputs: usize, norm: bool) -> usize {
 }
 
 /// Whether a format's split products with a norm tail hold the row in shared memory (then they take N floats of
-/// it) rather than registers: `split_norm_tail`'s SMEM in gemv_split.cu, chosen there per format by decode on the
-/// H200 — shared memory gave q8 +5% and bf16 +3% (the tail's registers had cut their o/down products' blocks an SM
-/// to a third), q4 −5% (its products hold 8 rows: as many registers either way).
+/// it) rather than registers: `split_norm_tail`'s SMEM in gemv_split.cu, chosen there per format by decode — for
+/// q8 and bf16 the tail's registers had cut their o/down products' blocks an SM to a third; q4's products hold 8
+/// rows, as many registers either way, and lose to the shared memory's traffic.
 fn tail_in_smem(format: DevFormat) -> bool {
     format != DevFormat::Q4
 }
 
-/// The f32-activation split kernels' block height per format and input count, from the kernel benchmark on the
-/// H200 (docs/gpu-results/gemv-*.json): small heights keep more blocks in flight, large ones share each activation
-/// load among more rows; past a few inputs the block formats' unrolled loops spill at large heights. (bf16 at
-/// height 2 for one and two inputs measured faster in the kernel benchmark of the norm-free kernels — one input:
-/// q/k/v 3.45 → 3.62 TB/s, down 3.05 → 4.09, docs/gpu-results/norm-free-2026-12-01/gemv-nn.json — but slower in
-/// decode, gpu-bf16 226.6 → 220.3 tok/s: not taken.)
+/// The f32-activation split kernels' block height per format and input count, from the kernel benchmark
+/// (examples/gpu_gemv.rs): small heights keep more blocks in flight, large ones share each activation load among
+/// more rows; past a few inputs the block formats' unrolled loops spill at large heights. (bf16 at height 2 won the
+/// kernel benchmark but lost in decode: not taken.)
 fn split_rows_f32(format: DevFormat, inputs: usize) -> usize {
     match (format, inputs) {
         (DevFormat::Bf16 | DevFormat::Q8, 1) => 4,
@@ -119,13 +99,6 @@ pub fn mma_few_takes(m: &DevMatrix, rows: usize) -> bool {
     (1..=MMA_FEW_MAX_ROWS).contains(&rows) && m.cols.is_multiple_of(step) && m.rows > 0
 }
 
-/// bf16 products of up to [`MMA_FEW_MAX_ROWS`] rows run the tensor-core kernel unless `KVAD_GPU_MMA_FEW=0`
-/// (cuBLAS after a per-product dequantisation then, as before it: for measuring what it brings).
-pub fn mma_few_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KVAD_GPU_MMA_FEW").map_or(true, |v| v != "0"))
-}
-
 /// Tokens per KV-cache page.
 pub const KV_PAGE: usize = 16;
 
@@ -134,15 +107,6 @@ pub const KV_PAGE: usize = 16;
 pub enum Act {
     /// f32 rows at this address.
     F32(u64),
-    /// f32 rows at `x`, RMS-normed with weights `g` and `eps` inside the GEMV (decode's pre-norms).
-    F32Rms {
-        /// The rows (the residual stream).
-        x: u64,
-        /// Norm weights, one per column.
-        g: u64,
-        /// Norm epsilon.
-        eps: f32,
-    },
     /// bf16 rows at this address.
     Bf16(u64),
     /// f32 rows at this address whose two-term 8-bit form the kernel before also wrote into the GPU's activation
@@ -292,8 +256,8 @@ impl Gpu {
             return Ok(());
         }
         match x {
-            Act::F32(_) | Act::F32Rms { .. } | Act::F32Act8(_) | Act::Act8Deferred { .. } => {
-                self.gemv(self.gemv_kernel, m, x, rows, y, bias, accumulate, None)?
+            Act::F32(_) | Act::F32Act8(_) | Act::Act8Deferred { .. } => {
+                self.gemv(GemvKernel::SplitDp4a, m, x, rows, y, bias, accumulate, None)?
             }
             Act::Bf16(xp) => match self.few_rows_tiles(m, rows) {
                 Some(mt) => self.mma_few_tiles(m, xp, rows, y, bias, accumulate, mt)?,
@@ -363,13 +327,12 @@ impl Gpu {
     }
 
     /// How a product of `rows` bf16 rows runs: `Some(mt)`, the tensor-core kernel with `mt` tiles of 16 output
-    /// rows a warp; None, cuBLAS. From the kernel benchmark on the H200 (examples/gpu_mma_few.rs,
-    /// docs/gpu-results/mma-few-2.json): cuBLAS reads bf16 weights at 2.3–4.1 TB/s where the kernel reaches
-    /// 1.8–2.9, so bf16 stays on cuBLAS; for q8/q4 cuBLAS must first dequantise the matrix (0.2–0.4 TB/s of
-    /// stored bytes in all) where the kernel reads 1–2.6 TB/s. More tiles a warp share each activation load
-    /// among more weight rows, fewer keep more blocks in flight on short matrices.
+    /// rows a warp; None, cuBLAS. From the kernel benchmark (examples/gpu_mma_few.rs): cuBLAS reads bf16 weights
+    /// faster than the kernel, so bf16 stays on cuBLAS; for q8/q4 cuBLAS must first dequantise the whole matrix,
+    /// which costs more than the kernel's reading it once. More tiles a warp share each activation load among more
+    /// weight rows, fewer keep more blocks in flight on short matrices.
     pub fn few_rows_tiles(&self, m: &DevMatrix, rows: usize) -> Option<usize> {
-        if !mma_few_enabled() || !mma_few_takes(m, rows) || m.format == DevFormat::Bf16 {
+        if !mma_few_takes(m, rows) || m.format == DevFormat::Bf16 {
             return None;
         }
         let n = m.rows;
@@ -411,10 +374,11 @@ impl Gpu {
         Ok(())
     }
 
-    /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`GEMV_MAX_ROWS`] f32 rows by the GEMV family `kernel` (the
-    /// kernel benchmark compares them; `matmul` uses the GPU's default). The split kernels take neither a folded
-    /// input norm nor widths that are not whole blocks: those run the per-warp kernels. `norm` also writes the
-    /// RMSNorm of the output rows (in the split kernels' last block; after the others, by the norm kernel).
+    /// `y[rows][N] (+)= x · Wᵀ (+ bias)` for up to [`GEMV_MAX_ROWS`] f32 rows by the split kernels `kernel` says
+    /// (the default, [`GemvKernel::SplitDp4a`], is what `matmul` runs; the kernel benchmark and the tests force
+    /// heights). Widths that are not whole blocks of 32 (bf16 only) run gemv.cu's per-warp kernel. `norm` also
+    /// writes the RMSNorm of the output rows (in the split kernels' last block; after the per-warp kernel, by the
+    /// norm kernel).
     ///
     /// # Safety
     /// `x`, `y`, `bias` must hold the shapes given.
@@ -433,28 +397,24 @@ impl Gpu {
         if rows == 0 || rows > GEMV_MAX_ROWS {
             return Err(GpuError::Shape(format!("GEMV of {rows} rows (1 to {GEMV_MAX_ROWS})")));
         }
-        let (xp, g, eps, rms) = match x {
-            Act::F32Rms { x, g, eps } => (x, g, eps, "_rms"),
-            Act::F32(x) | Act::F32Act8(x) => (x, 0u64, 0f32, ""),
-            Act::Act8Deferred { .. } => (0u64, 0u64, 0f32, ""),
+        let xp = match x {
+            Act::F32(x) | Act::F32Act8(x) => x,
+            Act::Act8Deferred { .. } => 0u64,
             Act::Bf16(_) => return Err(GpuError::Shape("GEMV of bf16 activations".into())),
         };
         let deferred_in = matches!(x, Act::Act8Deferred { .. });
         let fname = m.format.name();
-        // Q6 (a q4 backend's head) has the dp4a split kernels only, norm-free: the f32-activation families run them
+        // Q6 (a q4 backend's head) has the dp4a split kernels only, norm-free: the f32-activation heights run them
         // too.
         let kernel = match kernel {
-            GemvKernel::Warp | GemvKernel::Split | GemvKernel::SplitRows(_) if m.format == DevFormat::Q6 => {
-                GemvKernel::SplitDp4a
-            }
+            GemvKernel::SplitRows(_) if m.format == DevFormat::Q6 => GemvKernel::SplitDp4a,
             k => k,
         };
-        if m.format == DevFormat::Q6 && (norm.is_some() || !rms.is_empty() || m.cols > ACT8_MAX_K) {
+        if m.format == DevFormat::Q6 && (norm.is_some() || m.cols > ACT8_MAX_K) {
             return Err(GpuError::Shape(format!(
-                "a 6-bit product of {} inputs with a norm ({}) or folded input norm ({}): its kernels take neither",
+                "a 6-bit product of {} inputs with a norm ({}): its kernels take neither",
                 m.cols,
-                norm.is_some(),
-                !rms.is_empty()
+                norm.is_some()
             )));
         }
         let (n, k, acc) = (i(m.rows), i(m.cols), i32::from(accumulate));
@@ -462,34 +422,28 @@ impl Gpu {
         let s = m.s.as_ref().map_or(0, DevBuf::ptr);
         let quantised = m.format != DevFormat::Bf16;
         let (per, int8) = match kernel {
-            GemvKernel::SplitDp4a if quantised => (Some(split_rows_int8(m.format, rows, norm.is_some())), true),
-            GemvKernel::Split | GemvKernel::SplitDp4a => (Some(split_rows_f32(m.format, rows)), false),
+            GemvKernel::SplitDp4a if quantised => (split_rows_int8(m.format, rows, norm.is_some()), true),
+            GemvKernel::SplitDp4a => (split_rows_f32(m.format, rows), false),
             GemvKernel::SplitRows(per) | GemvKernel::Dp4aRows(per) if !SPLIT_HEIGHTS.contains(&per) => {
                 return Err(GpuError::Shape(format!("split GEMV {per} rows high")))
             }
-            GemvKernel::SplitRows(per) => (Some(per), false),
-            GemvKernel::Dp4aRows(per) if quantised => (Some(per), true),
+            GemvKernel::SplitRows(per) => (per, false),
+            GemvKernel::Dp4aRows(per) if quantised => (per, true),
             GemvKernel::Dp4aRows(_) => return Err(GpuError::Shape("dp4a GEMV of bf16 weights".into())),
-            GemvKernel::Warp => (None, false),
         };
         let int8 = int8 && m.cols <= ACT8_MAX_K;
-        let split = match per {
-            Some(per) if rms.is_empty() && m.cols.is_multiple_of(32) => {
-                let d = if int8 { "d" } else { "" };
-                // A product that folds no norm runs the kernel compiled without it (fewer registers, so more blocks
-                // an SM: gpu-q8 +15%, docs/performance-gpu.md).
-                let nn = match norm {
-                    None => "_nn",
-                    Some(o) if o.to == NormTo::Deferred && super::norm_defer::groups_in_block(fname, rows, per) => {
-                        "_gb"
-                    }
-                    Some(o) if o.to == NormTo::Deferred => "_gn",
-                    Some(_) => "",
-                };
-                Some((format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per))
-            }
-            _ => None,
-        };
+        let split = m.cols.is_multiple_of(32).then(|| {
+            let d = if int8 { "d" } else { "" };
+            // A product that folds no norm runs the kernel compiled without it (fewer registers, so more blocks
+            // an SM).
+            let nn = match norm {
+                None => "_nn",
+                Some(o) if o.to == NormTo::Deferred && super::norm_defer::groups_in_block(fname, rows, per) => "_gb",
+                Some(o) if o.to == NormTo::Deferred => "_gn",
+                Some(_) => "",
+            };
+            (format!("gemvs_{fname}{d}_{rows}_r{per}{nn}"), per)
+        });
         if (deferred_in || norm.is_some_and(|o| o.to == NormTo::Deferred)) && !(int8 && split.is_some()) {
             return Err(GpuError::Shape(format!("deferred norm in a product of {rows} rows × {} not on dp4a", m.cols)));
         }
@@ -546,8 +500,7 @@ impl Gpu {
             let whole_f4 = m.rows.is_multiple_of(4) && m.rows <= NORM_TAIL_MAX_N;
             let tail = norm.is_some_and(|o| o.to != NormTo::Deferred);
             let smem = if tail && whole_f4 && tail_in_smem(m.format) { (m.rows * 4) as u32 } else { 0 };
-            // (Any name holding `_gb`: a measuring instance such as `_gb96` runs the same sub-blocks.)
-            if name.contains("_gb") {
+            if name.ends_with("_gb") {
                 // A block of 32 rows (whole groups: checked above), 32/per sub-blocks of 128 threads.
                 b.launch(cfg(((m.rows / 32) as u32, 1, 1), (128 * 32 / per) as u32, 0))?;
             } else {
@@ -558,15 +511,14 @@ impl Gpu {
             }
             return Ok(());
         }
-        // Output rows per block: 4 warps of ROWS_* rows, as in gemv.cu.
-        let per_block = if m.format == DevFormat::Q4 { 16 } else { 8 };
-        let mut b = self.launch(&format!("gemv_{fname}_{rows}{rms}"));
-        b.arg(&q);
+        // Widths that are not whole blocks of 32: bf16 only (the block formats are whole blocks), gemv.cu's kernel of
+        // 4 warps of 2 output rows a block.
         if m.format != DevFormat::Bf16 {
-            b.arg(&s);
+            return Err(GpuError::Shape(format!("GEMV of {:?} weights {} wide", m.format, m.cols)));
         }
-        b.arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc).arg(&g).arg(&eps);
-        b.launch(cfg((grid_for(m.rows, per_block), 1, 1), 128, 0))?;
+        let mut b = self.launch(&format!("gemv_bf16_{rows}"));
+        b.arg(&q).arg(&xp).arg(&y).arg(&bias).arg(&n).arg(&k).arg(&acc);
+        b.launch(cfg((grid_for(m.rows, 8), 1, 1), 128, 0))?;
         if let Some(o) = norm {
             self.rms_norm(y, o.g, o.out, rows, m.rows, o.eps, false)?;
             if o.to == NormTo::Act8 {
@@ -601,8 +553,7 @@ impl Gpu {
     /// family on q8/q4 weights): then the kernel before it may write them ([`NormTo::Act8`],
     /// [`Gpu::silu_mul_act8`]) and hand over [`Act::F32Act8`].
     pub fn takes_act8(&self, m: &DevMatrix, rows: usize) -> bool {
-        self.gemv_kernel == GemvKernel::SplitDp4a
-            && m.format != DevFormat::Bf16
+        m.format != DevFormat::Bf16
             && (1..=GEMV_MAX_ROWS).contains(&rows)
             && m.cols.is_multiple_of(32)
             && m.cols <= ACT8_MAX_K

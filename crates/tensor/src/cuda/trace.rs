@@ -1,7 +1,7 @@
-//! The kernel trace: with `KVAD_GPU_TRACE=path` the kernels are compiled with their trace code (`KVAD_TRACE`; without
-//! it they carry none), every kernel's first block records when it passed its PDL wait
-//! (common.cuh's `trace_entry`), and [`Gpu::trace_dump`] writes the records to `path` as text, one kernel a line:
-//! `ns grid_x grid_y block_x`. The gap from one record to the next is that kernel's time on the critical path
+//! The kernel trace: with `KVAD_GPU_TRACE=path` ([`super::Tuning::trace`]) the kernels are compiled with their
+//! trace code (`KVAD_TRACE`; without it they carry none), every kernel's first block records when it passed its PDL
+//! wait (common.cuh's `trace_entry`), and [`Gpu::trace_dump`] writes the records to `path` as text, one kernel a
+//! line: `ns grid_x grid_y block_x`. The gap from one record to the next is that kernel's time on the critical path
 //! inside a CUDA graph, with programmatic dependent launch — what a profiler that launches each kernel alone (ncu)
 //! cannot measure. `scripts/gpu/trace.py` sums a decode step's records by kernel shape.
 
@@ -19,12 +19,13 @@ pub(crate) struct Trace {
 }
 
 impl Trace {
-    /// Sets every module's trace pointer when `KVAD_GPU_TRACE` names a file; None otherwise.
+    /// Sets every module's trace pointer when `path` names the trace's file; None otherwise.
     pub(crate) fn open(
         gpu_stream: &Arc<cudarc::driver::CudaStream>,
         modules: &[Arc<CudaModule>],
+        path: Option<&str>,
     ) -> Result<Option<Trace>, GpuError> {
-        let Ok(path) = std::env::var("KVAD_GPU_TRACE") else { return Ok(None) };
+        let Some(path) = path.map(str::to_string) else { return Ok(None) };
         let buf = gpu_stream.alloc_zeros::<u64>(2 * CAP as usize + 2)?;
         let (ptr, _) = cudarc::driver::DevicePtr::device_ptr(&buf, gpu_stream);
         for module in modules {

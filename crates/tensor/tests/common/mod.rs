@@ -15,18 +15,6 @@ pub fn gpu() -> Option<Arc<Gpu>> {
     }
 }
 
-/// The GPU where its decode products take the default two-term 8-bit activations, or None after saying why not
-/// (no GPU, or `KVAD_GPU_GEMV` asks for another product family): for the tests of the kernels that write them.
-#[allow(dead_code)] // not every test binary tests those kernels
-pub fn gpu_dp4a() -> Option<Arc<Gpu>> {
-    let g = gpu()?;
-    if g.gemv_kernel() != kvad_tensor::cuda::GemvKernel::SplitDp4a {
-        eprintln!("KVAD_GPU_GEMV is set: the 8-bit activations are not the default here");
-        return None;
-    }
-    Some(g)
-}
-
 /// `n` values in [-1, 1) from an LCG seeded with `seed`: the same data on every machine.
 pub fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;

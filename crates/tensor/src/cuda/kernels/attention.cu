@@ -238,18 +238,16 @@ __device__ void attention_keys_t(const float* __restrict__ q, const f16_t* __res
         attention_keys_t<D>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv, window,    \
                             scale, out_bf16);                                                                  \
     }
-ATT_KEYS(1)
-ATT_KEYS(2)
-ATT_KEYS(4)
+// Only D = 8: the one shape whose accumulators fit neither 32 nor 16 warps (GM·D > 32, head width 256 with 8 query
+// heads a KV head; `Gpu::attention_warps`).
 ATT_KEYS(8)
 
 // The key-stream kernel with W warps per block (W = 16 or 32) and the accumulators sized for GM >= G query heads
 // per KV head, for decode passes of up to 8 rows: their (rows × KV heads) blocks leave most of the GPU idle and
 // each warp walks its keys one after another, so more warps per block take fewer keys each, and each warp loads
 // its next key's page entry, K and V before the arithmetic of the current one. (Passes of more rows run
-// attention_split.cu or attention_chunks.cu, else 8 warps: their blocks already fill the GPU, and 32 warps a block
-// fit one block an SM.) Per key the arithmetic is the W = 8
-// kernel's; the merge of the warps' partial softmaxes runs over W warps.
+// attention_split.cu or attention_chunks.cu.) Per key the arithmetic is the W = 8 kernel's; the merge of the warps'
+// partial softmaxes runs over W warps.
 template <int D, int W, int GM>
 __device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __restrict__ k_pages,
                                   const f16_t* __restrict__ v_pages, void* out, const int* __restrict__ row_pos,
@@ -316,13 +314,11 @@ __device__ void attention_keys_wt(const float* __restrict__ q, const f16_t* __re
         attention_keys_wt<D, W, GM>(q, k_pages, v_pages, out, row_pos, row_seq, tables, max_pages, nh, nkv,    \
                                     window, scale, out_bf16);                                                  \
     }
-// Instances: 32 warps where 2·GM·D accumulator and query registers fit under 64 a thread (GM·D <= 16), 16 warps
-// where they fit under 128 (GM·D <= 32); `Gpu::attention_warps` picks among them.
+// Instances, the ones `Gpu::attention_warps` picks: 32 warps where 2·GM·D accumulator and query registers fit under
+// 64 a thread (GM·D <= 16), else 16 warps where they fit under 128 (GM·D <= 32).
 ATT_KEYS_W(1, 32, 1) ATT_KEYS_W(1, 32, 2) ATT_KEYS_W(1, 32, 4) ATT_KEYS_W(1, 32, 8)
 ATT_KEYS_W(2, 32, 1) ATT_KEYS_W(2, 32, 2) ATT_KEYS_W(2, 32, 4) ATT_KEYS_W(2, 32, 8)
 ATT_KEYS_W(4, 32, 1) ATT_KEYS_W(4, 32, 2) ATT_KEYS_W(4, 32, 4)
 ATT_KEYS_W(8, 32, 1) ATT_KEYS_W(8, 32, 2)
-ATT_KEYS_W(1, 16, 1) ATT_KEYS_W(1, 16, 2) ATT_KEYS_W(1, 16, 4) ATT_KEYS_W(1, 16, 8)
-ATT_KEYS_W(2, 16, 1) ATT_KEYS_W(2, 16, 2) ATT_KEYS_W(2, 16, 4) ATT_KEYS_W(2, 16, 8)
-ATT_KEYS_W(4, 16, 1) ATT_KEYS_W(4, 16, 2) ATT_KEYS_W(4, 16, 4) ATT_KEYS_W(4, 16, 8)
-ATT_KEYS_W(8, 16, 1) ATT_KEYS_W(8, 16, 2) ATT_KEYS_W(8, 16, 4)
+ATT_KEYS_W(4, 16, 8)
+ATT_KEYS_W(8, 16, 4)

@@ -3,8 +3,8 @@
 // per-head RMSNorm and RoPE of qkv_post (elementwise.cu) to its group's query heads and to its KV head's new key,
 // writes the new key and value into the pages itself, and attends over keys lo..=pos as the key-stream kernels do
 // (attention.cu: warp w takes keys lo+w, lo+w+W, …, lane l dims [l·D, l·D+D)). Two launches a layer become one.
-// The host may split a KV head's query heads over blocks (grid z, `decode_heads` in attention.rs): each block then
-// attends for GM of them over the same keys, and only the first writes the new key and value.
+// The host splits a KV head's query heads over blocks (grid z, `DECODE_HEADS` in attention.rs: one a block, GM = 1):
+// each block attends for GM of them over the same keys, and only the first writes the new key and value.
 //
 // Its loads do not wait on one another: the page table's first 32 entries sit one a lane (a key's page is a
 // shuffle away, not a dependent load), and a warp asks for AD_KB keys' K and V rows at a time, the next AD_KB while
@@ -138,9 +138,10 @@ __device__ __forceinline__ void halve_sums(float (&v)[V], int lane) {
 // for every (key, head) pair, summed across the warp by halving exchanges — at each of the five steps a lane
 // keeps half its values and sends the other half, so AD_KB·GM sums take AD_KB·GM − 1 + the remaining steps'
 // shuffles rather than five each, with no chain from one key to the next — then, a head at a time, the scores
-// gathered back to every lane (AD_KB·GM more shuffles: 32 in all for G = 4, against 80) and one online-softmax update for the group: the running maximum, its rescale of
-// the sum and accumulators, and each key's weight times its value row. (key_step takes keys one by one: a chain of
-// five shuffles and two exponentials a key and head, which made the key loop 10 of the kernel's 14 µs.)
+// gathered back to every lane (AD_KB·GM more shuffles: 32 in all for G = 4, against 80) and one online-softmax
+// update for the group: the running maximum, its rescale of the sum and accumulators, and each key's weight times
+// its value row. (key_step takes keys one by one: a chain of five shuffles and two exponentials a key and head,
+// which made the key loop most of the kernel's time.)
 template <int D, int GM, typename raw_t>
 __device__ __forceinline__ void keys_step(const float (&qr)[GM][D], const raw_t (&ck)[AD_KB],
                                           const raw_t (&cv)[AD_KB], int valid, float (&acc)[GM][D], float (&m)[GM],
@@ -219,8 +220,8 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
     int r = blockIdx.x / splits, chunk = blockIdx.x % splits, kvh = blockIdx.y, warp = threadIdx.x >> 5,
         lane = threadIdx.x & 31;
     // Block z of the grid takes query heads z·GM.. of its KV head's group when the host splits the group over
-    // blocks (attention.rs's decode_heads: one head a block unless measuring; only where GM divides the group): G
-    // heads here, the first h0.
+    // blocks (attention.rs's DECODE_HEADS: one head a block, so GM = 1 divides every group): G heads here, the
+    // first h0.
     int G = gridDim.z > 1 ? GM : nh / nkv, h0 = kvh * (nh / nkv) + blockIdx.z * GM;
     bool first = (threadIdx.x | blockIdx.x | blockIdx.y | blockIdx.z) == 0;  // the thread that marks the trace
     if (first) trace_mark(910);
@@ -403,7 +404,5 @@ __device__ void attention_decode_t(const float* __restrict__ qkv, f16_t* k_pages
                                                    eps, oq, oq2, ods, splits, kpb, part_acc, part_ml,           \
                                                    counters);                                                   \
     }
-ATT_DECODE(1, 1) ATT_DECODE(1, 2) ATT_DECODE(1, 4) ATT_DECODE(1, 8)
-ATT_DECODE(2, 1) ATT_DECODE(2, 2) ATT_DECODE(2, 4) ATT_DECODE(2, 8)
-ATT_DECODE(4, 1) ATT_DECODE(4, 2) ATT_DECODE(4, 4) ATT_DECODE(4, 8)
-ATT_DECODE(8, 1) ATT_DECODE(8, 2) ATT_DECODE(8, 4) ATT_DECODE(8, 8)
+// One query head a block (GM = 1, `DECODE_HEADS` in attention.rs), every head width 32·D.
+ATT_DECODE(1, 1) ATT_DECODE(2, 1) ATT_DECODE(4, 1) ATT_DECODE(8, 1)

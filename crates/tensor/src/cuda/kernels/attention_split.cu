@@ -1,10 +1,10 @@
 // Decode attention for passes of more than 8 rows with no block-wide step per chunk: the keys split over the warps.
 //
-// attention_chunks_mma (attention_chunks.cu) walks a chunk of 64 keys with the whole block, four __syncthreads a
-// chunk (copy, scores, softmax, values), and its softmax warps wait for every other: 12 µs a layer at 32 rows of
-// the 8B shape. Here a block of 4 warps takes one row and one KV head (grid (R, nkv)); warp w takes keys
-// lo + 16·(4i + w) .. +15 for i = 0, 1, …, copying its next 16 keys' K and V rows into its own shared memory by
-// cp.async while it works on the current ones, and keeps its own online softmax (flash-decoding within a block):
+// A chunk kernel that walks 64 keys with the whole block needs four __syncthreads a chunk (copy, scores, softmax,
+// values), and its softmax warps wait for every other. Here a block of 4 warps takes one row and one KV head (grid
+// (R, nkv)); warp w takes keys lo + 16·(4i + w) .. +15 for i = 0, 1, …, copying its next 16 keys' K and V rows
+// into its own shared memory by cp.async while it works on the current ones, and keeps its own online softmax
+// (flash-decoding within a block):
 //   scores  S = Q·Kᵀ as m16n8k16 f16 `mma.sync` (two n-tiles of 8 keys), rows 0–7 of A the query heads' high
 //           f16 parts, rows 8–15 their low parts (x = hi + lo), so c0 + c2 is head g's score in f32 precision;
 //   softmax in registers: a quad of lanes holds a head's 16 scores, the maximum by two shuffles;
@@ -14,6 +14,13 @@
 // order in the row's own block, so a row's bits do not depend on the other rows of the pass.
 #define AS_WARPS 4
 #define AS_KW 16
+
+// An f32 operand as two f16 parts, x = hi + lo (lo = f16(x − hi)): rows 0–7 of an A fragment hold the high parts,
+// rows 8–15 the low, so c0 + c2 is a product to about f32 precision.
+__device__ __forceinline__ void ac_split(float x, f16_t& hi, f16_t& lo) {
+    hi = f2h(x);
+    lo = f2h(x - h2f(hi));
+}
 
 template <int HD>
 __device__ void attention_split_t(const float* __restrict__ q, const f16_t* __restrict__ k_pages,

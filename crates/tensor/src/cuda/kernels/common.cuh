@@ -4,8 +4,8 @@ typedef unsigned short bf16_t;
 typedef unsigned short f16_t;
 
 // Q4 blocks hold their scale d alone (Q4_0: weight = d·(q − 8) = d·q + m): the minimum m = −8d, made here, exact
-// in f32 (it is what the f16 minimum of the (d, m) pairs the device held until session 20 held, read from 2 more
-// bytes a block).
+// in f32 (the value the f16 minimum of the (d, m) pairs the device once held gave, without reading 2 more bytes a
+// block).
 __device__ __forceinline__ float q4_min(float d) { return -8.0f * d; }
 
 // Word m (0..7) of a q6 block (matrix.rs's Q6) as four bytes v = q + 32 (0..63: signed bytes too, for dp4a):
@@ -175,11 +175,9 @@ __device__ __forceinline__ void trace_mark(unsigned id) { trace_record(id); }
 // The entry of kernels whose time past the wait is a chain of dependent loads in few blocks (decode attention, the
 // norm tails): they let the next kernel launch only once their own loads are back
 // (PDL_LATE_TRIGGER), because that kernel's blocks start by loading their first weights — megabytes across the
-// GPU — which would queue in the memory system ahead of the few loads this kernel waits on. Measured by the trace
-// (gpu-q4, docs/performance-gpu.md): the decode attention's query loads 1.9 → 1.0 µs and the o/down products'
-// rows 1.5 µs sooner, but the tail's second half 1.6 µs longer — the step unchanged (2,258 vs 2,260 µs); with
-// the deferred norm (session 13), the early trigger everywhere lost 1–2% (gpu-q8 374.1 vs 378.8 tok/s). SwiGLU
-// (silu_mul_act8) was one of them until session 19, when its early trigger gained 0.9% at gpu-q4 (quant.cu).
+// GPU — which would queue in the memory system ahead of the few loads this kernel waits on. The early trigger
+// everywhere measured slower with the deferred norm; SwiGLU (silu_mul_act8) gains from it and no longer waits
+// (quant.cu; figures: docs/performance-gpu.md).
 #define PDL_ENTER_LATE() \
     do {                 \
         pdl_wait();      \

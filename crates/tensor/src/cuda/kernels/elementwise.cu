@@ -127,8 +127,8 @@ extern "C" __global__ void embed(const void* __restrict__ q, const void* __restr
     size_t row = (size_t)ids[blockIdx.x];
     float* o = out + (size_t)blockIdx.x * H;
     int nb = H / 32;
-    // Grid y spreads a row over blocks: one block of a 4,096-wide row took 7 µs at the start of every decode step,
-    // its threads' 16 loads each waiting on the row one after another.
+    // Grid y spreads a row over blocks: one block of a wide row was slow at the start of every decode step, its
+    // threads' 16 loads each waiting on the row one after another.
     for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < H; i += gridDim.y * blockDim.x) {
         float v;
         if (fmt == 0) {

@@ -182,9 +182,8 @@ extern "C" __global__ void quant_act8(const float* __restrict__ x, signed char* 
 
 // silu_mul (elementwise.cu) straight into the two-term form for the down product, as silu_mul then quant_act8
 // would write it, bit for bit: one kernel a layer fewer. A warp per block of 32; f32 `out` too unless 0.
-// It lets the down product launch at once, so that product's first weights load beside it (PDL_ENTER): gpu-q4
-// 594.9 against 589.8 tok/s with the trigger after its loads (PDL_ENTER_LATE), gpu-q8 437.3 against 434.9
-// (docs/performance-gpu.md, session 19) — unlike the decode attention, whose early trigger lost.
+// It lets the down product launch at once, so that product's first weights load beside it (PDL_ENTER): faster
+// than the trigger after its loads (PDL_ENTER_LATE), unlike the decode attention, whose early trigger lost.
 extern "C" __global__ void silu_mul_act8(const float* __restrict__ gu, float* out, signed char* xq, signed char* xq2,
                                          float2* xds, int R, int F) {
     PDL_ENTER();

@@ -14,14 +14,16 @@ for b in kvad kvad-serve examples/gpu_gemv examples/gpu_mma_few; do
   cp "${CARGO_TARGET_DIR:-target}/release/$b" .gpu/bin/
   strip ".gpu/bin/$(basename $b)"
 done
-# The test binaries: their paths come from cargo's JSON messages.
-cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels --test cuda_decode_attention --test cuda_norm_defer --test cuda_attention --test cuda_q6 -p kvad-models --test gpu --test gpu_big \
+# The test binaries: their paths come from cargo's JSON messages. kvad-models' own unit tests (its --lib binary,
+# staged as kvad_models_lib) hold the device state tests (gpu::slots).
+cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels --test cuda_decode_attention --test cuda_norm_defer --test cuda_attention --test cuda_q6 -p kvad-models --lib --test gpu --test gpu_big \
   | python3 -c '
 import json, shutil, subprocess, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        dst = ".gpu/bin/" + m["target"]["name"]
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        name = m["target"]["name"] + ("_lib" if m["target"]["kind"] == ["lib"] else "")
+        dst = ".gpu/bin/" + name
         shutil.copy(m["executable"], dst)
         subprocess.run(["strip", dst], check=True)
         print("staged", dst)

@@ -4,51 +4,20 @@
 //! activations, each weight read once; larger ones (prefill) cuBLAS on bf16 activations, block formats
 //! dequantised per product.
 
+use super::blocks::{act, norm_bytes, Layer, Norm, PassCtx};
 use super::pages::{PagePool, Pages, Store};
+use super::plan::{norm_steps, NormStep, Plan};
+use super::scratch::{Scratch, GREEDY_AHEAD_MAX};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::logit_rows;
 use crate::state::{KvDtype, SeqState, StateSpec};
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, Act, Attn, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, GpuGraph, Meta, NormOut, NormTo, QkvPost,
-    FLASH_TILE, GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, NormTo, FLASH_TILE, GEMV_MAX_ROWS,
+    KV_PAGE, MMA_FEW_MAX_ROWS,
 };
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// A norm before attention, before the MLP, and at the end.
-pub(crate) enum Norm {
-    /// RMSNorm with its weight.
-    Rms(DevBuf),
-    /// LayerNorm with weight and bias.
-    Layer(DevBuf, DevBuf),
-}
-
-/// The MLP's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mlp {
-    /// `down(silu(gate) · up)`, gate and up stacked in one matrix.
-    SwiGlu,
-    /// `proj(gelu_tanh(fc))`.
-    Gelu,
-}
-
-/// One layer's weights on the device.
-pub(crate) struct Layer {
-    pub(crate) norm1: Norm,
-    pub(crate) qkv: DevMatrix,
-    pub(crate) qkv_bias: Option<DevBuf>,
-    pub(crate) q_norm: Option<DevBuf>,
-    pub(crate) k_norm: Option<DevBuf>,
-    pub(crate) o: DevMatrix,
-    pub(crate) o_bias: Option<DevBuf>,
-    pub(crate) norm2: Norm,
-    pub(crate) up: DevMatrix,
-    pub(crate) up_bias: Option<DevBuf>,
-    pub(crate) down: DevMatrix,
-    pub(crate) down_bias: Option<DevBuf>,
-}
 
 /// The parts an architecture file assembles.
 pub(crate) struct Parts {
@@ -62,7 +31,6 @@ pub(crate) struct Parts {
     pub(crate) head: Option<DevMatrix>,
     /// RoPE inverse frequencies (None: no RoPE).
     pub(crate) inv_freq: Option<DevBuf>,
-    pub(crate) mlp: Mlp,
 }
 
 /// A model on the GPU.
@@ -78,80 +46,10 @@ pub(crate) struct GpuDecoder {
     blas_graph: std::sync::atomic::AtomicBool,
 }
 
-/// Working buffers for a pass of up to `rows` rows and `sel` logit rows, grown as needed.
-struct Scratch {
-    rows: usize,
-    sel: usize,
-    meta_ints: usize,
-    x: DevBuf,
-    h: DevBuf,
-    qkv: DevBuf,
-    q: DevBuf,
-    att: DevBuf,
-    up: DevBuf,
-    act: DevBuf,
-    hsel: DevBuf,
-    logits: DevBuf,
-    meta: DevBuf,
-    /// Greedy ids out.
-    ids: DevBuf,
-    /// The block count (zero between launches) of products that norm their own output.
-    counter: DevBuf,
-    /// bf16 copy of the largest block-format matrix, for cuBLAS (allocated on the first large pass).
-    wtmp: Option<DevBuf>,
-    /// Decode passes recorded over these buffers, by (rows, logit rows, page-table width, sequences, whether
-    /// the logit rows are all rows in order).
-    graphs: HashMap<GraphKey, GpuGraph>,
-    /// The graph the last pass replayed (None: it ran unrecorded), for greedy steps ahead to replay again.
-    last_graph: Option<GraphKey>,
-    /// Greedy steps ahead's picks ([`GREEDY_AHEAD_MAX`] ints).
-    hist: DevBuf,
-}
-
-/// A recorded decode pass's key: (rows, logit rows, page-table width, sequences, whether the logit rows are all
-/// rows in order).
-type GraphKey = (usize, usize, usize, usize, bool);
-
-/// Most greedy steps run ahead in one call ([`CausalLm::forward_greedy_steps`]).
-const GREEDY_AHEAD_MAX: usize = 64;
-
 /// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (it saves the host's wait between steps; a
 /// reply's last run may go up to 7 steps past its stop, its tokens dropped; figures in docs/performance-gpu.md). The callers' `KVAD_GREEDY_AHEAD=n`
 /// (`kvad_engine::greedy_ahead`) runs n instead (1: one at a time; past [`GREEDY_AHEAD_MAX`], a step at a time).
 const GREEDY_AHEAD: usize = 8;
-
-fn up_width(p: &Parts) -> usize {
-    p.layers.first().map_or(0, |l| l.up.rows())
-}
-
-impl Scratch {
-    fn new(gpu: &Arc<Gpu>, p: &Parts, rows: usize, sel: usize, meta_ints: usize) -> Result<Scratch, ModelError> {
-        let c = &p.cfg;
-        let f = 4;
-        let widest = c.hidden.max(c.q_dim()).max(c.intermediate);
-        Ok(Scratch {
-            rows,
-            sel,
-            meta_ints,
-            x: DevBuf::zeros(gpu, rows * c.hidden * f)?,
-            h: DevBuf::zeros(gpu, rows * widest * f)?,
-            qkv: DevBuf::zeros(gpu, rows * (c.q_dim() + 2 * c.kv_dim()) * f)?,
-            q: DevBuf::zeros(gpu, rows * c.q_dim() * f)?,
-            att: DevBuf::zeros(gpu, rows * c.q_dim() * f)?,
-            up: DevBuf::zeros(gpu, rows * up_width(p) * f)?,
-            act: DevBuf::zeros(gpu, rows * c.intermediate * f)?,
-            hsel: DevBuf::zeros(gpu, sel * c.hidden * f)?,
-            logits: DevBuf::zeros(gpu, sel * c.vocab_size * f)?,
-            meta: DevBuf::zeros(gpu, meta_ints * 4)?,
-            ids: DevBuf::zeros(gpu, sel * 4)?,
-            counter: DevBuf::zeros(gpu, 4)?,
-            wtmp: None,
-            graphs: HashMap::new(),
-            last_graph: None,
-            hist: DevBuf::zeros(gpu, GREEDY_AHEAD_MAX * 4)?,
-        })
-    }
-}
 
 /// Prompt tokens a GPU pass reads at once: block formats are dequantised once per pass for cuBLAS, so smaller
 /// chunks repeat that work (and give the tensor cores less to chew on); the scratch for 4,096 rows of an 8B model
@@ -220,7 +118,7 @@ impl GpuDecoder {
         let head = p.head.as_ref().unwrap_or(&p.embed);
         let takes = |m: &DevMatrix| self.gpu.few_rows_tiles(m, rows).is_some();
         (sel <= GEMV_MAX_ROWS || self.gpu.few_rows_tiles(head, sel).is_some())
-            && p.layers.iter().all(|l| [&l.qkv, &l.o, &l.up, &l.down].into_iter().all(takes))
+            && p.layers.iter().all(|l| l.attn.products().into_iter().chain(l.mlp.products()).all(takes))
     }
 
     /// Whether a capture of a pass with cuBLAS in it has failed (such passes then run unrecorded).
@@ -238,25 +136,13 @@ impl GpuDecoder {
             .max()
             .unwrap_or(0);
         for l in &p.layers {
-            for w in [&l.qkv, &l.o, &l.up, &l.down] {
+            for w in l.attn.products().into_iter().chain(l.mlp.products()) {
                 if w.format() != DevFormat::Bf16 {
                     m = m.max(w.rows() * w.cols());
                 }
             }
         }
         m
-    }
-}
-
-fn ptr(b: &Option<DevBuf>) -> u64 {
-    b.as_ref().map_or(0, DevBuf::ptr)
-}
-
-fn act(buf: &DevBuf, gemv: bool) -> Act {
-    if gemv {
-        Act::F32(buf.ptr())
-    } else {
-        Act::Bf16(buf.ptr())
     }
 }
 
@@ -275,30 +161,9 @@ impl CausalLm for GpuDecoder {
 
     fn weight_bytes(&self) -> usize {
         let p = &self.p;
-        let vec = |b: &Option<DevBuf>| b.as_ref().map_or(0, DevBuf::len);
-        let norm = |n: &Norm| match n {
-            Norm::Rms(w) => w.len(),
-            Norm::Layer(w, b) => w.len() + b.len(),
-        };
-        let layers: usize = p
-            .layers
-            .iter()
-            .map(|l| {
-                l.qkv.bytes()
-                    + l.o.bytes()
-                    + l.up.bytes()
-                    + l.down.bytes()
-                    + norm(&l.norm1)
-                    + norm(&l.norm2)
-                    + vec(&l.qkv_bias)
-                    + vec(&l.o_bias)
-                    + vec(&l.up_bias)
-                    + vec(&l.down_bias)
-                    + vec(&l.q_norm)
-                    + vec(&l.k_norm)
-            })
-            .sum();
-        layers + p.embed.bytes() + p.head.as_ref().map_or(0, DevMatrix::bytes) + vec(&p.pos_emb) + norm(&p.final_norm)
+        let layers: usize = p.layers.iter().map(Layer::bytes).sum();
+        let pos = p.pos_emb.as_ref().map_or(0, DevBuf::len);
+        layers + p.embed.bytes() + p.head.as_ref().map_or(0, DevMatrix::bytes) + pos + norm_bytes(&p.final_norm)
     }
 
     fn prefill_chunk(&self) -> usize {
@@ -394,40 +259,6 @@ impl CausalLm for GpuDecoder {
     }
 }
 
-/// Where the pass's pieces sit in the metadata buffer, and what the pass runs.
-#[derive(Clone, Copy)]
-struct Plan {
-    rows: usize,
-    /// Logit rows.
-    sel: usize,
-    /// Width of a page table (padded for graphs, so one graph serves a sequence as it grows).
-    width: usize,
-    /// Tensor-core attention tiles (0: the key-stream kernels).
-    n_tiles: usize,
-    /// The logit rows are all rows in order (decode): no gather needed.
-    all_rows: bool,
-}
-
-impl Plan {
-    fn meta(&self, base: &DevBuf) -> Meta {
-        let r = self.rows;
-        Meta {
-            row_pos: base.at(r * 4),
-            row_seq: base.at(r * 8),
-            tables: base.at((3 * r + self.sel) * 4),
-            max_pages: self.width,
-        }
-    }
-
-    fn sel_ptr(&self, base: &DevBuf) -> u64 {
-        base.at(self.rows * 12)
-    }
-
-    fn tiles_ptr(&self, base: &DevBuf, seqs: usize) -> u64 {
-        base.at((3 * self.rows + self.sel + seqs * self.width) * 4)
-    }
-}
-
 impl GpuDecoder {
     /// Runs the pass; the logits of the selected rows stay in the scratch. None: no rows at all.
     ///
@@ -493,7 +324,9 @@ impl GpuDecoder {
         let graph = (gemv || few) && tiles.is_empty() && !(blas && self.blas_graph_failed());
         let width = if graph { max_pages.next_power_of_two().max(16) } else { max_pages };
         let all_rows = sel.iter().enumerate().all(|(i, &r)| r as usize == i) && sel.len() == rows;
-        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows };
+        let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
+        let norms = norm_steps(&self.gpu, &self.p.layers, &self.p.final_norm, head, rows, all_rows);
+        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows, norms };
         let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * width + tiles.len());
         for s in batch.iter() {
             meta.extend(s.tokens.iter().map(|&t| t as i32));
@@ -517,7 +350,8 @@ impl GpuDecoder {
             let r = rows.next_power_of_two().max(old.as_ref().map_or(0, |s| s.rows));
             let n = sel.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.sel));
             let m = meta.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.meta_ints)).max(1024);
-            let mut fresh = Scratch::new(gpu, &self.p, r, n, m)?;
+            let up = self.p.layers.iter().map(|l| l.mlp.up_width()).max().unwrap_or(0);
+            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, r, n, m)?;
             fresh.wtmp = old.and_then(|s| s.wtmp);
             *guard = Some(fresh);
         }
@@ -570,160 +404,146 @@ impl GpuDecoder {
     }
 
     /// Queues the pass's kernels: every address and size comes from the scratch and the plan, so a recording of
-    /// this is valid for as long as the scratch lives.
+    /// this is valid for as long as the scratch lives. Each layer's blocks queue their own kernels; between them
+    /// the residual products and the norms run as the plan's norm steps say.
     fn issue(&self, s: &Scratch, plan: &Plan, seqs: usize) -> Result<(), ModelError> {
         let c = &self.p.cfg;
         let gpu = &self.gpu;
         let rows = plan.rows;
-        let m = plan.meta(&s.meta);
-        let ids = s.meta.ptr();
-        let (h, hd) = (c.hidden, c.head_dim);
         let gemv = rows <= GEMV_MAX_ROWS;
-        let wtmp = s.wtmp.as_ref();
-        let tiles = if plan.n_tiles > 0 { plan.tiles_ptr(&s.meta, seqs) } else { 0 };
-        // Decode passes of RMSNorm models take each norm from the product before it (the o and down products
-        // norm the residual stream they update, for the next product), so no norm kernel runs but the first.
-        let rms = |n: &Norm| match n {
-            Norm::Rms(w) => Some(w.ptr()),
-            Norm::Layer(..) => None,
+        let ctx = PassCtx {
+            gpu,
+            cfg: c,
+            rows,
+            seqs,
+            gemv,
+            meta: plan.meta(&s.meta),
+            tiles: (if plan.n_tiles > 0 { plan.tiles_ptr(&s.meta, seqs) } else { 0 }, plan.n_tiles),
+            inv_freq: self.p.inv_freq.as_ref().map_or(0, DevBuf::ptr),
+            wtmp: s.wtmp.as_ref(),
+            qkv: s.qkv.ptr(),
+            q: s.q.ptr(),
+            att: &s.att,
+            up: s.up.ptr(),
+            act: &s.act,
         };
-        let fused = gemv
-            && rms(&self.p.final_norm).is_some()
-            && self.p.layers.iter().all(|l| rms(&l.norm1).is_some() && rms(&l.norm2).is_some());
-        // The norm also writes the two-term 8-bit activations when the product after it reads them (q8/q4 decode),
-        // or leaves the division by the RMS to that product where the GPU defers it (`Gpu::defers_norm`).
-        let norm_to = |n: &Norm, producer: &DevMatrix, next: Option<&DevMatrix>| NormOut {
-            g: rms(n).unwrap_or(0),
-            out: s.h.ptr(),
-            eps: c.norm_eps,
-            counter: s.counter.ptr(),
-            to: match next {
-                Some(m) if gpu.defers_norm(producer, m, rows) => NormTo::Deferred,
-                Some(m) if gpu.takes_act8(m, rows) => NormTo::Act8,
-                _ => NormTo::F32,
-            },
-        };
-        let normed = |o: &NormOut| match o.to {
-            NormTo::Deferred => Act::Act8Deferred { eps: o.eps },
-            NormTo::Act8 => Act::F32Act8(o.out),
-            NormTo::F32 => Act::F32(o.out),
-        };
-        let kern = GemvKernel::SplitDp4a;
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
-        // The input of layer 0's q/k/v product comes from the norm kernel (f32); later ones from the down product.
-        let mut qkv_in = Act::F32(s.h.ptr());
+        // What the product after a norm reads when the product before it normed its output (its tail).
+        let mut tailed: Option<Act> = None;
         // SAFETY: every buffer below was sized for `rows` rows of its width, the metadata for this batch, and the
         // page tables cover every new position (ensured by `run`).
         unsafe {
-            gpu.embed(&self.p.embed, ids, m.row_pos, ptr(&self.p.pos_emb), s.x.ptr(), rows)?;
-            if fused {
-                // The first norm writes the q/k/v product's 8-bit activations itself where that product reads them.
-                match &layers[0].norm1 {
-                    Norm::Rms(w) if gpu.takes_act8(&layers[0].qkv, rows) => {
-                        gpu.rms_norm_act8(s.x.ptr(), w.ptr(), s.h.ptr(), rows, h, c.norm_eps)?;
-                        qkv_in = Act::F32Act8(s.h.ptr());
-                    }
-                    n => self.norm(n, s.x.ptr(), s.h.ptr(), rows, false)?,
-                }
-            }
+            gpu.embed(
+                &self.p.embed,
+                s.meta.ptr(),
+                ctx.meta.row_pos,
+                self.p.pos_emb.as_ref().map_or(0, DevBuf::ptr),
+                s.x.ptr(),
+                rows,
+            )?;
             for (li, l) in layers.iter().enumerate() {
-                let (kp, vp) = self.layer_pages(li);
-                let a = if fused { qkv_in } else { self.normed(&l.norm1, s.x.ptr(), &s.h, rows, gemv)? };
-                gpu.matmul(&l.qkv, a, rows, s.qkv.ptr(), ptr(&l.qkv_bias), false, wtmp)?;
-                let post = QkvPost {
-                    qkv: s.qkv.ptr(),
-                    q_out: s.q.ptr(),
-                    k_pages: kp,
-                    v_pages: vp,
-                    q_norm: ptr(&l.q_norm),
-                    k_norm: ptr(&l.k_norm),
-                    inv_freq: ptr(&self.p.inv_freq),
-                    meta: m,
-                    rows,
-                    nh: c.n_heads,
-                    nkv: c.n_kv_heads,
-                    hd,
-                    eps: c.norm_eps,
-                };
-                let attn = Attn {
-                    q: s.q.ptr(),
-                    k_pages: kp,
-                    v_pages: vp,
-                    out: s.att.ptr(),
-                    out_bf16: !gemv,
-                    meta: m,
-                    rows,
-                    nh: c.n_heads,
-                    nkv: c.n_kv_heads,
-                    hd,
-                    window: c.sliding_window.unwrap_or(0),
-                    scale: 1.0 / (hd as f32).sqrt(),
-                    tiles,
-                    n_tiles: plan.n_tiles,
-                };
-                // A decode pass (each row a different sequence's next token) runs qkv_post inside its attention,
-                // which also writes the o product's 8-bit activations when it reads them.
-                let att = if gemv && rows == seqs {
-                    let act8 = gpu.takes_act8(&l.o, rows);
-                    if gpu.attention_decode(&post, &attn, act8)? {
-                        Act::F32Act8(s.att.ptr())
-                    } else {
-                        Act::F32(s.att.ptr())
-                    }
-                } else {
-                    gpu.qkv_post(&post)?;
-                    gpu.attention(&attn)?;
-                    act(&s.att, gemv)
-                };
-                let a = if fused {
-                    let o = norm_to(&l.norm2, &l.o, Some(&l.up));
-                    gpu.gemv(kern, &l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, Some(&o))?;
-                    normed(&o)
-                } else {
-                    gpu.matmul(&l.o, att, rows, s.x.ptr(), ptr(&l.o_bias), true, wtmp)?;
-                    self.normed(&l.norm2, s.x.ptr(), &s.h, rows, gemv)?
-                };
-                gpu.matmul(&l.up, a, rows, s.up.ptr(), ptr(&l.up_bias), false, wtmp)?;
-                // SwiGLU writes the down product's 8-bit activations itself when that product reads them.
-                let mut down_in = Act::F32(s.act.ptr());
-                match self.p.mlp {
-                    Mlp::SwiGlu if gpu.takes_act8(&l.down, rows) => {
-                        gpu.silu_mul_act8(s.up.ptr(), s.act.ptr(), rows, c.intermediate)?;
-                        down_in = Act::F32Act8(s.act.ptr());
-                    }
-                    Mlp::SwiGlu => gpu.silu_mul(s.up.ptr(), s.act.ptr(), rows, c.intermediate, !gemv)?,
-                    Mlp::Gelu => gpu.gelu(s.up.ptr(), s.act.ptr(), rows * c.intermediate, !gemv)?,
-                }
-                if fused {
-                    // The next consumer of the norm: the next layer's q/k/v, or the head when every row is kept.
-                    let (next, consumer) = match layers.get(li + 1) {
-                        Some(n) => (&n.norm1, Some(&n.qkv)),
-                        None => (&self.p.final_norm, plan.all_rows.then_some(head)),
-                    };
-                    let o = norm_to(next, &l.down, consumer);
-                    gpu.gemv(kern, &l.down, down_in, rows, s.x.ptr(), ptr(&l.down_bias), true, Some(&o))?;
-                    qkv_in = normed(&o);
-                } else {
-                    gpu.matmul(&l.down, act(&s.act, gemv), rows, s.x.ptr(), ptr(&l.down_bias), true, wtmp)?;
-                }
+                let next_norm = layers.get(li + 1).map_or(&self.p.final_norm, |n| &n.norm1);
+                let a = self.norm_in(s, &l.norm1, l.attn.input(), plan.norms[2 * li], tailed, gemv, rows)?;
+                let att = l.attn.issue(&ctx, a, self.layer_pages(li))?;
+                tailed = self.residual(s, l.attn.output(), att, &l.norm2, plan.norms[2 * li + 1], rows)?;
+                let a = self.norm_in(s, &l.norm2, l.mlp.input(), plan.norms[2 * li + 1], tailed, gemv, rows)?;
+                let mid = l.mlp.issue(&ctx, a)?;
+                tailed = self.residual(s, l.mlp.output(), mid, next_norm, plan.norms[2 * li + 2], rows)?;
             }
             let n = plan.sel;
             if n > 0 {
-                let small = n <= GEMV_MAX_ROWS;
-                let a = if fused && plan.all_rows {
+                let h = c.hidden;
+                let a = match (plan.norms[2 * layers.len()], tailed) {
                     // h holds every row final-normed (and their 8-bit form where the head reads it).
-                    qkv_in
-                } else if fused {
-                    gpu.gather_rows(s.h.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
-                    Act::F32(s.hsel.ptr())
-                } else {
-                    gpu.gather_rows(s.x.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
-                    self.normed(&self.p.final_norm, s.hsel.ptr(), &s.h, n, small)?
+                    (NormStep::Tail(_), Some(a)) if plan.all_rows => a,
+                    (NormStep::Tail(_), _) => {
+                        gpu.gather_rows(s.h.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
+                        Act::F32(s.hsel.ptr())
+                    }
+                    _ => {
+                        gpu.gather_rows(s.x.ptr(), plan.sel_ptr(&s.meta), s.hsel.ptr(), n, h)?;
+                        self.normed(&self.p.final_norm, s.hsel.ptr(), &s.h, n, n <= GEMV_MAX_ROWS)?
+                    }
                 };
-                gpu.matmul(head, a, n, s.logits.ptr(), 0, false, wtmp)?;
+                gpu.matmul(head, a, n, s.logits.ptr(), 0, false, s.wtmp.as_ref())?;
             }
         }
         Ok(())
+    }
+
+    /// What the product after norm `norm` (its consumer `next`) reads: from the norm kernel, or from the product
+    /// before it (`tailed`).
+    ///
+    /// # Safety
+    /// The scratch holds `rows` rows.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn norm_in(
+        &self,
+        s: &Scratch,
+        norm: &Norm,
+        next: &DevMatrix,
+        step: NormStep,
+        tailed: Option<Act>,
+        gemv: bool,
+        rows: usize,
+    ) -> Result<Act, ModelError> {
+        let c = &self.p.cfg;
+        match (step, norm.rms_weight()) {
+            (NormStep::Tail(_), _) => {
+                tailed.ok_or_else(|| ModelError::Gpu("a norm planned in a tail had no product before it".into()))
+            }
+            (NormStep::FirstAct8, Some(w)) if self.gpu.takes_act8(next, rows) => {
+                // SAFETY: x and h hold rows × hidden; the 8-bit scratch is the GPU's own.
+                unsafe { self.gpu.rms_norm_act8(s.x.ptr(), w, s.h.ptr(), rows, c.hidden, c.norm_eps)? };
+                Ok(Act::F32Act8(s.h.ptr()))
+            }
+            (NormStep::First | NormStep::FirstAct8, _) => {
+                self.norm(norm, s.x.ptr(), s.h.ptr(), rows, false)?;
+                Ok(Act::F32(s.h.ptr()))
+            }
+            (NormStep::Kernel, _) => self.normed(norm, s.x.ptr(), &s.h, rows, gemv),
+        }
+    }
+
+    /// The residual product `(w, bias)` adding `input`'s product to the stream; where the plan says so it also
+    /// norms its output with `next_norm` for the product after it, whose input it returns.
+    ///
+    /// # Safety
+    /// The scratch holds `rows` rows.
+    unsafe fn residual(
+        &self,
+        s: &Scratch,
+        (w, bias): (&DevMatrix, u64),
+        input: Act,
+        next_norm: &Norm,
+        step: NormStep,
+        rows: usize,
+    ) -> Result<Option<Act>, ModelError> {
+        let c = &self.p.cfg;
+        // SAFETY: x holds rows × hidden, h the normed rows, the counter one u32 (the caller's contract).
+        unsafe {
+            match step {
+                NormStep::Tail(to) => {
+                    let o = NormOut {
+                        g: next_norm.rms_weight().unwrap_or(0),
+                        out: s.h.ptr(),
+                        eps: c.norm_eps,
+                        counter: s.counter.ptr(),
+                        to,
+                    };
+                    self.gpu.gemv(GemvKernel::SplitDp4a, w, input, rows, s.x.ptr(), bias, true, Some(&o))?;
+                    Ok(Some(match to {
+                        NormTo::Deferred => Act::Act8Deferred { eps: o.eps },
+                        NormTo::Act8 => Act::F32Act8(o.out),
+                        NormTo::F32 => Act::F32(o.out),
+                    }))
+                }
+                _ => {
+                    self.gpu.matmul(w, input, rows, s.x.ptr(), bias, true, s.wtmp.as_ref())?;
+                    Ok(None)
+                }
+            }
+        }
     }
 }

@@ -5,12 +5,16 @@
 //! Each architecture's `arch/<name>/gpu.rs` only says how its tensors map onto the decoder's parts; the loader, the
 //! config checks and the refusals are the CPU path's, so a model refused on the CPU is refused here the same way.
 
+mod blocks;
 mod decoder;
 mod pages;
+mod plan;
+mod scratch;
 mod slots;
 mod upload;
 
-pub(crate) use decoder::{GpuDecoder, Layer, Mlp, Norm, Parts};
+pub(crate) use blocks::{Activation, AttnBlock, DenseMlp, GqaAttn, Layer, MlpBlock, Norm};
+pub(crate) use decoder::{GpuDecoder, Parts};
 pub use pages::Pages;
 pub use slots::{Slot, SlotPool};
 pub(crate) use upload::Uploader;

@@ -3,7 +3,7 @@
 
 use super::Gpt2;
 use crate::error::ModelError;
-use crate::gpu::{GpuDecoder, Layer, Mlp, Norm, Parts, Uploader};
+use crate::gpu::{Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, Norm, Parts, Uploader};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
@@ -18,17 +18,22 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Gpt2, backend: BackendKind) -> Result<Gpu
     for b in blocks {
         layers.push(Layer {
             norm1: ln(&b.ln1)?,
-            qkv: up.matrix(&b.c_attn)?,
-            qkv_bias: up.bias(&b.c_attn)?,
-            q_norm: None,
-            k_norm: None,
-            o: up.matrix(&b.c_proj)?,
-            o_bias: up.bias(&b.c_proj)?,
+            attn: AttnBlock::Gqa(GqaAttn {
+                qkv: up.matrix(&b.c_attn)?,
+                qkv_bias: up.bias(&b.c_attn)?,
+                q_norm: None,
+                k_norm: None,
+                o: up.matrix(&b.c_proj)?,
+                o_bias: up.bias(&b.c_proj)?,
+            }),
             norm2: ln(&b.ln2)?,
-            up: up.matrix(&b.fc)?,
-            up_bias: up.bias(&b.fc)?,
-            down: up.matrix(&b.proj)?,
-            down_bias: up.bias(&b.proj)?,
+            mlp: MlpBlock::Dense(DenseMlp {
+                act: Activation::Gelu,
+                up: up.matrix(&b.fc)?,
+                up_bias: up.bias(&b.fc)?,
+                down: up.matrix(&b.proj)?,
+                down_bias: up.bias(&b.proj)?,
+            }),
         });
     }
     let parts = Parts {
@@ -38,7 +43,6 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Gpt2, backend: BackendKind) -> Result<Gpu
         final_norm: ln(&ln_f)?,
         head: head.map(|h| up.head(h.matrix())).transpose()?,
         inv_freq: None,
-        mlp: Mlp::Gelu,
         cfg,
     };
     GpuDecoder::new(gpu, parts)

@@ -3,7 +3,7 @@
 
 use super::Llama;
 use crate::error::ModelError;
-use crate::gpu::{GpuDecoder, Layer, Mlp, Norm, Parts, Uploader};
+use crate::gpu::{Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, Norm, Parts, Uploader};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
@@ -16,17 +16,22 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
     for l in layers {
         out.push(Layer {
             norm1: Norm::Rms(up.vector(&l.attn_norm)?),
-            qkv: up.matrix(&l.qkv)?,
-            qkv_bias: up.bias(&l.qkv)?,
-            q_norm: l.q_norm.as_deref().map(|v| up.vector(v)).transpose()?,
-            k_norm: l.k_norm.as_deref().map(|v| up.vector(v)).transpose()?,
-            o: up.matrix(&l.o)?,
-            o_bias: up.bias(&l.o)?,
+            attn: AttnBlock::Gqa(GqaAttn {
+                qkv: up.matrix(&l.qkv)?,
+                qkv_bias: up.bias(&l.qkv)?,
+                q_norm: l.q_norm.as_deref().map(|v| up.vector(v)).transpose()?,
+                k_norm: l.k_norm.as_deref().map(|v| up.vector(v)).transpose()?,
+                o: up.matrix(&l.o)?,
+                o_bias: up.bias(&l.o)?,
+            }),
             norm2: Norm::Rms(up.vector(&l.mlp_norm)?),
-            up: up.matrix(&l.gate_up)?,
-            up_bias: up.bias(&l.gate_up)?,
-            down: up.matrix(&l.down)?,
-            down_bias: up.bias(&l.down)?,
+            mlp: MlpBlock::Dense(DenseMlp {
+                act: Activation::SwiGlu,
+                up: up.matrix(&l.gate_up)?,
+                up_bias: up.bias(&l.gate_up)?,
+                down: up.matrix(&l.down)?,
+                down_bias: up.bias(&l.down)?,
+            }),
         });
     }
     let parts = Parts {
@@ -36,7 +41,6 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
         final_norm: Norm::Rms(up.vector(&norm)?),
         head: head.map(|h| up.head(h.matrix())).transpose()?,
         inv_freq: Some(up.vector(&rope.inv_freq)?),
-        mlp: Mlp::SwiGlu,
         cfg,
     };
     GpuDecoder::new(gpu, parts)

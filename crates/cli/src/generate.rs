@@ -46,7 +46,7 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
         args.model,
         c.arch_name,
         c.n_layers,
-        c.param_count() as f64 / 1e6,
+        kvad_models::param_count(c) as f64 / 1e6,
         t.elapsed().as_secs_f64()
     );
     Ok(m)

@@ -8,7 +8,6 @@ use kvad_engine::checks::checks;
 use kvad_hub::events::{PullEvent, Recorder};
 use kvad_hub::plan::{self, WeightRule};
 use kvad_hub::{index, HfCache, Hub, PlannedFile, Progress, RepoRef};
-use kvad_models::ModelConfig;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -370,7 +369,7 @@ pub fn info(a: InfoArgs) -> Result<()> {
     };
     let cfg: Value =
         serde_json::from_slice(&std::fs::read(&config_path)?).with_context(|| config_path.display().to_string())?;
-    let verdict = ModelConfig::from_hf_json(&cfg);
+    let verdict = kvad_models::config_from_hf(&cfg);
     let plan = files.as_ref().map(|s| {
         let names: Vec<String> = s.iter().map(|x| x.rfilename.clone()).collect();
         (plan::plan(&rr.repo.to_string(), &names), s.clone())
@@ -396,7 +395,7 @@ pub fn info(a: InfoArgs) -> Result<()> {
             c.n_kv_heads,
             c.vocab_size,
             c.max_position,
-            c.param_count() as f64 / 1e6
+            kvad_models::param_count(c) as f64 / 1e6
         ),
         Err(e) => println!("  this build cannot run it: {e}"),
     }

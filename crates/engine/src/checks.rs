@@ -4,13 +4,12 @@
 //! `POST /api/pull` hand the same [`checks`] to `kvad_hub::Hub::pull`, so both refuse a model the same way.
 
 use kvad_hub::Checks;
-use kvad_models::ModelConfig;
 use serde_json::Value;
 use std::path::Path;
 
 /// config.json as the loader reads it: `Err` names the field and value the loader refuses.
 pub fn check_config(cfg: &Value) -> Result<(), String> {
-    ModelConfig::from_hf_json(cfg).map(|_| ()).map_err(|e| e.to_string())
+    kvad_models::config_from_hf(cfg).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// The snapshot's tokenizer as kvad-text reads it: tokenizer.json must be there and parse.

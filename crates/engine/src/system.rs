@@ -1,6 +1,7 @@
 //! What this machine can run: the GPU (if any, and why not), and the default backend that follows from it.
 
-use kvad_models::arch::registry::{self, ArchKind};
+use kvad_models::arch::registry;
+use kvad_models::ArchKind;
 use kvad_tensor::BackendKind;
 
 /// Why the GPU backends cannot run here, or None when they can.
@@ -93,7 +94,7 @@ pub fn report() -> Vec<String> {
     let mut out = vec![format!(
         "cpu: {} threads (physical cores), {}",
         kvad_tensor::cpu::pool::threads(),
-        if kvad_tensor::cpu::gemm::has_avx2() { "AVX2+FMA+F16C" } else { "no AVX2: scalar kernels" }
+        if kvad_tensor::cpu::features::has_avx2() { "AVX2+FMA+F16C" } else { "no AVX2: scalar kernels" }
     )];
     match kvad_tensor::cuda::probe() {
         Ok(g) => {

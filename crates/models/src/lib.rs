@@ -9,6 +9,7 @@ pub mod arch;
 mod batch;
 pub mod config;
 pub mod error;
+mod files;
 pub mod gpu;
 pub mod layers;
 pub mod load;
@@ -17,7 +18,8 @@ pub mod state;
 mod tensors;
 pub mod weights;
 
-pub use config::{arch_of_model_type, ArchKind, ModelConfig, RopeScaling};
+pub use arch::registry::{arch_of_model_type, config_from_gguf, config_from_hf, param_count};
+pub use config::{ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use load::{load_model, load_model_with, CacheUse, LoadOptions, LoadedModel, ModelFiles};
 pub use state::{KvDtype, LayerSpec, SeqState, StateSpec};

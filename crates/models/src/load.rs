@@ -6,47 +6,13 @@
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+pub use crate::files::ModelFiles;
 use crate::qcache;
 use crate::tensors::{GgufNames, Tensors};
 use crate::weights::{GgufFile, SafetensorsSource, WeightSource};
 use crate::CausalLm;
 use kvad_tensor::BackendKind;
-use std::path::{Path, PathBuf};
-
-/// Where a model's files are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelFiles {
-    /// A directory in the HF layout: config.json, tokenizer files, *.safetensors.
-    HfDir(PathBuf),
-    /// One GGUF file holding config, tokenizer and weights.
-    Gguf(PathBuf),
-}
-
-impl ModelFiles {
-    /// Classifies a path: a `.gguf` file, or a directory with config.json.
-    pub fn detect(path: &Path) -> Result<Self, ModelError> {
-        let meta =
-            std::fs::metadata(path).map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
-        if meta.is_dir() {
-            if !path.join("config.json").is_file() {
-                return Err(ModelError::refused(
-                    "config.json",
-                    path.join("config.json").display(),
-                    "a model directory needs a config.json",
-                ));
-            }
-            Ok(ModelFiles::HfDir(path.to_path_buf()))
-        } else if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-            Ok(ModelFiles::Gguf(path.to_path_buf()))
-        } else {
-            Err(ModelError::refused(
-                "model path",
-                path.display(),
-                "expected a directory in HF layout or a .gguf file (.bin and other formats are not read)",
-            ))
-        }
-    }
-}
+use std::path::PathBuf;
 
 /// How to load: the backend, and where the quantised cache lives (None: no cache).
 #[derive(Debug, Clone)]
@@ -130,12 +96,12 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
                 .map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
             let json: serde_json::Value = serde_json::from_str(&text)
                 .map_err(|e| ModelError::Json { path: path.display().to_string(), msg: e.to_string() })?;
-            let cfg = ModelConfig::from_hf_json(&json)?;
+            let cfg = crate::arch::registry::config_from_hf(&json)?;
             (cfg, Box::new(SafetensorsSource::open_dir(dir)?), None)
         }
         ModelFiles::Gguf(path) => {
             let g = GgufFile::open(path)?;
-            let cfg = crate::config::gguf::config_from_gguf(&g)?;
+            let cfg = crate::arch::registry::config_from_gguf(&g)?;
             let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or_default().to_string();
             (cfg, Box::new(g), Some(arch))
         }

@@ -8,7 +8,7 @@
 //! so a changed source is a different file; a file that fails to parse or whose checksum differs is rebuilt.
 
 use crate::config::ModelConfig;
-use crate::load::ModelFiles;
+use crate::files::ModelFiles;
 use crate::tensors::Recorded;
 use crate::weights::GgufFile;
 use kvad_tensor::cpu::QType;

@@ -413,7 +413,7 @@ mod tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
-        let cfg = ModelConfig::from_hf_json(&json).unwrap();
+        let cfg = crate::arch::registry::config_from_hf(&json).unwrap();
         assert!(!cfg.tie_embeddings, "the fixture's head is its own");
         let src = SafetensorsSource::open_dir(&dir).unwrap();
         for backend in [BackendKind::CpuQ4, BackendKind::CpuQ8] {

@@ -10,6 +10,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod fields;
 pub mod metrics;
 pub mod sched;
 pub mod scripted;

@@ -1,60 +1,13 @@
 //! Every architecture kvad runs, in one table: the names it is known by (HF classes, `model_type`s, GGUF
 //! architectures), the backends that run it, and the functions that read its config and build it. The loader,
 //! `kvad arch`, the default-backend choice, the Hub search's status and `kvad doctor` all read this table, so adding
-//! an architecture is its folder under `arch/` and one line here.
+//! an architecture is its folder under `arch/` and one line here (and its name in [`ArchKind`]).
 
-use crate::config::ModelConfig;
+pub use super::entry::ArchEntry;
+use crate::config::{get, ArchKind, ModelConfig};
 use crate::error::ModelError;
-use crate::tensors::Tensors;
 use crate::weights::GgufFile;
-use crate::CausalLm;
-use kvad_tensor::BackendKind;
 use serde_json::Value;
-use std::sync::Arc;
-
-/// The architecture families: one folder each under `arch/`. (Stored in the quantised cache's config, so a name
-/// once written stays.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum ArchKind {
-    /// Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2: pre-norm decoder, RMSNorm, RoPE, SwiGLU, GQA.
-    Llama,
-    /// GPT-2: LayerNorm, learned positions, GELU, fused qkv.
-    Gpt2,
-}
-
-/// Builds a model from its checked config and tensors, on the CPU or (given a GPU) uploaded to it.
-pub(crate) type BuildFn =
-    fn(ModelConfig, &mut Tensors<'_>, Option<Arc<kvad_tensor::cuda::Gpu>>) -> Result<Box<dyn CausalLm>, ModelError>;
-
-/// One architecture's line in the registry.
-pub struct ArchEntry {
-    /// The family.
-    pub kind: ArchKind,
-    /// Its short name (`kvad arch`).
-    pub name: &'static str,
-    /// The models it covers, for people.
-    pub covers: &'static str,
-    /// HF `architectures` class names it reads.
-    pub hf_classes: &'static [&'static str],
-    /// HF `model_type`s (what the Hub reports before anything is downloaded).
-    pub model_types: &'static [&'static str],
-    /// GGUF `general.architecture` values it reads.
-    pub gguf_archs: &'static [&'static str],
-    /// The backends that run it.
-    pub backends: &'static [BackendKind],
-    /// Weight matrices of one MLP (for the parameter count).
-    pub mlp_matrices: usize,
-    /// Reads and checks an HF config.json given the class name.
-    pub(crate) from_hf: fn(&Value, &str) -> Result<ModelConfig, ModelError>,
-    /// Reads and checks a GGUF's metadata given its architecture.
-    pub(crate) from_gguf: fn(&GgufFile, &str) -> Result<ModelConfig, ModelError>,
-    /// An HF tensor name as a GGUF of this family spells it.
-    pub(crate) gguf_name: fn(&str) -> String,
-    /// `(n_heads, n_kv_heads)` when a GGUF of this architecture holds q/k rows permuted by llama.cpp's converter.
-    pub(crate) gguf_permute: fn(&ModelConfig, &str) -> Option<(usize, usize)>,
-    /// Builds the model.
-    pub(crate) build: BuildFn,
-}
 
 /// Every architecture, one line each.
 pub static ARCHS: &[&ArchEntry] = &[&crate::arch::gpt2::ENTRY, &crate::arch::llama::ENTRY];
@@ -91,14 +44,95 @@ pub fn by_gguf_arch(arch: &str) -> Option<&'static ArchEntry> {
 }
 
 /// Every name of a kind across the registry, joined for a refusal's message.
-pub(crate) fn all_names(names: impl Fn(&ArchEntry) -> &'static [&'static str]) -> String {
+fn all_names(names: impl Fn(&ArchEntry) -> &'static [&'static str]) -> String {
     let v: Vec<&str> = ARCHS.iter().flat_map(|e| names(e).iter().copied()).collect();
     v.join(", ")
 }
 
-/// The GGUF reader of a family that has no GGUF layout in llama.cpp kvad reads.
-pub(crate) fn no_gguf(_: &GgufFile, arch: &str) -> Result<ModelConfig, ModelError> {
-    Err(ModelError::refused("general.architecture", arch, "GGUF files of this architecture are not read"))
+/// The family a `config.model_type` (what the Hub reports before anything is downloaded) belongs to, when this
+/// build implements it.
+pub fn arch_of_model_type(model_type: &str) -> Option<ArchKind> {
+    by_model_type(model_type).map(|e| e.kind)
+}
+
+/// Reads and checks an HF `config.json` (already parsed): the checks every checkpoint takes (one architecture, a
+/// dtype that is read, no quantised safetensors), then its family's own. The refusals follow caldrix-models.md.
+pub fn config_from_hf(cfg: &Value) -> Result<ModelConfig, ModelError> {
+    let archs = match get(cfg, "architectures") {
+        Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect::<Vec<_>>(),
+        Some(v) => return Err(ModelError::refused("architectures", v, "expected a list of one class name")),
+        None => Vec::new(),
+    };
+    if archs.len() != 1 {
+        return Err(ModelError::refused(
+            "architectures",
+            format!("{archs:?}"),
+            "config.json must declare exactly one architecture",
+        ));
+    }
+    let name = archs[0].clone();
+    if NOT_YET.contains(&name.as_str()) {
+        return Err(ModelError::refused(
+            "architectures",
+            &name,
+            "this architecture is not implemented in this build yet",
+        ));
+    }
+    let dtype = get(cfg, "torch_dtype").or_else(|| get(cfg, "dtype"));
+    if let Some(d) = dtype {
+        let s = d.as_str().unwrap_or_default();
+        if !matches!(s, "bfloat16" | "float32" | "float16") {
+            return Err(ModelError::refused(
+                "torch_dtype",
+                d,
+                "only bfloat16, float32 and float16 checkpoints are read",
+            ));
+        }
+    }
+    if get(cfg, "quantization_config").is_some() {
+        return Err(ModelError::refused(
+            "quantization_config",
+            get(cfg, "quantization_config")
+                .map(|q| q.get("quant_method").cloned().unwrap_or(Value::Null))
+                .unwrap_or_default(),
+            "quantised safetensors checkpoints are refused; look for a bf16 or f16 publication",
+        ));
+    }
+    match by_hf_class(&name) {
+        Some(entry) => (entry.from_hf)(cfg, &name),
+        None => Err(ModelError::refused(
+            "architectures",
+            &name,
+            format!("not a supported architecture ({})", all_names(|e| e.hf_classes)),
+        )),
+    }
+}
+
+/// Reads and checks the model config of a GGUF file, by its `general.architecture`.
+pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig, ModelError> {
+    let arch = g
+        .get("general.architecture")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            ModelError::refused("general.architecture", "missing", "a GGUF model must name its architecture")
+        })?
+        .to_string();
+    match by_gguf_arch(&arch) {
+        Some(entry) => (entry.from_gguf)(g, &arch),
+        None => Err(ModelError::refused(
+            "general.architecture",
+            &arch,
+            format!("GGUF files of {} are read", all_names(|e| e.gguf_archs)),
+        )),
+    }
+}
+
+/// Parameters a config implies (for memory accounting and summaries).
+pub fn param_count(c: &ModelConfig) -> usize {
+    let attn = c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden;
+    let mlp = entry(c.arch).mlp_matrices * c.hidden * c.intermediate;
+    let head = if c.tie_embeddings { 0 } else { c.vocab_size * c.hidden };
+    c.n_layers * (attn + mlp) + c.vocab_size * c.hidden + head
 }
 
 #[cfg(test)]

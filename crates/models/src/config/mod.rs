@@ -4,9 +4,15 @@
 use crate::error::ModelError;
 use serde_json::Value;
 
-pub mod gguf;
-
-pub use crate::arch::registry::ArchKind;
+/// The architecture families: one folder each under `arch/`, one line each in `arch::registry`. (Stored in the
+/// quantised cache's config, so a name once written stays.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ArchKind {
+    /// Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2: pre-norm decoder, RMSNorm, RoPE, SwiGLU, GQA.
+    Llama,
+    /// GPT-2: LayerNorm, learned positions, GELU, fused qkv.
+    Gpt2,
+}
 
 /// Llama 3's RoPE frequency scaling.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -111,65 +117,7 @@ pub(crate) fn ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
-/// The family a `config.model_type` (what the Hub reports before anything is downloaded, and what a GGUF's
-/// `general.architecture` says) belongs to, when this build implements it.
-pub fn arch_of_model_type(model_type: &str) -> Option<ArchKind> {
-    crate::arch::registry::by_model_type(model_type).map(|e| e.kind)
-}
-
 impl ModelConfig {
-    /// Reads and checks an HF `config.json` (already parsed). The refusals follow caldrix-models.md.
-    pub fn from_hf_json(cfg: &Value) -> Result<Self, ModelError> {
-        let archs = match get(cfg, "architectures") {
-            Some(Value::Array(a)) => a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect::<Vec<_>>(),
-            Some(v) => return Err(ModelError::refused("architectures", v, "expected a list of one class name")),
-            None => Vec::new(),
-        };
-        if archs.len() != 1 {
-            return Err(ModelError::refused(
-                "architectures",
-                format!("{archs:?}"),
-                "config.json must declare exactly one architecture",
-            ));
-        }
-        let name = archs[0].clone();
-        if crate::arch::registry::NOT_YET.contains(&name.as_str()) {
-            return Err(ModelError::refused(
-                "architectures",
-                &name,
-                "this architecture is not implemented in this build yet",
-            ));
-        }
-        let dtype = get(cfg, "torch_dtype").or_else(|| get(cfg, "dtype"));
-        if let Some(d) = dtype {
-            let s = d.as_str().unwrap_or_default();
-            if !matches!(s, "bfloat16" | "float32" | "float16") {
-                return Err(ModelError::refused(
-                    "torch_dtype",
-                    d,
-                    "only bfloat16, float32 and float16 checkpoints are read",
-                ));
-            }
-        }
-        if get(cfg, "quantization_config").is_some() {
-            return Err(ModelError::refused(
-                "quantization_config",
-                get(cfg, "quantization_config")
-                    .map(|q| q.get("quant_method").cloned().unwrap_or(Value::Null))
-                    .unwrap_or_default(),
-                "quantised safetensors checkpoints are refused; look for a bf16 or f16 publication",
-            ));
-        }
-        match crate::arch::registry::by_hf_class(&name) {
-            Some(entry) => (entry.from_hf)(cfg, &name),
-            None => Err(ModelError::refused(
-                "architectures",
-                &name,
-                format!("not a supported architecture ({})", crate::arch::registry::all_names(|e| e.hf_classes)),
-            )),
-        }
-    }
-
     /// Checks that dimensions are in bounds and consistent with each other.
     pub fn check_dims(&self) -> Result<(), ModelError> {
         let bounded = [
@@ -215,14 +163,6 @@ impl ModelConfig {
     /// Width of k or v (all KV heads).
     pub fn kv_dim(&self) -> usize {
         self.n_kv_heads * self.head_dim
-    }
-
-    /// Parameter count implied by the config (for memory accounting and summaries).
-    pub fn param_count(&self) -> usize {
-        let attn = self.hidden * (self.q_dim() + 2 * self.kv_dim()) + self.q_dim() * self.hidden;
-        let mlp = crate::arch::registry::entry(self.arch).mlp_matrices * self.hidden * self.intermediate;
-        let head = if self.tie_embeddings { 0 } else { self.vocab_size * self.hidden };
-        self.n_layers * (attn + mlp) + self.vocab_size * self.hidden + head
     }
 }
 

@@ -10,12 +10,12 @@ fn base() -> Value {
 }
 
 fn refusal(cfg: Value) -> String {
-    ModelConfig::from_hf_json(&cfg).unwrap_err().to_string()
+    crate::arch::registry::config_from_hf(&cfg).unwrap_err().to_string()
 }
 
 #[test]
 fn reads_a_llama_config() {
-    let c = ModelConfig::from_hf_json(&base()).unwrap();
+    let c = crate::arch::registry::config_from_hf(&base()).unwrap();
     assert_eq!((c.head_dim, c.n_kv_heads, c.q_dim(), c.kv_dim()), (16, 2, 64, 32));
     assert!(!c.qkv_bias && !c.qk_norm && c.sliding_window.is_none());
 }
@@ -53,10 +53,10 @@ fn qwen2_may_have_attention_bias_and_qwen3_defaults_head_dim() {
     let mut c = base();
     c["architectures"] = json!(["Qwen2ForCausalLM"]);
     c["attention_bias"] = json!(true);
-    assert!(ModelConfig::from_hf_json(&c).unwrap().qkv_bias);
+    assert!(crate::arch::registry::config_from_hf(&c).unwrap().qkv_bias);
     c["architectures"] = json!(["Qwen3ForCausalLM"]);
     c["attention_bias"] = json!(false);
-    let q3 = ModelConfig::from_hf_json(&c).unwrap();
+    let q3 = crate::arch::registry::config_from_hf(&c).unwrap();
     assert!(q3.qk_norm && q3.head_dim == 128);
 }
 
@@ -65,7 +65,7 @@ fn rope_parameters_of_transformers_5_are_read() {
     let mut c = base();
     c["rope_parameters"] = json!({"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
         "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192});
-    let cfg = ModelConfig::from_hf_json(&c).unwrap();
+    let cfg = crate::arch::registry::config_from_hf(&c).unwrap();
     assert_eq!(cfg.rope_theta, 500000.0);
     assert!(matches!(cfg.rope_scaling, Some(RopeScaling::Llama3 { .. })));
 }
@@ -75,10 +75,10 @@ fn mistral_window_is_kept_and_qwen_window_caps_the_context() {
     let mut c = base();
     c["architectures"] = json!(["MistralForCausalLM"]);
     c["sliding_window"] = json!(4096);
-    assert_eq!(ModelConfig::from_hf_json(&c).unwrap().sliding_window, Some(4096));
+    assert_eq!(crate::arch::registry::config_from_hf(&c).unwrap().sliding_window, Some(4096));
     c["architectures"] = json!(["Qwen2ForCausalLM"]);
     c["use_sliding_window"] = json!(true);
     c["max_position_embeddings"] = json!(32768);
-    let q = ModelConfig::from_hf_json(&c).unwrap();
+    let q = crate::arch::registry::config_from_hf(&c).unwrap();
     assert_eq!((q.sliding_window, q.max_position), (None, 4096));
 }

@@ -94,26 +94,6 @@ pub struct Submit {
     pub fresh: bool,
 }
 
-/// The header that names the account while authentication is `none`; in the other modes the account is the one
-/// the session, API key or Basic credentials prove, and this header is ignored.
-pub const ACCOUNT_HEADER: &str = "x-kvad-account";
-
-/// The account a request names in mode `none`: the `x-kvad-account` header, else `local`. A malformed name is a
-/// 400 naming the header and the value. Handlers take [`crate::auth::Caller`] instead, which the auth layer fills
-/// from this in mode none and from the credentials otherwise.
-pub fn account(headers: &axum::http::HeaderMap) -> Result<String, ApiError> {
-    let Some(v) = headers.get(ACCOUNT_HEADER) else { return Ok("local".into()) };
-    let s = v.to_str().unwrap_or("");
-    let ok = !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
-    if !ok {
-        return Err(ApiError::bad_field(
-            ACCOUNT_HEADER,
-            format!("{ACCOUNT_HEADER} = {v:?}: an account name is 1 to 64 letters, digits, '.', '_', '-' or '@'"),
-        ));
-    }
-    Ok(s.to_string())
-}
-
 /// Sets the job's cancel flag when dropped: a client that goes away drops the response (stream or future), and
 /// scheduler drops it from the line, or stops it within a step.
 struct CancelOnDrop(Arc<AtomicBool>);

@@ -177,7 +177,7 @@ fn loopback_host(host: &str) -> bool {
 /// not authenticate (a wrong or revoked key, a wrong Basic password), which is a 401 on any route that reads them.
 pub fn identify(auth: &Auth, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {
     if auth.mode() == AuthMode::None {
-        let account = crate::api::account(headers)?;
+        let account = account(headers)?;
         return Ok(Some(Caller { account, role: Role::Admin, via: Via::Nothing }));
     }
     if let Some(value) = headers.get(header::AUTHORIZATION) {
@@ -271,6 +271,26 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     }
     req.extensions_mut().insert(caller);
     next.run(req).await
+}
+
+/// The header that names the account while authentication is `none`; in the other modes the account is the one
+/// the session, API key or Basic credentials prove, and this header is ignored.
+pub const ACCOUNT_HEADER: &str = "x-kvad-account";
+
+/// The account a request names in mode `none`: the `x-kvad-account` header, else `local`. A malformed name is a
+/// 400 naming the header and the value. Handlers take [`crate::auth::Caller`] instead, which the auth layer fills
+/// from this in mode none and from the credentials otherwise.
+pub fn account(headers: &axum::http::HeaderMap) -> Result<String, ApiError> {
+    let Some(v) = headers.get(ACCOUNT_HEADER) else { return Ok("local".into()) };
+    let s = v.to_str().unwrap_or("");
+    let ok = !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
+    if !ok {
+        return Err(ApiError::bad_field(
+            ACCOUNT_HEADER,
+            format!("{ACCOUNT_HEADER} = {v:?}: an account name is 1 to 64 letters, digits, '.', '_', '-' or '@'"),
+        ));
+    }
+    Ok(s.to_string())
 }
 
 #[cfg(test)]

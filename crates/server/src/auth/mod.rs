@@ -26,6 +26,7 @@ pub mod middleware;
 pub mod oidc;
 pub mod routes;
 pub mod secret;
+pub mod session;
 pub mod store;
 
 pub use middleware::{Admin, Caller, Via};

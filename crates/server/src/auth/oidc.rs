@@ -293,7 +293,7 @@ pub async fn callback(
     .await
     .map_err(|e| AuthError::Internal(e.to_string()))??;
     let (account, _) = account_for(&state, &claims)?;
-    let (set_cookie, _) = super::routes::start_session(&state, &account, &headers)?;
+    let (set_cookie, _) = super::session::start_session(&state, &account, &headers)?;
     let mut r = StatusCode::FOUND.into_response();
     r.headers_mut().insert(header::LOCATION, HeaderValue::from_static("/"));
     r.headers_mut().append(header::SET_COOKIE, set_cookie);

@@ -4,15 +4,16 @@
 //! Rules every handler keeps: an ordinary user sees and changes only its own keys and sessions; someone else's is
 //! answered 404, exactly as if it did not exist; administrator-only routes take the [`Admin`] extractor (403).
 
-use super::middleware::{cross_site, Via, SESSION_COOKIE};
+use super::middleware::{cross_site, Via};
+use super::session::{cookie, start_session};
 use super::{check_name, check_password, secret, Admin, AuthError, Caller, Role};
-use crate::api::request::{parse_body, Fields};
 use crate::config::AuthMode;
 use crate::error::ApiError;
+use crate::fields::{parse_body, Fields};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use axum::{Extension, Json, Router};
@@ -52,27 +53,6 @@ fn password_field(obj: &Map<String, Value>, required: bool) -> Result<Option<Str
         None | Some(Value::Null) => Err(AuthError::bad("password", "", "password is required")),
         Some(_) => Err(AuthError::bad("password", "(not shown)", "password must be a string")),
     }
-}
-
-fn cookie(value: &str, max_age: u64, headers: &HeaderMap) -> Result<HeaderValue, AuthError> {
-    let https = headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()) == Some("https");
-    let secure = if https { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!(
-        "{SESSION_COOKIE}={value}; HttpOnly; SameSite=Lax; Path=/; Max-Age={max_age}{secure}"
-    ))
-    .map_err(|e| AuthError::Internal(e.to_string()))
-}
-
-/// A new session for `account`: (the Set-Cookie header, the CSRF token).
-pub fn start_session(state: &AppState, account: &str, headers: &HeaderMap) -> Result<(HeaderValue, String), AuthError> {
-    let token = secret::token(32)?;
-    let id = secret::token(8)?;
-    let csrf = secret::token(16)?;
-    let ua: String =
-        headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("").chars().take(200).collect();
-    let days = state.auth.session_days();
-    state.auth.store().create_session(&secret::sha256_hex(&token), &id, account, &csrf, days, &ua)?;
-    Ok((cookie(&token, u64::from(days) * 86_400, headers)?, csrf))
 }
 
 /// `POST /api/auth/login {"username", "password"}` → `{"account", "role", "csrf_token"}` and the session cookie.

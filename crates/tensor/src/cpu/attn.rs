@@ -161,7 +161,7 @@ impl Tile {
 
     fn scores(&mut self, kv: &Kv, j0: usize, kb: usize) {
         #[cfg(target_arch = "x86_64")]
-        if super::gemm::has_avx2() {
+        if super::features::has_avx2() {
             // SAFETY: AVX2/FMA present; rows j0..j0+kb of the cache exist (asserted by the caller's length check).
             unsafe { avx::scores(self, kv, j0, kb) };
             return;
@@ -189,7 +189,7 @@ impl Tile {
     /// Online softmax over one block: new running max, scores to probabilities, running sum and output rescaled.
     fn softmax_step(&mut self, kb: usize) {
         #[cfg(target_arch = "x86_64")]
-        if super::gemm::has_avx2() {
+        if super::features::has_avx2() {
             // SAFETY: AVX2/FMA present; `s` holds kb × LANES and `ot` hd × LANES.
             unsafe { avx::softmax_step(self, kb) };
             return;
@@ -221,7 +221,7 @@ impl Tile {
 
     fn values(&mut self, kv: &Kv, j0: usize, kb: usize) {
         #[cfg(target_arch = "x86_64")]
-        if super::gemm::has_avx2() {
+        if super::features::has_avx2() {
             // SAFETY: AVX2/FMA present; rows j0..j0+kb of the cache exist.
             unsafe { avx::values(self, kv, j0, kb) };
             return;
@@ -407,7 +407,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_exp_is_close_to_libm() {
-        if !super::super::gemm::has_avx2() {
+        if !super::super::features::has_avx2() {
             return;
         }
         let xs: Vec<f32> = (-9000..=880).map(|i| i as f32 * 0.01).chain([-1e9, f32::NEG_INFINITY, -87.5]).collect();

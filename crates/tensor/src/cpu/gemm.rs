@@ -5,6 +5,7 @@
 //! walks all rows of `x` over it: 12 accumulators, two weight loads and six broadcasts per step of k, twelve FMAs.
 //! Dequantising costs once per panel, not once per row, so f32 activations keep their precision at GEMM speed.
 
+use super::features::has_avx2;
 use super::matrix::{QMatrix, SyncPtr};
 use super::pool;
 use super::quant::dequantize_row;
@@ -17,23 +18,6 @@ pub(super) const NR: usize = 16;
 const MR: usize = 6;
 /// Inputs per panel slice: 256 × 16 f32 = 16 KiB.
 const KC: usize = 256;
-
-/// Whether this processor has AVX2, FMA and F16C (checked once).
-pub fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            !super::config::no_simd()
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
 
 /// `out[n, w.rows] = x[n, w.cols] · wᵀ`.
 pub fn gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {

@@ -34,7 +34,7 @@ pub fn gemm_q(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     assert!(matches!(t, QType::Q8_0 | QType::Q4_0 | QType::Q4_1), "gemm_q takes Q8_0, Q4_0 or Q4_1, not {t:?}");
     assert!(x.len() >= n * k && out.len() >= n * m, "gemm_q: x is n × k and out n × m");
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         avx_gemm(w, x, n, out);
         return;
     }
@@ -141,7 +141,7 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let (m, k, t) = (w.rows(), w.cols(), w.qtype());
     let nb = k / BLOCK;
     let acts = quantize_rows(x, n, k);
-    let vnni = has_vnni();
+    let vnni = super::features::has_vnni();
     let o = SyncPtr(out.as_mut_ptr());
     pool::parallel_for(m.div_ceil(NR), |p| {
         SCRATCH.with_borrow_mut(|sc| {
@@ -184,14 +184,6 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
             finish_panel(o, j0, cols, m, n, &sc.acc);
         })
     });
-}
-
-/// Whether the processor has AVX-VNNI's `vpdpwssd` (checked once; `KVAD_NO_VNNI=1` takes the `vpmaddwd` path).
-#[cfg(target_arch = "x86_64")]
-pub fn has_vnni() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| !super::config::no_vnni() && is_x86_feature_detected!("avxvnni"))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -381,7 +373,7 @@ mod tests {
     #[test]
     fn vnni_and_madd_paths_agree_bit_for_bit() {
         #[cfg(target_arch = "x86_64")]
-        if super::super::gemm::has_avx2() && has_vnni() {
+        if super::super::features::has_avx2() && super::super::features::has_vnni() {
             for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
                 let (n, k, m) = (11, 576, 40);
                 let w = QMatrix::quantize(t, m, k, &data(m * k, 3)).unwrap();

@@ -59,7 +59,7 @@ impl ActQ {
 /// every row of every product: scalar, it was a visible part of a several-row decode step).
 fn pair_layout(xq: &[i16], x4: &mut [i16]) {
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2 present; `x4.len() / 64` pairs of blocks are read from `xq` and written to `x4`.
         unsafe { avx::pair_layout(xq, x4) };
         return;
@@ -93,7 +93,7 @@ pub(super) fn block_sum(b: &[f32]) -> f32 {
 /// Per block of 32: scale = max |x| / 32767, `xq = round(x / scale)` (halves away from zero), and the block's sum.
 pub(super) fn quantize_act(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2 is present; the slices hold `dx.len()` whole blocks (checked by the caller's shapes).
         unsafe { avx::quantize_act(x, xq, dx, xsum) };
         return;
@@ -141,7 +141,7 @@ pub(super) fn rows_per_task(rows: usize) -> usize {
 /// Dot products of a range of rows with `x`, by the best kernel this processor has.
 fn rows_dot(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], act: Option<&ActQ>, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2, FMA and F16C are present; rows are `row_bytes` long (checked by QMatrix) and `act` was
         // made from `x`, which holds `cols` values.
         unsafe {

@@ -74,7 +74,7 @@ fn slot(b: usize, j: usize) -> usize {
 /// quantised values into their pair slots, the block's f32 sum and integer sum.
 fn quantize8(x: &[f32], x8: &mut [i8], dx: &mut [f32], xsum: &mut [f32], qsum: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2 is present; the slices hold `dx.len()` blocks (`x8` their pairs), as `ActQ8::new` sizes them.
         unsafe { avx::quantize8(x, x8, dx, xsum, qsum) };
         return;
@@ -129,7 +129,7 @@ pub fn in_decode_step() -> bool {
 pub fn active() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        super::gemm_q::has_vnni()
+        super::features::has_vnni()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -145,7 +145,7 @@ pub fn active() -> bool {
 pub fn gemv_rows8(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let (m, k, t) = (w.rows(), w.cols(), w.qtype());
     assert!(matches!(t, QType::Q8_0 | QType::Q4_0 | QType::Q4_1), "gemv_rows8 takes Q8_0, Q4_0 or Q4_1, not {t:?}");
-    assert!((1..=super::gemv_rows::MAX_ROWS).contains(&n) && x.len() >= n * k && out.len() >= n * m, "shapes");
+    assert!((1..=super::rows::MAX_ROWS).contains(&n) && x.len() >= n * k && out.len() >= n * m, "shapes");
     assert!(active(), "gemv_rows8 needs AVX-VNNI");
     if m == 0 {
         return;
@@ -216,7 +216,7 @@ pub fn dot8_scalar(w: &QMatrix, r: usize, a: &ActQ8) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod avx {
     use super::super::gemm::hsum;
-    use super::super::gemv_rows::avx::{group_scales, prefetch, q4_1_mins};
+    use super::super::rows::avx::{group_scales, prefetch, q4_1_mins};
     use super::*;
     use std::arch::x86_64::*;
 

@@ -94,7 +94,7 @@ mod tests {
             assert!((y.to_f32() - x).abs() <= x.abs() * 2f32.powi(-11));
         }
         #[cfg(target_arch = "x86_64")]
-        if super::super::gemm::has_avx2() {
+        if super::super::features::has_avx2() {
             let mut out = [0f32; 8];
             // SAFETY: AVX2 and F16C present (has_avx2 checks F16C too); h holds at least 8 elements.
             unsafe { std::arch::x86_64::_mm256_storeu_ps(out.as_mut_ptr(), load(h.as_ptr().add(3))) };

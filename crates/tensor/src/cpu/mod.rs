@@ -6,6 +6,7 @@
 
 pub mod attn;
 mod config;
+pub mod features;
 pub mod gemm;
 pub mod gemm_q;
 pub mod gemv;
@@ -16,6 +17,7 @@ pub mod matrix;
 pub mod ops;
 pub mod pool;
 pub mod quant;
+mod rows;
 
 pub use kv_elem::KvElem;
 pub use matrix::{Bytes, MatrixError, QMatrix};

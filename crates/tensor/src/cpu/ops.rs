@@ -61,7 +61,7 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert!(up.len() >= gate.len());
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2/FMA present; `up` is at least as long as `gate`.
         i = unsafe { silu_mul_avx(gate, up) };
     }
@@ -222,7 +222,7 @@ pub fn softmax_inplace(x: &mut [f32]) {
     let mut sum = 0f32;
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2/FMA present.
         (i, sum) = unsafe { exp_sub_avx(x, max) };
     }
@@ -251,7 +251,7 @@ pub fn rope_half(x: &mut [f32], cos: &[f32], sin: &[f32]) {
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2/FMA present; both slices hold `a.len()` floats.
         return unsafe { super::gemm::dot_f32(a.as_ptr(), b.as_ptr(), a.len()) };
     }
@@ -269,7 +269,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 pub fn axpy(out: &mut [f32], p: f32, v: &[f32]) {
     assert!(v.len() >= out.len());
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2/FMA present; `v` is at least as long as `out`.
         unsafe { axpy_avx(out, p, v) };
         return;
@@ -317,7 +317,7 @@ pub fn attend_group<T: KvElem>(
     let n = positions.len();
     let mut scores = vec![0f32; group * n];
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() && hd.is_multiple_of(8) && hd <= 128 {
+    if super::features::has_avx2() && hd.is_multiple_of(8) && hd <= 128 {
         assert!(keys.len() >= (positions.end - 1) * stride + offset + hd, "attend_group: keys end before the view");
         assert!(values.len() >= (positions.end - 1) * stride + offset + hd, "attend_group: values end before the view");
         for g in 0..group {

@@ -109,7 +109,7 @@ pub(crate) fn f16_to_f32(bytes: &[u8], out: &mut [f32]) {
     assert!(bytes.len() >= 2 * out.len());
     let mut i = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         #[target_feature(enable = "avx2,f16c")]
         unsafe fn eight(src: *const u8, dst: *mut f32) {
             use std::arch::x86_64::*;
@@ -237,7 +237,7 @@ pub fn dequantize_row(t: QType, row: &[u8], out: &mut [f32]) {
     let nb = out.len() / BLOCK;
     let p = parts(t, row, nb);
     #[cfg(target_arch = "x86_64")]
-    if super::gemm::has_avx2() {
+    if super::features::has_avx2() {
         // SAFETY: AVX2/F16C present; `parts` split the row into nb scales (and minimums) and nb blocks of quants.
         unsafe { avx::dequantize(t, &p, nb, out) };
         return;

@@ -13,6 +13,7 @@ mod compile;
 mod config;
 mod elementwise;
 mod launch;
+mod limits;
 mod matrix;
 mod norm_defer;
 mod ops;

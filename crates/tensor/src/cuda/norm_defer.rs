@@ -6,7 +6,7 @@
 //! its outputs and multiplies it in (measured faster than the tail: docs/performance-gpu.md).
 //! One-stream decode runs the products whose blocks hold a group whole (`_gb`, [`groups_in_block`]): no counter.
 
-use super::ops::{whole_groups, GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
+use super::limits::{whole_groups, GEMV_MAX_ROWS, NORM_TAIL_MAX_N};
 use super::{DevMatrix, Gpu};
 
 /// Groups of 32 columns the widest deferred row has.

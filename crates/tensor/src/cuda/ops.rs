@@ -7,8 +7,8 @@ use super::{Gpu, GpuError};
 use cudarc::driver::LaunchConfig;
 use std::sync::Arc;
 
-/// Rows up to which a product runs the GEMV kernels (weights read once for all rows); more go to cuBLAS.
-pub const GEMV_MAX_ROWS: usize = 8;
+pub use super::limits::GEMV_MAX_ROWS;
+pub(crate) use super::limits::{whole_groups, NORM_TAIL_MAX_N};
 
 /// Rows up to which bf16 activations run the tensor-core kernel of mma_few.cu (weights read once, block formats
 /// turned into bf16 in registers); more go to cuBLAS, block formats first dequantised into a buffer.
@@ -148,15 +148,6 @@ pub enum NormTo {
     /// No normed rows (`out` is not written): the division by each row's RMS left to the dp4a product next, which
     /// takes [`Act::Act8Deferred`] — where [`Gpu::defers_norm`] says so.
     Deferred,
-}
-
-/// Columns up to which the norm tail holds a row in registers: `4 · NORM_TAIL_V · 128` in gemv_split.cu.
-pub(crate) const NORM_TAIL_MAX_N: usize = 8192;
-
-/// Whether a product's output rows are whole groups of 32 columns up to [`NORM_TAIL_MAX_N`]: what the dp4a norm
-/// tail writes in 8-bit form and what the deferred norm takes.
-pub(crate) fn whole_groups(n: usize) -> bool {
-    n.is_multiple_of(32) && n <= NORM_TAIL_MAX_N
 }
 
 /// Addresses and sizes for [`Gpu::qkv_post`].

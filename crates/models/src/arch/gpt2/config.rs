@@ -1,10 +1,8 @@
 //! GPT-2's config from an HF config.json (GPT2LMHeadModel).
 
-use crate::config::{bool_field, f64_field, get, ids, need, usize_field, ModelConfig};
+use crate::config::{bool_field, f64_field, get, ids, need, usize_field, ArchKind, ModelConfig};
 use crate::error::ModelError;
 use serde_json::Value;
-
-use super::super::registry::ArchKind;
 
 /// Reads and checks an HF config.json (the class is GPT2LMHeadModel).
 pub(crate) fn from_hf(cfg: &Value, _class: &str) -> Result<ModelConfig, ModelError> {

@@ -6,7 +6,8 @@
 mod config;
 mod gpu;
 
-use crate::arch::registry::{no_gguf, ArchEntry, ArchKind};
+use crate::arch::entry::{no_gguf, ArchEntry};
+use crate::config::ArchKind;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{attention, final_logits, AttnShape, Embedding, Head, Linear, Spans};

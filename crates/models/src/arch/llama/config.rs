@@ -1,12 +1,12 @@
 //! The llama family's config: from an HF config.json (Llama, Mistral, Qwen2, Qwen3) or a GGUF's metadata (llama,
 //! qwen2, qwen3), and its GGUF tensor names.
 
-use crate::config::{bool_field, f64_field, get, ids, need, rope_params, usize_field, ModelConfig, RopeScaling};
+use crate::config::{
+    bool_field, f64_field, get, ids, need, rope_params, usize_field, ArchKind, ModelConfig, RopeScaling,
+};
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
 use serde_json::Value;
-
-use super::super::registry::ArchKind;
 
 /// RoPE in the rotate-half layout pairs the two halves of a head.
 fn check(cfg: &ModelConfig) -> Result<(), ModelError> {

@@ -7,7 +7,8 @@
 mod config;
 mod gpu;
 
-use crate::arch::registry::{ArchEntry, ArchKind};
+use crate::arch::entry::ArchEntry;
+use crate::config::ArchKind;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans};

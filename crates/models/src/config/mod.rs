@@ -1,5 +1,5 @@
-//! One typed model config, from an HF `config.json` or from GGUF metadata, checked by the import rules of
-//! caldrix-models.md ("What the import refuses") before any weight is read.
+//! One typed model config, whichever file format it came from, and the helpers every architecture's config reader
+//! shares (`arch/<name>/config.rs`); the import's refusals name the field and value before any weight is read.
 
 use crate::error::ModelError;
 use serde_json::Value;

@@ -47,8 +47,9 @@ pub(crate) struct GpuDecoder {
 }
 
 /// Greedy steps a GPU model runs ahead of the caller's stop checks: 8 (it saves the host's wait between steps; a
-/// reply's last run may go up to 7 steps past its stop, its tokens dropped; figures in docs/performance-gpu.md). The callers' `KVAD_GREEDY_AHEAD=n`
-/// (`kvad_engine::greedy_ahead`) runs n instead (1: one at a time; past [`GREEDY_AHEAD_MAX`], a step at a time).
+/// reply's last run may go up to 7 steps past its stop, its tokens dropped). The server's `[server] greedy_ahead`
+/// (`kvad_engine::pass::Stepping`) runs another count (1: one at a time; past [`GREEDY_AHEAD_MAX`], a step at a
+/// time).
 const GREEDY_AHEAD: usize = 8;
 
 /// Prompt tokens a GPU pass reads at once: block formats are dequantised once per pass for cuBLAS, so smaller

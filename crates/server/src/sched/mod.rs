@@ -28,8 +28,8 @@ use tokio::sync::mpsc::UnboundedSender;
 /// per backend. On the CPU one pass wins from two parts at every format: decode is memory-bound and the few-row GEMV
 /// (`kvad_tensor::cpu::gemv_rows`, 2–8 rows) reads each weight once for all of them, at about the cost of one row
 /// (docs/performance.md); it also gives each reply the bits it would get alone, so batching a pure decode step does
-/// not change anyone's tokens. The GPU figures are the seed's (two at bf16, three at q8, six at q4), to be measured
-/// again when the CUDA backend lands.
+/// not change anyone's tokens. The GPU thresholds are the seed's (two at bf16, three at q8, six at q4), not measured
+/// on the GPU yet (GPU serving's issue re-plans passes there).
 pub fn backend_limits(backend: &str) -> (usize, usize) {
     match backend {
         "gpu-bf16" => (2, 512),

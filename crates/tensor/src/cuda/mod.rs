@@ -3,8 +3,9 @@
 //!
 //! Nothing of CUDA is needed to build: cudarc loads `libcuda`, `libnvrtc` and `libcublas` when a GPU backend is
 //! first asked for, and every way of not having them ([`GpuError`]) is an error that says which part is missing, so
-//! one binary runs everywhere. Kernel sources are the `.cu` files beside this one; their PTX is cached on disk
-//! keyed by a hash of the source, the options and the GPU's architecture.
+//! one binary runs everywhere. Kernel sources are the `.cu` files beside this one; NVRTC compiles them to the GPU's
+//! own code (CUBIN; PTX where it cannot), cached on disk keyed by a hash of the source, the options and the GPU's
+//! architecture.
 
 mod attention;
 mod blas;

@@ -12,6 +12,7 @@ for t in cuda_kernels cuda_attention cuda_decode_attention cuda_norm_defer cuda_
   # NVRTC compiling every kernel for two architectures is checked by CI (scripts/test.sh), not here.
   ".gpu/bin/$t" --test-threads=1 --nocapture --skip every_kernel_compiles_with_nvrtc
 done
-# Per-layer state on the device: recurrent slots snapshotted, restored, copied and returned (toy layer).
-echo "== kvad_models_lib gpu::slots"
-.gpu/bin/kvad_models_lib --test-threads=1 --nocapture gpu::slots
+# Per-layer state on the device: recurrent slots snapshotted, restored, copied and returned (toy layer); pages of
+# layers of different widths (K/V beside a latent) copied.
+echo "== kvad_models_lib gpu::slots gpu::pages"
+.gpu/bin/kvad_models_lib --test-threads=1 --nocapture gpu::

@@ -10,7 +10,7 @@ call_test dec .gpu/bin/cuda_decode_attention
 call_test defer .gpu/bin/cuda_norm_defer
 call_test q6 .gpu/bin/cuda_q6
 call_test gpu .gpu/bin/gpu
-call_test slots .gpu/bin/kvad_models_lib gpu::slots
+call_test state .gpu/bin/kvad_models_lib gpu::
 call_wait
 .gpu/bin/kvad doctor >"$O/doctor.txt" 2>&1
 ALT_ROUNDS=2 ALT_DEADLINE=$(call_left 540) bash scripts/gpu/alternate.sh "$O" "new|.gpu/bin/kvad|" \

@@ -70,13 +70,7 @@ impl GpuDecoder {
         let want_tokens = gpu.tuning().kv_tokens.unwrap_or(DEFAULT_KV_TOKENS).min(c.max_position.max(KV_PAGE) * 64);
         let (free, _) = gpu.memory()?;
         let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
-        let store = Store {
-            gpu: gpu.clone(),
-            k: DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?,
-            v: DevBuf::zeros(&gpu, pages * page_one_layer * c.n_layers)?,
-            layers: c.n_layers,
-            page_layer_bytes: page_one_layer,
-        };
+        let store = Store::new(&gpu, pages, &vec![(page_one_layer, page_one_layer); c.n_layers])?;
         let pool = PagePool::new(pages, page_bytes, Some(store));
         let spec = StateSpec::kv(c.n_layers, c.kv_dim(), KvDtype::F16);
         Ok(GpuDecoder {

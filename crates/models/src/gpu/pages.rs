@@ -1,17 +1,41 @@
-//! The paged KV cache: one pool of fixed-size pages per model, and per sequence the list of pages it holds.
+//! The paged per-token state: one pool of fixed-size pages per model, and per sequence the list of pages it holds.
+//! Every paged layer of a sequence shares its page table; each layer has its own width (keys and values, or a
+//! latent layer's one row a token), so a page of one position range holds every layer's rows for it.
 
-use kvad_tensor::cuda::{DevBuf, Gpu, KV_PAGE};
+use kvad_tensor::cuda::{DevBuf, Gpu, GpuError, KV_PAGE};
 use std::sync::{Arc, Mutex};
 
-/// The pages' device memory: K and V, `[layers][pages][page_layer_bytes]` each.
+/// Where one layer's pages are: bytes of one page in K and in V (0 for a layer with one row a token, such as a
+/// latent), and the offset of the layer's first page in each.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LayerPages {
+    k_bytes: usize,
+    v_bytes: usize,
+    k_at: usize,
+    v_at: usize,
+}
+
+/// The pages' device memory: per layer, `[pages][k_bytes]` in K and `[pages][v_bytes]` in V.
 #[derive(Debug)]
 pub(crate) struct Store {
     pub(crate) gpu: Arc<Gpu>,
-    pub(crate) k: DevBuf,
-    pub(crate) v: DevBuf,
-    pub(crate) layers: usize,
-    /// Bytes of one page of one layer (K or V alone).
-    pub(crate) page_layer_bytes: usize,
+    k: DevBuf,
+    v: DevBuf,
+    layers: Vec<LayerPages>,
+}
+
+impl Store {
+    /// Zeroed room for `pages` pages of layers whose one page takes `(K bytes, V bytes)` each.
+    pub(crate) fn new(gpu: &Arc<Gpu>, pages: usize, widths: &[(usize, usize)]) -> Result<Store, GpuError> {
+        let (mut k_at, mut v_at) = (0, 0);
+        let mut layers = Vec::with_capacity(widths.len());
+        for &(k_bytes, v_bytes) in widths {
+            layers.push(LayerPages { k_bytes, v_bytes, k_at, v_at });
+            k_at += pages * k_bytes;
+            v_at += pages * v_bytes;
+        }
+        Ok(Store { gpu: gpu.clone(), k: DevBuf::zeros(gpu, k_at)?, v: DevBuf::zeros(gpu, v_at)?, layers })
+    }
 }
 
 /// A model's page pool: which pages are free, what a page costs, and (on the GPU) where the pages are.
@@ -34,8 +58,8 @@ impl PagePool {
     /// Address of page `page` of layer `layer` in K and V.
     pub(crate) fn page_addr(&self, layer: usize, page: usize) -> Option<(u64, u64)> {
         let s = self.store.as_ref()?;
-        let off = (layer * self.total + page) * s.page_layer_bytes;
-        Some((s.k.at(off), s.v.at(off)))
+        let l = s.layers.get(layer)?;
+        Some((s.k.at(l.k_at + page * l.k_bytes), s.v.at(l.v_at + page * l.v_bytes)))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
@@ -91,12 +115,14 @@ impl Pages {
             return None;
         }
         let store = self.pool.store.as_ref()?;
-        for layer in 0..store.layers {
+        for (layer, l) in store.layers.iter().enumerate() {
             for (&src, &dst) in self.ids.iter().zip(&out.ids) {
                 let (sk, sv) = self.pool.page_addr(layer, src as usize)?;
                 let (dk, dv) = self.pool.page_addr(layer, dst as usize)?;
-                store.gpu.copy_device(sk, dk, store.page_layer_bytes).ok()?;
-                store.gpu.copy_device(sv, dv, store.page_layer_bytes).ok()?;
+                store.gpu.copy_device(sk, dk, l.k_bytes).ok()?;
+                if l.v_bytes > 0 {
+                    store.gpu.copy_device(sv, dv, l.v_bytes).ok()?;
+                }
             }
         }
         Some(out)
@@ -158,6 +184,54 @@ mod tests {
         assert_eq!(b.bytes(), 300);
         drop(b);
         drop(a);
+        assert_eq!(pool.available(), 4);
+    }
+
+    /// Pages of layers of different widths on the device (keys and values beside a latent layer's one row a
+    /// token): a copied prefix holds every layer's bytes of the pages it covers, and nothing of the others.
+    #[test]
+    fn pages_of_layers_of_different_widths_are_copied_on_the_device() {
+        let gpu = match Gpu::shared(None) {
+            Ok(g) => g,
+            Err(e) => return eprintln!("no GPU found ({e}): the device page tests run on the device"),
+        };
+        // A K/V layer (64 bytes a page each) and a latent layer (80 bytes a page, no V).
+        let widths = [(64usize, 64usize), (80, 0)];
+        let store = Store::new(&gpu, 4, &widths).unwrap();
+        let pool = PagePool::new(4, 64 + 64 + 80, Some(store));
+        let mut a = Pages::new(pool.clone());
+        assert!(a.ensure(KV_PAGE + 1));
+        // Each page of each layer filled with its own bytes.
+        let fill = |layer: usize, page: usize, which: usize| (layer * 31 + page * 7 + which * 3 + 1) as u8;
+        for (layer, &(kb, vb)) in widths.iter().enumerate() {
+            for &p in &a.ids {
+                let (k, v) = pool.page_addr(layer, p as usize).unwrap();
+                for (addr, n, which) in [(k, kb, 0), (v, vb, 1)] {
+                    if n > 0 {
+                        let src = DevBuf::from_host(&gpu, &vec![fill(layer, p as usize, which); n]).unwrap();
+                        gpu.copy_device(src.ptr(), addr, n).unwrap();
+                    }
+                }
+            }
+        }
+        let b = a.copy_prefix(KV_PAGE + 1).expect("two pages free for the copy");
+        assert_eq!((b.ids.len(), pool.available()), (2, 0));
+        for (layer, &(kb, vb)) in widths.iter().enumerate() {
+            for (&src, &dst) in a.ids.iter().zip(&b.ids) {
+                let (k, v) = pool.page_addr(layer, dst as usize).unwrap();
+                for (addr, n, which) in [(k, kb, 0), (v, vb, 1)] {
+                    if n == 0 {
+                        continue;
+                    }
+                    let out = DevBuf::zeros(&gpu, n).unwrap();
+                    gpu.copy_device(addr, out.ptr(), n).unwrap();
+                    let got: Vec<u8> = out.read(&gpu, n).unwrap();
+                    assert_eq!(got, vec![fill(layer, src as usize, which); n], "layer {layer} page {dst}");
+                }
+            }
+        }
+        assert_eq!(b.bytes(), 2 * (64 + 64 + 80));
+        drop((a, b));
         assert_eq!(pool.available(), 4);
     }
 }

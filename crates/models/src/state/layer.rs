@@ -42,10 +42,12 @@ impl KvRows {
         }
     }
 
+    /// The values in `r`, as far as they are held: a GPU state's rows live in its pages and these stay empty.
     fn range(&self, r: std::ops::Range<usize>) -> Self {
+        let held = |len: usize| r.start.min(len)..r.end.min(len);
         match self {
-            KvRows::F32(v) => KvRows::F32(v[r].to_vec()),
-            KvRows::F16(v) => KvRows::F16(v[r].to_vec()),
+            KvRows::F32(v) => KvRows::F32(v[held(v.len())].to_vec()),
+            KvRows::F16(v) => KvRows::F16(v[held(v.len())].to_vec()),
         }
     }
 

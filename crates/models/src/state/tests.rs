@@ -203,3 +203,15 @@ fn a_state_made_for_another_shape_is_told_apart() {
     assert!(SeqState::new(&a).matches(&a) && !SeqState::new(&a).matches(&b) && !SeqState::new(&b).matches(&a));
     assert!(!SeqState::new(&StateSpec::kv(3, DIM, KvDtype::F32)).matches(&a));
 }
+
+/// A state whose rows live on the device (a GPU model's: the host rows stay empty) is cut and copied by its length,
+/// not by rows it does not hold.
+#[test]
+fn a_state_with_no_host_rows_is_cut_and_copied_by_its_length() {
+    let spec = StateSpec::kv(2, DIM, KvDtype::F16);
+    let mut s = SeqState::new(&spec);
+    s.len = 40;
+    let c = s.copy_prefix(17).expect("a prefix of a K/V state");
+    assert_eq!((c.len(), c.bytes()), (17, 0));
+    assert!(s.truncate(5) && s.len() == 5);
+}

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Session 24, call 2 (the same lease, the model made by call 1): 32 sequences at gpu-bf16 and a 2,048-token prompt
-# on each GPU backend, before (cb9c1be, .gpu/old/kvad) and after issue 33 (.gpu/bin/kvad), alternated twice; then
-# one-stream decode again, after first, if time is left.
-#   run(command="bash docs/gpu-results/session24-2026-12-04/call2.sh", carry=[".gpu", ".whl"]) → $OUT/s24b.tgz
+# Session 24, call 2: the two GPU tests call 1 failed, again after the fix (a GPU state's prefix copied by its
+# length); then 32 sequences at gpu-bf16 and a 2,048-token prompt on each GPU backend, before (cb9c1be,
+# .gpu/old/kvad) and after issue 33 (.gpu/bin/kvad), alternated twice; one-stream decode again if time is left.
+#   run(command="bash docs/gpu-results/session24-2026-12-04/call2/call.sh", carry=[".gpu", ".whl"]) → $OUT/s24b.tgz
 source scripts/gpu/call.sh s24b
+call_test gpu .gpu/bin/gpu
+call_test state .gpu/bin/kvad_models_lib gpu::
 call_wait
 for r in 1 2; do
   for v in new old; do

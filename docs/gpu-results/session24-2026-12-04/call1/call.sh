@@ -2,7 +2,7 @@
 # Session 24, call 1: issue 33 (one engine for every architecture) on the H200. The GPU tests of this build (kernels,
 # attention, the fixtures on gpu-bf16/q8/q4, the device state tests), then one-stream decode of main before the
 # issue (cb9c1be, staged as .gpu/old/kvad) and after it (.gpu/bin/kvad) alternated on the 8B shape.
-#   run(command="bash docs/gpu-results/session24-2026-12-04/call1.sh", carry=[".gpu", ".whl"]) → $OUT/s24a.tgz
+#   run(command="bash docs/gpu-results/session24-2026-12-04/call1/call.sh", carry=[".gpu", ".whl"]) → $OUT/s24a.tgz
 source scripts/gpu/call.sh s24a
 call_test kernels .gpu/bin/cuda_kernels
 call_test att .gpu/bin/cuda_attention

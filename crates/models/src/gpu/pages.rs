@@ -72,6 +72,10 @@ impl PagePool {
     }
 }
 
+/// A page table's place whose page went back to the pool ([`Pages::release_before`]); no kernel reads it (a window
+/// never looks that far back).
+pub(crate) const RELEASED: u32 = u32::MAX;
+
 /// The pages one sequence holds, in position order; they go back to the pool when dropped.
 #[derive(Debug)]
 pub struct Pages {
@@ -103,20 +107,41 @@ impl Pages {
     pub(crate) fn keep(&mut self, tokens: usize) {
         let keep = tokens.div_ceil(KV_PAGE);
         if keep < self.ids.len() {
-            let gone: Vec<u32> = self.ids.drain(keep..).collect();
+            let gone: Vec<u32> = self.ids.drain(keep..).filter(|&i| i != RELEASED).collect();
             self.pool.lock().extend(gone);
         }
     }
 
-    /// A copy of the pages of the first `tokens` positions (copied on the device), or None when the pool is short.
+    /// Returns the pages wholly before position `tokens` to the pool, their places in the table marked
+    /// [`RELEASED`]: what a sliding window no longer reads (every layer of the table a window of at most the
+    /// positions kept). Returns how many went back.
+    pub(crate) fn release_before(&mut self, tokens: usize) -> usize {
+        let whole = (tokens / KV_PAGE).min(self.ids.len());
+        let gone: Vec<u32> = self.ids[..whole].iter().copied().filter(|&i| i != RELEASED).collect();
+        self.ids[..whole].fill(RELEASED);
+        let n = gone.len();
+        self.pool.lock().extend(gone);
+        n
+    }
+
+    /// A copy of the pages of the first `tokens` positions (copied on the device; places released stay released),
+    /// or None when the pool is short.
     pub(crate) fn copy_prefix(&self, tokens: usize) -> Option<Pages> {
         let mut out = Pages::new(self.pool.clone());
         if !out.ensure(tokens) {
             return None;
         }
+        let released: Vec<u32> =
+            out.ids.iter().zip(&self.ids).filter(|(_, &s)| s == RELEASED).map(|(&d, _)| d).collect();
+        for (d, &s) in out.ids.iter_mut().zip(&self.ids) {
+            if s == RELEASED {
+                *d = RELEASED;
+            }
+        }
+        self.pool.lock().extend(released);
         let store = self.pool.store.as_ref()?;
         for (layer, l) in store.layers.iter().enumerate() {
-            for (&src, &dst) in self.ids.iter().zip(&out.ids) {
+            for (&src, &dst) in self.ids.iter().zip(&out.ids).filter(|(&s, _)| s != RELEASED) {
                 let (sk, sv) = self.pool.page_addr(layer, src as usize)?;
                 let (dk, dv) = self.pool.page_addr(layer, dst as usize)?;
                 store.gpu.copy_device(sk, dk, l.k_bytes).ok()?;
@@ -130,7 +155,7 @@ impl Pages {
 
     /// Device bytes held.
     pub fn bytes(&self) -> usize {
-        self.ids.len() * self.pool.page_bytes
+        self.ids.iter().filter(|&&i| i != RELEASED).count() * self.pool.page_bytes
     }
 }
 
@@ -147,6 +172,11 @@ impl crate::state::DevicePages for Pages {
         Pages::bytes(self)
     }
 
+    fn release_before(&mut self, tokens: usize) -> usize {
+        Pages::release_before(self, tokens);
+        tokens / KV_PAGE * KV_PAGE
+    }
+
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -159,7 +189,7 @@ impl crate::state::DevicePages for Pages {
 impl Drop for Pages {
     fn drop(&mut self) {
         let ids = std::mem::take(&mut self.ids);
-        self.pool.lock().extend(ids);
+        self.pool.lock().extend(ids.into_iter().filter(|&i| i != RELEASED));
     }
 }
 
@@ -233,5 +263,54 @@ mod tests {
         assert_eq!(b.bytes(), 2 * (64 + 64 + 80));
         drop((a, b));
         assert_eq!(pool.available(), 4);
+    }
+
+    /// A sliding window's pages: those wholly behind it go back to the pool, are not counted, are not copied with a
+    /// prefix and are not returned twice.
+    #[test]
+    fn pages_behind_a_window_go_back_to_the_pool_once() {
+        let pool = PagePool::new(8, 100, None);
+        let mut a = Pages::new(pool.clone());
+        assert!(a.ensure(5 * KV_PAGE));
+        assert_eq!((pool.available(), a.bytes()), (3, 500));
+        assert_eq!(a.release_before(3 * KV_PAGE + 5), 3, "three whole pages behind position 53");
+        assert_eq!((pool.available(), a.bytes()), (6, 200));
+        assert_eq!(a.release_before(3 * KV_PAGE + 9), 0, "nothing released twice");
+        assert!(a.ensure(6 * KV_PAGE), "a new page for the next positions");
+        assert_eq!((pool.available(), a.bytes(), a.ids.len()), (5, 300, 6));
+        a.keep(4 * KV_PAGE);
+        assert_eq!((pool.available(), a.bytes()), (7, 100));
+        drop(a);
+        assert_eq!(pool.available(), 8, "every page back, each once");
+    }
+
+    /// On the device: a window's copied prefix holds only the pages still held, with their bytes.
+    #[test]
+    fn a_windows_prefix_is_copied_without_its_released_pages_on_the_device() {
+        let gpu = match Gpu::shared(None) {
+            Ok(g) => g,
+            Err(e) => return eprintln!("no GPU found ({e}): the device page tests run on the device"),
+        };
+        let store = Store::new(&gpu, 8, &[(64, 64)]).unwrap();
+        let pool = PagePool::new(8, 128, Some(store));
+        let mut a = Pages::new(pool.clone());
+        assert!(a.ensure(5 * KV_PAGE));
+        for &p in &a.ids {
+            let (k, _) = pool.page_addr(0, p as usize).unwrap();
+            let src = DevBuf::from_host(&gpu, &[p as u8 + 1; 64]).unwrap();
+            gpu.copy_device(src.ptr(), k, 64).unwrap();
+        }
+        let kept: Vec<u32> = a.ids[3..].to_vec();
+        assert_eq!(a.release_before(3 * KV_PAGE), 3);
+        let b = a.copy_prefix(5 * KV_PAGE).expect("room for two pages");
+        assert_eq!((b.bytes(), b.ids[..3].to_vec(), pool.available()), (256, vec![RELEASED; 3], 4));
+        for (&src, &dst) in kept.iter().zip(&b.ids[3..]) {
+            let (k, _) = pool.page_addr(0, dst as usize).unwrap();
+            let out = DevBuf::zeros(&gpu, 64).unwrap();
+            gpu.copy_device(k, out.ptr(), 64).unwrap();
+            assert_eq!(out.read::<u8>(&gpu, 64).unwrap(), vec![src as u8 + 1; 64]);
+        }
+        drop((a, b));
+        assert_eq!(pool.available(), 8);
     }
 }

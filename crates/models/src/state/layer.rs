@@ -28,6 +28,13 @@ impl KvRows {
         }
     }
 
+    fn len_values(&self) -> usize {
+        match self {
+            KvRows::F32(v) => v.len(),
+            KvRows::F16(v) => v.len(),
+        }
+    }
+
     fn truncate(&mut self, n: usize) {
         match self {
             KvRows::F32(v) => v.truncate(n),
@@ -102,6 +109,19 @@ impl WindowLayer {
         }
         self.k.extend(k);
         self.v.extend(v);
+    }
+}
+
+impl WindowLayer {
+    /// Lets go of the rows before position `upto` (no query from here on sees them).
+    pub(crate) fn release_before(&mut self, upto: usize) {
+        if upto > self.first {
+            let drop = (upto - self.first) * self.dim;
+            let held = self.k.len_values();
+            self.k.drain_front(drop.min(held));
+            self.v.drain_front(drop.min(held));
+            self.first = upto;
+        }
     }
 }
 

@@ -26,6 +26,9 @@ pub trait DevicePages: std::fmt::Debug + Send + Sync {
     fn copy_prefix(&self, tokens: usize) -> Option<Box<dyn DevicePages>>;
     /// Device bytes held.
     fn bytes(&self) -> usize;
+    /// Returns the pages wholly before position `tokens` to the pool (what a sliding window no longer reads);
+    /// returns the position up to which rows are gone (a page boundary at or below `tokens`).
+    fn release_before(&mut self, tokens: usize) -> usize;
     /// The backend's own type, for its kernels.
     fn as_any(&self) -> &dyn Any;
     /// The backend's own type, mutably (to take pages for new positions).
@@ -147,6 +150,30 @@ impl SeqState {
             all &= l.snapshot(len);
         }
         all
+    }
+
+    /// Lets go of what no query can see any more, in a state whose per-token layers are all sliding windows (a
+    /// sliding-window model): every window's rows before `tokens`, at most up to where its next query's window
+    /// starts (on a GPU, the pages wholly before that). Nothing for a state with a layer that keeps every token.
+    /// Returns the position up to which rows are gone.
+    pub fn release_before(&mut self, tokens: usize) -> usize {
+        let mut upto = tokens.min(self.len);
+        for l in &self.layers {
+            match l {
+                LayerState::Window(w) => upto = upto.min((self.len + 1).saturating_sub(w.window)),
+                LayerState::Recurrent(_) => {}
+                LayerState::Kv(_) | LayerState::Latent(_) => return 0,
+            }
+        }
+        if let Some(p) = &mut self.pages {
+            upto = p.release_before(upto);
+        }
+        for l in &mut self.layers {
+            if let LayerState::Window(w) = l {
+                w.release_before(upto);
+            }
+        }
+        upto
     }
 
     /// Bytes held, on the CPU and the device, for memory accounting.

@@ -215,3 +215,24 @@ fn a_state_with_no_host_rows_is_cut_and_copied_by_its_length() {
     assert_eq!((c.len(), c.bytes()), (17, 0));
     assert!(s.truncate(5) && s.len() == 5);
 }
+
+/// A sliding-window model's state lets go of what no query sees, on request, and still computes what it did; a
+/// state with a layer that keeps every token lets go of nothing.
+#[test]
+fn a_window_state_lets_go_of_what_no_query_sees() {
+    let window = LayerSpec::Window { kv_dim: DIM, window: 4, dtype: KvDtype::F32 };
+    let spec = StateSpec { layers: vec![window, LayerSpec::Recurrent { state: DIM, conv: 2 * DIM }] };
+    let t = tokens();
+    let mut whole = SeqState::new(&spec);
+    let all = run(&mut whole, &t);
+    let mut s = SeqState::new(&spec);
+    run(&mut s, &t[..6]);
+    let before = s.bytes();
+    assert_eq!(s.release_before(100), 3, "at most to where the next query's window starts (7 - 4)");
+    assert!(s.bytes() < before);
+    assert_eq!(run(&mut s, &t[6..]), all[6..].to_vec());
+    let mut full =
+        SeqState::new(&StateSpec { layers: vec![window, LayerSpec::Kv { kv_dim: DIM, dtype: KvDtype::F32 }] });
+    run(&mut full, &t[..6]);
+    assert_eq!(full.release_before(100), 0);
+}

@@ -38,9 +38,9 @@ pub(crate) fn target(backend: BackendKind, role: Role) -> QType {
 }
 
 /// Whether a backend quantises a matrix of this role, stored in floats, to Q8_0 blocks of 6-bit quants
-/// (`QMatrix::quantize_6bit`): the q4 backends' own output head. 214 → 164 MB on the 8B shape, whose GPU decode
-/// reads it every step (the head kernel 50.3 → 42.8 µs of a ~1,600 µs step on the H200); the CPU runs the same
-/// values as Q8_0, so cpu-q4 and gpu-q4 hold one set of weights.
+/// (`QMatrix::quantize_6bit`): the q4 backends' own output head, which decode reads whole every step, in three
+/// quarters of Q8_0's bytes (figures in docs/performance-gpu.md); the CPU runs the same values as Q8_0, so cpu-q4
+/// and gpu-q4 hold one set of weights.
 pub(crate) fn six_bit(backend: BackendKind, role: Role) -> bool {
     matches!(backend, BackendKind::CpuQ4 | BackendKind::GpuQ4) && role == Role::Head
 }

@@ -13,9 +13,8 @@ use super::quant::{parts, QType, BLOCK};
 
 /// Fewest rows per task: a task is one long sequential stream of weights.
 const ROWS_PER_TASK: usize = 32;
-/// Tasks per thread: the two vCPUs here often run at different speeds (other tenants), and with two tasks each the
-/// faster one waited for the slower at every product; with four, decode ran +7–11% (one stream) and +16% (four
-/// replies in one pass), interleaved `kvad bench` runs of 2026-11-30.
+/// Tasks per thread: vCPUs often run at different speeds (other tenants), and with two tasks each the faster one
+/// waited for the slower at every product; four balance them (measured faster, docs/performance.md).
 const TASKS_PER_THREAD: usize = 4;
 
 /// Activations of one row prepared for the integer kernels.

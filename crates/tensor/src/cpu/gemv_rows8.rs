@@ -5,9 +5,9 @@
 //! **Why a second kernel.** One row of decode is bound by memory, so it keeps i16 activations (a relative error of
 //! 1.5e-5) for free. Four rows are bound by the integer units instead: per pair of blocks and per row the i16 kernel
 //! spends four `vpmaddwd`, a conversion and an FMA on ports 0 and 1 (a `vpdpwssd` would fuse only the adds, on
-//! another port), and a step of four replies on SmolLM2 took 12.5 ms against 5 for one. With 8-bit activations a
-//! pair of blocks takes two `vpdpbusd`, and two pairs share one conversion and FMA after a `vphaddd`. On SmolLM2's
-//! matrices at 4 rows (`examples/gemv_rows.rs`, quiet minutes) 8.5–8.8 ms against the i16 kernel's 10.5–11.0.
+//! another port), so a step of four replies cost more than twice one. With 8-bit activations a pair of blocks takes
+//! two `vpdpbusd`, and two pairs share one conversion and FMA after a `vphaddd`: measured faster at 4 rows
+//! (`examples/gemv_rows.rs`; figures in docs/performance.md).
 //!
 //! **What it costs.** A reply written beside others is then not bit for bit the reply written alone: rounding
 //! activations to 8 bits (max/127 per block, as llama.cpp's Q8 activations and the seed's i8mm path) moves a logit

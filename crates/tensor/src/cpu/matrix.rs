@@ -237,9 +237,8 @@ impl QMatrix {
 }
 
 /// Rows up to which a product over quantised weights runs as passes of up to 8 rows (each weight read once a pass)
-/// rather than the panel GEMM, whose per-panel widening of the weights to i16 pays off only over more rows. On
-/// SmolLM2's matrices, 2 threads (`examples/gemv_rows.rs`, two runs a format): 12 rows 31–55 ms split against
-/// 55–66 in the GEMM, 16 rows 39–70 against 55–67, 32 rows 77–118 against 96–120; at 48 rows the GEMM wins at Q4.
+/// rather than the panel GEMM, whose per-panel widening of the weights to i16 pays off only over more rows: up to
+/// 32 the split is faster on SmolLM2's matrices, from 48 the GEMM (`examples/gemv_rows.rs`; docs/performance.md).
 pub const FEW_ROWS_SPLIT_MAX: usize = 32;
 
 /// A raw pointer that tasks of one parallel region may share, each writing its own part.

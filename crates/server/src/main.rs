@@ -203,7 +203,8 @@ async fn serve(
     let queue = state.queue.clone();
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let app = api::router(state);
-    let server = axum::serve(listener, app)
+    // The client address reaches the handlers (failed sign-ins are throttled per address).
+    let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             draining.store(true, Ordering::SeqCst);

@@ -175,7 +175,12 @@ fn loopback_host(host: &str) -> bool {
 
 /// Who the headers say the caller is. `Ok(None)`: no credentials (or a stale cookie). `Err`: credentials that do
 /// not authenticate (a wrong or revoked key, a wrong Basic password), which is a 401 on any route that reads them.
-pub fn identify(auth: &Auth, headers: &HeaderMap) -> Result<Option<Caller>, ApiError> {
+/// `address` is the client's, for throttling failed Basic sign-ins.
+pub fn identify(
+    auth: &Auth,
+    headers: &HeaderMap,
+    address: Option<std::net::IpAddr>,
+) -> Result<Option<Caller>, ApiError> {
     if auth.mode() == AuthMode::None {
         let account = account(headers)?;
         return Ok(Some(Caller { account, role: Role::Admin, via: Via::Nothing }));
@@ -192,7 +197,7 @@ pub fn identify(auth: &Auth, headers: &HeaderMap) -> Result<Option<Caller>, ApiE
             let decoded = base64::engine::general_purpose::STANDARD.decode(cred).ok();
             let text = decoded.and_then(|d| String::from_utf8(d).ok()).unwrap_or_default();
             let (name, password) = text.split_once(':').ok_or(AuthError::Unauthenticated)?;
-            let (account, role) = auth.check_basic(name, password)?.ok_or(AuthError::Unauthenticated)?;
+            let (account, role) = auth.check_basic(name, password, address)?.ok_or(AuthError::Unauthenticated)?;
             return Ok(Some(Caller { account, role, via: Via::Basic }));
         }
         return Err(AuthError::Unauthenticated.into());
@@ -252,7 +257,23 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     if need == Access::Public {
         return next.run(req).await;
     }
-    let caller = match identify(auth, req.headers()) {
+    let address = req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip());
+    // Basic credentials may need a password hash (tens of milliseconds): checked on a blocking thread, never on
+    // the async workers that answer every other request.
+    let basic = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.len() > 6 && v[..6].eq_ignore_ascii_case("basic "));
+    let identified = if basic {
+        let (auth, headers) = (auth.clone(), req.headers().clone());
+        tokio::task::spawn_blocking(move || identify(&auth, &headers, address))
+            .await
+            .unwrap_or_else(|e| Err(AuthError::Internal(e.to_string()).into()))
+    } else {
+        identify(auth, req.headers(), address)
+    };
+    let caller = match identified {
         Ok(c) => c,
         Err(_) if need == Access::Optional => None,
         Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => return unauthorized(auth, e),

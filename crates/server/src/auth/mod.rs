@@ -28,6 +28,7 @@ pub mod routes;
 pub mod secret;
 pub mod session;
 pub mod store;
+pub mod throttle;
 
 pub use middleware::{Admin, Caller, Via};
 
@@ -118,6 +119,13 @@ pub enum AuthError {
     /// The OIDC provider could not be reached or answered nonsense (502).
     #[error("the OIDC provider: {0}")]
     Provider(String),
+    /// Too many failed sign-ins for this account or from this address (429): the next attempt is checked only
+    /// after `retry_after` seconds ([`throttle`]).
+    #[error("too many failed sign-ins; try again in {retry_after} s")]
+    Throttled {
+        /// Whole seconds to wait.
+        retry_after: u64,
+    },
     /// The database or the random source failed (500).
     #[error("{0}")]
     Internal(String),
@@ -149,6 +157,7 @@ impl From<AuthError> for ApiError {
                 e.status = axum::http::StatusCode::BAD_GATEWAY;
                 e
             }
+            AuthError::Throttled { retry_after } => ApiError::too_many(msg, Some(retry_after)),
             AuthError::Internal(_) => ApiError::internal(msg),
         }
     }
@@ -211,6 +220,8 @@ struct Inner {
     first_account_admin: bool,
     /// sha256(name \0 password) → (account, the hash it was checked against, when).
     basic: Mutex<HashMap<String, (String, String, Instant)>>,
+    /// Failed sign-ins by account and client address.
+    throttle: throttle::Throttle,
 }
 
 impl Auth {
@@ -250,6 +261,7 @@ impl Auth {
                 oidc,
                 first_account_admin: section.first_account_admin,
                 basic: Mutex::new(HashMap::new()),
+                throttle: throttle::Throttle::default(),
             }),
         })
     }
@@ -296,9 +308,34 @@ impl Auth {
         }
     }
 
+    /// [`Auth::check_password`] for a sign-in from `address`, throttled: a name or address with too many recent
+    /// failures is answered at once ([`AuthError::Throttled`]), before any hash is computed.
+    pub fn sign_in(
+        &self,
+        name: &str,
+        password: &str,
+        address: Option<std::net::IpAddr>,
+    ) -> Result<Option<(String, Role)>, AuthError> {
+        let keys = throttle::keys(name, address);
+        if let Some(wait) = self.inner.throttle.wait(&keys, Instant::now()) {
+            return Err(AuthError::Throttled { retry_after: wait.as_secs_f64().ceil() as u64 });
+        }
+        let found = self.check_password(name, password)?;
+        match found {
+            Some(_) => self.inner.throttle.succeeded(&keys),
+            None => self.inner.throttle.failed(&keys, Instant::now()),
+        }
+        Ok(found)
+    }
+
     /// Basic credentials, with a short memory of recent successes (a changed password or a deleted account
     /// misses it, because the remembered hash no longer matches).
-    pub fn check_basic(&self, name: &str, password: &str) -> Result<Option<(String, Role)>, AuthError> {
+    pub fn check_basic(
+        &self,
+        name: &str,
+        password: &str,
+        address: Option<std::net::IpAddr>,
+    ) -> Result<Option<(String, Role)>, AuthError> {
         let key = secret::sha256_hex(&format!("{name}\0{password}"));
         let remembered = self.inner.basic.lock().ok().and_then(|m| m.get(&key).cloned());
         if let Some((account, hash, at)) = remembered {
@@ -310,7 +347,7 @@ impl Auth {
                 }
             }
         }
-        let Some((account, role)) = self.check_password(name, password)? else { return Ok(None) };
+        let Some((account, role)) = self.sign_in(name, password, address)? else { return Ok(None) };
         if let (Ok(mut m), Some(a)) = (self.inner.basic.lock(), self.store().account(&account)?) {
             m.retain(|_, (_, _, at)| at.elapsed() < BASIC_CACHE);
             m.insert(key, (account.clone(), a.password_hash.unwrap_or_default(), Instant::now()));

@@ -57,7 +57,12 @@ fn password_field(obj: &Map<String, Value>, required: bool) -> Result<Option<Str
 
 /// `POST /api/auth/login {"username", "password"}` → `{"account", "role", "csrf_token"}` and the session cookie.
 /// A wrong password and an unknown name answer the same 401, in the same time.
-pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+pub async fn login(
+    State(state): State<AppState>,
+    peer: Option<Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let mode = state.auth.mode();
     if !matches!(mode, AuthMode::Local | AuthMode::Basic) {
         return Err(AuthError::NotInMode { what: "signing in with a password", mode: mode.as_str() }.into());
@@ -72,7 +77,8 @@ pub async fn login(State(state): State<AppState>, headers: HeaderMap, body: Byte
     f.finish()?;
     let password = password_field(&obj, true)?.unwrap_or_default();
     let auth = state.auth.clone();
-    let found = blocking(move || auth.check_password(&username, &password)).await?;
+    let address = peer.map(|Extension(c)| c.0.ip());
+    let found = blocking(move || auth.sign_in(&username, &password, address)).await?;
     let Some((account, role)) = found else { return Err(AuthError::WrongCredentials.into()) };
     let (set_cookie, csrf) = start_session(&state, &account, &headers)?;
     let mut r = Json(json!({"account": account, "role": role, "csrf_token": csrf})).into_response();

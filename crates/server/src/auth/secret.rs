@@ -52,14 +52,58 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Runs `f` on the password hashers: a few threads of their own, so that however many sign-ins arrive at once, at
+/// most that many argon2id hashes (19 MiB each, by design) run, each always on the same threads, whose memory the
+/// allocator reuses. Many threads hashing at once had each keep its own 19 MiB (a flood of 40 logins took the server
+/// to gigabytes). The caller waits for the answer; async code calls this from a blocking thread.
+fn on_hasher<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    type Job = Box<dyn FnOnce() + Send>;
+    static QUEUE: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> = std::sync::OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, HASHERS_MAX);
+        for i in 0..n {
+            let rx = rx.clone();
+            let _ = std::thread::Builder::new().name(format!("kvad-hash-{i}")).spawn(move || loop {
+                let job = match rx.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                };
+                job();
+            });
+        }
+        std::sync::Mutex::new(tx)
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let job: Job = Box::new(move || {
+        let _ = tx.send(f());
+    });
+    let sent = queue.lock().unwrap_or_else(|e| e.into_inner()).send(job);
+    match sent {
+        Ok(()) => rx.recv().expect("a password hasher answers every job it takes"),
+        // No hasher thread could be started: hash here.
+        Err(std::sync::mpsc::SendError(job)) => {
+            job();
+            rx.recv().expect("the job just run answered")
+        }
+    }
+}
+
+/// Most password hashes running at once (one a core, up to this).
+const HASHERS_MAX: usize = 4;
+
 /// An argon2id hash (PHC string, random salt) of a password.
 pub fn hash_password(password: &str) -> Result<String, AuthError> {
     let salt =
         SaltString::encode_b64(&random_bytes(16)?).map_err(|e| AuthError::Internal(format!("encoding a salt: {e}")))?;
-    Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|h| h.to_string())
-        .map_err(|e| AuthError::Internal(format!("hashing a password: {e}")))
+    let password = password.to_string();
+    on_hasher(move || {
+        Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map(|h| h.to_string())
+            .map_err(|e| AuthError::Internal(format!("hashing a password: {e}")))
+    })
 }
 
 /// Whether `password` matches the stored hash. With no hash (an unknown account, or one that signs in through
@@ -72,8 +116,12 @@ pub fn verify_password(password: &str, stored: Option<&str>) -> bool {
         Some(h) => (h, true),
         None => (dummy.as_str(), false),
     };
-    let Ok(parsed) = PasswordHash::new(hash) else { return false };
-    Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok() && real
+    let (hash, password) = (hash.to_string(), password.to_string());
+    let ok = on_hasher(move || {
+        let Ok(parsed) = PasswordHash::new(&hash) else { return false };
+        Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok()
+    });
+    ok && real
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! One batched forward pass over running sequences, at the level of tokens: the one loop every caller drives.
 //! The server's engine ([`crate::local`]) adds text, stop tokens and kept conversations around it; the CLI's
-//! one-request generation ([`crate::generate`]) drives it for a single sequence. Both therefore take the same
+//! one-request generation ([`crate::generate()`]) drives it for a single sequence. Both therefore take the same
 //! decisions: when the model's own greedy pick is used, when one reply runs greedy steps ahead, and when a prompt
 //! chunk is read in a pass of its own so a reply's tokens do not depend on who joins beside it.
 

@@ -1,7 +1,7 @@
 //! Failed sign-ins slow down whoever makes them: per account and per client address, each failure past the first
 //! few makes the next attempt wait twice as long (up to a minute), answered at once with a 429 saying how long, so
 //! a guessing flood costs the server no password hash. A success clears its keys; keys idle for a quarter of an hour
-//! are forgotten, and the table holds at most [`MAX_KEYS`] (the oldest go first), so a flood of made-up names cannot
+//! are forgotten, and the table holds at most `MAX_KEYS` (the oldest go first), so a flood of made-up names cannot
 //! grow it without bound.
 
 use std::collections::HashMap;

@@ -404,3 +404,19 @@ fn a_non_loopback_bind_needs_insecure() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("0.0.0.0:0") && err.contains("--insecure"), "{err}");
 }
+
+/// A prompt longer than the model's context is refused naming the field it came in: a chat's `messages`, a
+/// completion's `prompt`.
+#[test]
+fn a_prompt_longer_than_the_context_names_its_field() {
+    let s = scripted("long-prompt", &[]);
+    // The scripted models' context is 4,096 tokens of 3 characters.
+    let long = "x".repeat(13_000);
+    let chat = json!({"model": "qwen2.5-scripted", "messages": [{"role": "user", "content": long}]});
+    let (code, v) = s.post("/v1/chat/completions", &chat.to_string());
+    assert_eq!((code, v["error"]["param"].as_str()), (400, Some("messages")), "{v}");
+    let completion = json!({"model": "qwen2.5-scripted", "prompt": long});
+    let (code, v) = s.post("/v1/completions", &completion.to_string());
+    assert_eq!((code, v["error"]["param"].as_str()), (400, Some("prompt")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("the model's context is 4096"), "{v}");
+}

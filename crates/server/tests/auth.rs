@@ -455,6 +455,10 @@ fn a_user_sees_the_queue_without_other_accounts_names() {
 #[test]
 fn mode_none_keeps_the_account_header_and_refuses_other_sites() {
     let s = common::scripted("none", &[]);
+    // No accounts in mode none, so no API keys: a 400 saying so, not a database error.
+    let r = call(&s, "POST", "/api/keys", &[], Some(json!({"name": "k"})));
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("mode = \"none\""), "{}", r.text);
     let me = call(&s, "GET", "/api/auth/me", &[("x-kvad-account", "ann")], None);
     assert_eq!(me.body, json!({"account": "ann", "role": "admin", "mode": "none", "csrf_token": ""}));
     let me = call(&s, "GET", "/api/auth/me", &[], None);

@@ -120,6 +120,10 @@ pub async fn keys(State(state): State<AppState>, caller: Caller) -> Result<Json<
 
 /// `POST /api/keys {"name"}` → `{"id", "name", "key"}`: the only time the key is shown; only its hash is kept.
 pub async fn create_key(State(state): State<AppState>, caller: Caller, body: Bytes) -> Result<Json<Value>, ApiError> {
+    // A key belongs to an account, and mode none has none (every request is the header's account, unchecked).
+    if state.auth.mode() == AuthMode::None {
+        return Err(AuthError::NotInMode { what: "an API key (keys belong to accounts)", mode: "none" }.into());
+    }
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
     let name = f.string("name")?.trim().to_string();

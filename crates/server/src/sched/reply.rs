@@ -12,8 +12,13 @@ use std::sync::atomic::Ordering;
 pub fn check(job: &mut Job, p: &Prepared) -> Result<(), ApiError> {
     let room = p.context.saturating_sub(p.prompt_tokens);
     if room == 0 {
+        // The field the prompt came in: a chat's messages, a completion's prompt.
+        let field = match job.prompt {
+            kvad_engine::seam::Prompt::Chat { .. } => "messages",
+            kvad_engine::seam::Prompt::Text(_) => "prompt",
+        };
         return Err(ApiError::bad_field(
-            "messages",
+            field,
             format!("the prompt is {} tokens; the model's context is {}", p.prompt_tokens, p.context),
         ));
     }

@@ -62,8 +62,9 @@ fn forty_concurrent_wrong_logins_keep_memory_bounded_then_wait() {
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let after = rss_mb(s);
-    // Each argon2id hash takes 19 MiB; unbounded, forty at once took the server from 0.7 to 3.5 GB.
-    assert!(after - before < 150.0, "memory grew from {before:.0} to {after:.0} MB over the flood");
+    // Each argon2id hash takes 19 MiB. Unbounded, forty at once grew the server by 726 MB on a 2-core machine (to
+    // 3.5 GB on a larger one); bounded, the hashers' few arenas stay: 100 to 160 MB measured, under load or not.
+    assert!(after - before < 300.0, "memory grew from {before:.0} to {after:.0} MB over the flood");
     assert!(codes.iter().all(|&c| c == 401 || c == 429), "{codes:?}");
     // This address has failed far past the free attempts: the next is refused at once, even with the right password.
     let t = Instant::now();

@@ -49,6 +49,34 @@ impl Linear {
     }
 }
 
+/// A SwiGLU MLP, `down(silu(gate(x)) · up(x))`, with gate and up stacked (`[2·ff, hidden]`) so one pass reads both.
+#[derive(Debug, Clone)]
+pub struct SwiGlu {
+    pub(crate) gate_up: Linear,
+    pub(crate) down: Linear,
+}
+
+impl SwiGlu {
+    /// Bytes of weights.
+    pub fn bytes(&self) -> usize {
+        self.gate_up.bytes() + self.down.bytes()
+    }
+
+    /// `rows × hidden` to `rows × hidden`.
+    pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        let gu = self.gate_up.forward(x, rows);
+        let ff = self.down.matrix().cols();
+        let mut act = Vec::with_capacity(rows * ff);
+        for r in 0..rows {
+            let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
+            let mut g = row[..ff].to_vec();
+            ops::silu_mul(&mut g, &row[ff..]);
+            act.extend_from_slice(&g);
+        }
+        self.down.forward(&act, rows)
+    }
+}
+
 /// Whether a pass's rows are a decode step: one token of each of two or more replies. Only such passes let the CPU
 /// kernels round activations to 8 bits (`kvad_tensor::cpu::gemv_rows8`); a prompt's rows never do.
 pub fn is_decode_step(batch: &[crate::SeqInput<'_>]) -> bool {
@@ -88,13 +116,20 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// The frequencies for a config.
+    /// The frequencies for a config, over a whole head.
     pub fn new(cfg: &ModelConfig) -> Self {
-        let d = cfg.head_dim;
+        Self::for_dim(cfg, cfg.head_dim)
+    }
+
+    /// The frequencies for `d` rotated values (latent attention rotates only part of a head).
+    pub fn for_dim(cfg: &ModelConfig, d: usize) -> Self {
         let mut inv_freq: Vec<f32> =
             (0..d / 2).map(|i| (1.0 / cfg.rope_theta.powf((2 * i) as f64 / d as f64)) as f32).collect();
         match &cfg.rope_scaling {
             None => {}
+            Some(RopeScaling::Yarn { factor, original_max_position, beta_fast, beta_slow }) => {
+                inv_freq = yarn_inv_freq(cfg.rope_theta, d, *factor, *original_max_position, *beta_fast, *beta_slow);
+            }
             Some(RopeScaling::Divisors(div)) => {
                 for (f, &s) in inv_freq.iter_mut().zip(div) {
                     *f /= s;
@@ -131,6 +166,28 @@ impl Rope {
             })
             .unzip()
     }
+}
+
+/// YaRN's frequencies as transformers computes them (`_compute_yarn_parameters`, `truncate` on): f32 powers of the
+/// base, and a linear ramp between the dimensions where `beta_fast` and `beta_slow` rotations fit in the original
+/// context, from kept (extrapolated) to divided by `factor` (interpolated).
+fn yarn_inv_freq(base: f64, d: usize, factor: f64, original: f64, beta_fast: f64, beta_slow: f64) -> Vec<f32> {
+    let correction = |rot: f64| (d as f64 * (original / (rot * 2.0 * std::f64::consts::PI)).ln()) / (2.0 * base.ln());
+    let low = correction(beta_fast).floor().max(0.0);
+    let mut high = correction(beta_slow).ceil().min(d as f64 - 1.0);
+    if low == high {
+        high += 0.001;
+    }
+    (0..d / 2)
+        .map(|i| {
+            let pos_freq = (base as f32).powf((2 * i) as f32 / d as f32);
+            let extrapolated = 1.0 / pos_freq;
+            let interpolated = 1.0 / (factor as f32 * pos_freq);
+            let ramp = ((i as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
+            let keep = 1.0 - ramp;
+            interpolated * (1.0 - keep) + extrapolated * keep
+        })
+        .collect()
 }
 
 /// Where each sequence's new rows are: how many, and the cache length before this pass.

@@ -13,6 +13,7 @@ mod files;
 pub mod gpu;
 pub mod layers;
 pub mod load;
+pub mod moe;
 pub mod qcache;
 pub mod state;
 mod tensors;

@@ -24,11 +24,15 @@ pub(crate) enum Role {
     Embedding,
     /// An output head of its own.
     Head,
+    /// A mixture-of-experts router: kept in f32 on every backend (its logits choose experts; DeepSeek keeps it in
+    /// f32 even in bf16 checkpoints).
+    Router,
 }
 
 /// The format a backend stores a matrix of this role in, when it quantises.
 pub(crate) fn target(backend: BackendKind, role: Role) -> QType {
     match (backend, role) {
+        (_, Role::Router) => QType::F32,
         (BackendKind::CpuQ8 | BackendKind::GpuQ8, _) => QType::Q8_0,
         (BackendKind::CpuQ4 | BackendKind::GpuQ4, Role::Layer) => QType::Q4_0,
         (BackendKind::CpuQ4 | BackendKind::GpuQ4, Role::Embedding | Role::Head) => QType::Q8_0,
@@ -160,7 +164,26 @@ impl<'a> Tensors<'a> {
     }
 
     /// A matrix `[rows, cols]` by HF name, as is when its blocks match, else quantised. Not recorded.
-    fn matrix_unrecorded(&mut self, hf: &str, rows: usize, cols: usize, role: Role) -> Result<QMatrix, ModelError> {
+    pub(crate) fn matrix_unrecorded(
+        &mut self,
+        hf: &str,
+        rows: usize,
+        cols: usize,
+        role: Role,
+    ) -> Result<QMatrix, ModelError> {
+        self.matrix_shaped(hf, &[rows, cols], rows, cols, role)
+    }
+
+    /// A matrix `[rows, cols]` stored under `stored`, a shape of the same rows (a stack of experts `[E, out, in]`
+    /// read as `[E·out, in]`). Not recorded.
+    pub(crate) fn matrix_shaped(
+        &mut self,
+        hf: &str,
+        stored: &[usize],
+        rows: usize,
+        cols: usize,
+        role: Role,
+    ) -> Result<QMatrix, ModelError> {
         if let Some(types) = &self.cached {
             // kvad's cache: the bytes are the final layout, mapped without a copy.
             let t = *types.get(hf).ok_or_else(|| ModelError::MissingTensor { name: hf.to_string() })?;
@@ -178,8 +201,8 @@ impl<'a> Tensors<'a> {
         }
         let name = self.source_name(hf);
         let info = self.src.info(&name).ok_or_else(|| ModelError::MissingTensor { name: name.clone() })?;
-        if info.shape != [rows, cols] {
-            return Err(ModelError::ShapeMismatch { name, expected: vec![rows, cols], got: info.shape });
+        if info.shape != stored {
+            return Err(ModelError::ShapeMismatch { name, expected: stored.to_vec(), got: info.shape });
         }
         let whole_blocks = cols.is_multiple_of(32);
         let plain = |t: QType| t == QType::F32 || t == QType::BF16;
@@ -201,7 +224,7 @@ impl<'a> Tensors<'a> {
             self.used.insert(name.clone());
             return m.map_err(|e| matrix_error(&name, e));
         }
-        let w = self.get(hf, &[rows, cols])?;
+        let w = self.get(hf, stored)?;
         let t = match target(self.backend, role) {
             t @ (QType::F32 | QType::BF16) => t,
             _ if !whole_blocks => QType::F32,
@@ -227,7 +250,7 @@ impl<'a> Tensors<'a> {
     }
 
     /// In f32-reference mode, the matrix dequantised to f32; else the matrix as it is.
-    fn reference(&self, m: QMatrix) -> Result<QMatrix, ModelError> {
+    pub(crate) fn reference(&self, m: QMatrix) -> Result<QMatrix, ModelError> {
         if !self.f32_reference || m.qtype() == QType::F32 {
             return Ok(m);
         }
@@ -424,7 +447,8 @@ mod tests {
             assert_eq!(head.is_6bit(), backend == BackendKind::CpuQ4, "{backend}");
             assert!(!m.embed.0.is_6bit(), "{backend}: the embedding stays at 8 bits");
             let layer = if backend == BackendKind::CpuQ4 { QType::Q4_0 } else { QType::Q8_0 };
-            assert_eq!(m.layers[0].down.matrix().qtype(), layer, "{backend}");
+            let crate::arch::llama::Ffn::Dense(mlp) = &m.layers[0].ffn else { panic!("dense") };
+            assert_eq!(mlp.down.matrix().qtype(), layer, "{backend}");
         }
     }
 

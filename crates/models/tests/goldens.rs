@@ -154,3 +154,18 @@ fn qwen3_qk_norm_and_wide_heads() {
 fn gpt2() {
     check("gpt2");
 }
+
+#[test]
+fn qwen3_moe_normalised_top_k_and_a_dense_layer() {
+    check("qwen3-moe");
+}
+
+#[test]
+fn qwen3_moe_every_second_layer_routed_tied_head() {
+    check("qwen3-moe-step");
+}
+
+#[test]
+fn qwen3_moe_from_llama_cpp_stacked_experts() {
+    check("qwen3-moe-gguf");
+}

@@ -14,7 +14,6 @@ pub static ARCHS: &[&ArchEntry] = &[&crate::arch::gpt2::ENTRY, &crate::arch::lla
 
 /// Architectures published models use that this build does not implement yet: refused by class name, saying so.
 pub const NOT_YET: &[&str] = &[
-    "Qwen3MoeForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5ForConditionalGeneration",
     "Idefics3ForConditionalGeneration",

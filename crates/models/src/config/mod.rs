@@ -12,6 +12,8 @@ pub enum ArchKind {
     Llama,
     /// GPT-2: LayerNorm, learned positions, GELU, fused qkv.
     Gpt2,
+    /// DeepSeek-V2/V3: latent attention (MLA), routed and shared experts, dense first layers.
+    Deepseek,
 }
 
 /// Llama 3's RoPE frequency scaling.
@@ -30,6 +32,82 @@ pub enum RopeScaling {
     },
     /// Per-frequency divisors, as a GGUF stores Llama 3's rule (`rope_freqs.weight`).
     Divisors(Vec<f32>),
+    /// YaRN (DeepSeek's long context): frequencies between two wavelengths ramp from kept to divided by `factor`.
+    Yarn {
+        /// How much longer the context is than the one trained for.
+        factor: f64,
+        /// The context the model was first trained for.
+        original_max_position: f64,
+        /// Rotations above which a frequency is kept.
+        beta_fast: f64,
+        /// Rotations below which a frequency is divided by `factor`.
+        beta_slow: f64,
+    },
+}
+
+/// How a router turns one token's logits into experts and weights (`crate::moe::route`), each option as
+/// transformers computes it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Routing {
+    /// Routed experts.
+    pub n_experts: usize,
+    /// Experts each token uses.
+    pub top_k: usize,
+    /// Softmax (Qwen3-MoE, DeepSeek-V2) or sigmoid (DeepSeek-V3) of the logits.
+    pub scoring: Scoring,
+    /// `(n_group, topk_group)`: only experts of the best `topk_group` of `n_group` equal groups are chosen
+    /// (softmax: groups ranked by their best score; sigmoid: by the sum of their best two, bias included).
+    pub groups: Option<(usize, usize)>,
+    /// The chosen weights divided by their sum (`norm_topk_prob`).
+    pub normalise: bool,
+    /// Every weight multiplied by this (`routed_scaling_factor`).
+    pub scale: f32,
+    /// A per-expert bias added to the scores for choosing only (`e_score_correction_bias`).
+    pub choice_bias: bool,
+}
+
+/// The router's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Scoring {
+    /// `softmax(logits)`.
+    Softmax,
+    /// `sigmoid(logits)`.
+    Sigmoid,
+}
+
+/// A mixture-of-experts layout: which layers route, and the widths of their experts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MoeConfig {
+    /// The router.
+    pub routing: Routing,
+    /// Width of one routed expert's MLP (`moe_intermediate_size`).
+    pub expert_ff: usize,
+    /// Width of the shared experts' one MLP (`moe_intermediate_size × n_shared_experts`), 0 when none.
+    pub shared_ff: usize,
+    /// Per layer: whether it routes (the others run the dense MLP of `intermediate`).
+    pub sparse: Vec<bool>,
+}
+
+/// Latent attention (DeepSeek's MLA): queries, keys and values go through low-rank projections, and the cache
+/// holds the key/value latent and one shared RoPE key per token.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MlaConfig {
+    /// Rank of the query's low-rank projection; None projects the query directly (DeepSeek-V2-Lite).
+    pub q_lora_rank: Option<usize>,
+    /// Width of the key/value latent.
+    pub kv_lora_rank: usize,
+    /// Per-head query/key width without position.
+    pub nope_dim: usize,
+    /// Width of the rotated part (per head for queries, shared for keys).
+    pub rope_dim: usize,
+    /// Per-head value width.
+    pub v_dim: usize,
+    /// RoPE pairs adjacent values (DeepSeek's layout) rather than the two halves.
+    pub rope_interleaved: bool,
+    /// Softmax scale: `1/sqrt(nope + rope)`, times YaRN's `mscale_all_dim` correction squared.
+    pub softmax_scale: f32,
+    /// YaRN's factor on cos and sin (`attention_factor`), 1 without YaRN.
+    pub rope_mscale: f32,
 }
 
 /// Everything the architecture code needs, in one place, whichever file format it came from.
@@ -73,6 +151,12 @@ pub struct ModelConfig {
     pub bos_token_id: Option<u32>,
     /// Ids that end generation.
     pub eos_token_ids: Vec<u32>,
+    /// Routed experts, when the model has them.
+    #[serde(default)]
+    pub moe: Option<MoeConfig>,
+    /// Latent attention, when the model uses it.
+    #[serde(default)]
+    pub mla: Option<MlaConfig>,
 }
 
 /// Upper bounds that catch corrupt or hostile configs before they size an allocation.

@@ -157,6 +157,23 @@ impl QMatrix {
         QMatrix::new(qtype, rows, cols, Bytes::Owned(Arc::new(out)))
     }
 
+    /// Rows `r` of this matrix as a matrix of their own, sharing the bytes (one expert of a stacked expert tensor).
+    ///
+    /// # Panics
+    /// When `r` reaches past the last row: callers own the shapes.
+    pub fn rows_view(&self, r: Range<usize>) -> QMatrix {
+        assert!(r.start <= r.end && r.end <= self.rows, "rows_view {r:?} of {} rows", self.rows);
+        let bytes = r.start * self.row_bytes..r.end * self.row_bytes;
+        let data = match &self.data {
+            Bytes::Owned(v) => {
+                let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = v.clone();
+                Bytes::Shared(shared, bytes)
+            }
+            Bytes::Shared(b, outer) => Bytes::Shared(b.clone(), outer.start + bytes.start..outer.start + bytes.end),
+        };
+        QMatrix { qtype: self.qtype, rows: r.len(), cols: self.cols, row_bytes: self.row_bytes, data }
+    }
+
     /// Storage format.
     pub fn qtype(&self) -> QType {
         self.qtype
@@ -259,6 +276,26 @@ mod tests {
     use super::super::gemv_rows8;
     use super::super::testdata::data;
     use super::*;
+
+    /// An expert's rows of a stacked tensor compute what the same rows as a matrix of their own do, whether the
+    /// stack owns its bytes or borrows them.
+    #[test]
+    fn a_rows_view_is_those_rows() {
+        let (m, k) = (12, 64);
+        for t in [QType::F32, QType::Q8_0, QType::Q4_0] {
+            let w = QMatrix::quantize(t, m, k, &data(m * k, 5)).unwrap();
+            let part = QMatrix::quantize(t, 4, k, &data(m * k, 5)[4 * k..8 * k]).unwrap();
+            let view = w.rows_view(4..8);
+            assert_eq!(view.bytes(), part.bytes(), "{t:?}");
+            let nested = w.rows_view(2..10).rows_view(2..6);
+            assert_eq!(nested.bytes(), part.bytes(), "{t:?} view of a view");
+            let x = data(3 * k, 6);
+            let (mut a, mut b) = (vec![0f32; 12], vec![0f32; 12]);
+            view.matmul(&x, 3, &mut a);
+            part.matmul(&x, 3, &mut b);
+            assert_eq!(a, b, "{t:?}");
+        }
+    }
 
     #[test]
     fn matmul_gives_a_few_rows_their_one_row_bits_a_decode_step_its_kernel_and_more_rows_the_gemm() {

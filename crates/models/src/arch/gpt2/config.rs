@@ -49,5 +49,7 @@ fn read(cfg: &Value) -> Result<ModelConfig, ModelError> {
         tie_embeddings: true,
         bos_token_id: ids(get(cfg, "bos_token_id")).first().copied(),
         eos_token_ids: ids(get(cfg, "eos_token_id")),
+        moe: None,
+        mla: None,
     })
 }

@@ -2,7 +2,8 @@
 //! qwen2, qwen3), and its GGUF tensor names.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, need, rope_params, usize_field, ArchKind, ModelConfig, RopeScaling,
+    bool_field, f64_field, get, ids, need, rope_params, usize_field, ArchKind, ModelConfig, MoeConfig, RopeScaling,
+    Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -35,7 +36,8 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         return Err(ModelError::refused("num_attention_heads", 0, "must be positive"));
     }
     let n_kv_heads = usize_field(cfg, "num_key_value_heads")?.unwrap_or(n_heads);
-    let default_head_dim = if name == "Qwen3ForCausalLM" { 128 } else { hidden / n_heads };
+    let qwen3 = matches!(name, "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM");
+    let default_head_dim = if qwen3 { 128 } else { hidden / n_heads };
     let head_dim = usize_field(cfg, "head_dim")?.unwrap_or(default_head_dim);
     let (rope_theta, rope_scaling) = rope_params(cfg)?;
     let mut max_position = usize_field(cfg, "max_position_embeddings")?.unwrap_or(4096);
@@ -44,7 +46,9 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
     // context no wider than the window, where the window changes nothing (the seed's rule).
     let sliding_window = match name {
         "MistralForCausalLM" => usize_field(cfg, "sliding_window")?,
-        "Qwen2ForCausalLM" | "Qwen3ForCausalLM" if bool_field(cfg, "use_sliding_window") == Some(true) => {
+        "Qwen2ForCausalLM" | "Qwen3ForCausalLM" | "Qwen3MoeForCausalLM"
+            if bool_field(cfg, "use_sliding_window") == Some(true) =>
+        {
             if let Some(w) = usize_field(cfg, "sliding_window")? {
                 max_position = max_position.min(w);
             }
@@ -52,12 +56,14 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         }
         _ => None,
     };
+    let n_layers = need(cfg, "num_hidden_layers")?;
+    let moe = if name == "Qwen3MoeForCausalLM" { Some(qwen3_moe(cfg, n_layers)?) } else { None };
     let cfg = ModelConfig {
         arch: ArchKind::Llama,
         arch_name: name.to_string(),
         vocab_size: need(cfg, "vocab_size")?,
         hidden,
-        n_layers: need(cfg, "num_hidden_layers")?,
+        n_layers,
         n_heads,
         n_kv_heads,
         head_dim,
@@ -68,18 +74,66 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         max_position,
         sliding_window,
         qkv_bias: is_qwen2,
-        qk_norm: name == "Qwen3ForCausalLM",
+        qk_norm: qwen3,
         tie_embeddings: bool_field(cfg, "tie_word_embeddings").unwrap_or(false),
         bos_token_id: ids(get(cfg, "bos_token_id")).first().copied(),
         eos_token_ids: ids(get(cfg, "eos_token_id")),
+        moe,
+        mla: None,
     };
     cfg.check_dims()?;
     check(&cfg)?;
     Ok(cfg)
 }
 
+/// Qwen3-MoE's routed layout: softmax, top-k, `norm_topk_prob`; layers by `decoder_sparse_step` and
+/// `mlp_only_layers`. (Published configs say `num_experts`; transformers 5 writes `num_local_experts`.)
+fn qwen3_moe(cfg: &Value, n_layers: usize) -> Result<MoeConfig, ModelError> {
+    let n_experts = match usize_field(cfg, "num_experts")? {
+        Some(n) => n,
+        None => need(cfg, "num_local_experts")?,
+    };
+    let mlp_only = match get(cfg, "mlp_only_layers") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => {
+            a.iter().map(|v| v.as_u64().map(|n| n as usize)).collect::<Option<Vec<_>>>().ok_or_else(|| {
+                ModelError::refused(
+                    "mlp_only_layers",
+                    get(cfg, "mlp_only_layers").unwrap(),
+                    "expected a list of layer indices",
+                )
+            })?
+        }
+        Some(v) => return Err(ModelError::refused("mlp_only_layers", v, "expected a list of layer indices")),
+    };
+    let step = usize_field(cfg, "decoder_sparse_step")?.unwrap_or(1);
+    if step == 0 {
+        return Err(ModelError::refused("decoder_sparse_step", 0, "must be positive"));
+    }
+    if let Some(v) = get(cfg, "shared_expert_intermediate_size").filter(|v| v.as_u64() != Some(0)) {
+        return Err(ModelError::refused("shared_expert_intermediate_size", v, "Qwen3-MoE has no shared expert"));
+    }
+    let m = MoeConfig {
+        routing: Routing {
+            n_experts,
+            top_k: need(cfg, "num_experts_per_tok")?,
+            scoring: Scoring::Softmax,
+            groups: None,
+            normalise: bool_field(cfg, "norm_topk_prob").unwrap_or(false),
+            scale: 1.0,
+            choice_bias: false,
+        },
+        expert_ff: need(cfg, "moe_intermediate_size")?,
+        shared_ff: 0,
+        sparse: crate::moe::qwen_sparse_layers(n_layers, step, &mlp_only),
+    };
+    crate::moe::check(&m)?;
+    Ok(m)
+}
+
 /// GGUF architectures of the family, with whether q/k carry a bias (qwen2) or a norm (qwen3).
-const GGUF_VARIANTS: &[(&str, bool, bool)] = &[("llama", false, false), ("qwen2", true, false), ("qwen3", false, true)];
+const GGUF_VARIANTS: &[(&str, bool, bool)] =
+    &[("llama", false, false), ("qwen2", true, false), ("qwen3", false, true), ("qwen3moe", false, true)];
 
 /// Reads and checks a GGUF's metadata (`<arch>.*` keys) for architecture `arch`.
 pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelError> {
@@ -139,16 +193,45 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
     let mut eos: Vec<u32> =
         ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| id(k)).collect();
     eos.dedup();
+    let n_layers = need("block_count")?;
+    let moe = if arch == "qwen3moe" {
+        let n_experts = need("expert_count")?;
+        // A layer routes when its router is in the file (llama.cpp writes each layer as what it is).
+        let sparse = (0..n_layers).map(|i| g.info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some()).collect();
+        let m = MoeConfig {
+            routing: Routing {
+                n_experts,
+                top_k: need("expert_used_count")?,
+                scoring: Scoring::Softmax,
+                groups: None,
+                // llama.cpp's qwen3moe graph always normalises the chosen weights.
+                normalise: g.get(&key("expert_weights_norm")).and_then(|v| v.as_bool()).unwrap_or(true),
+                scale: 1.0,
+                choice_bias: false,
+            },
+            expert_ff: need("expert_feed_forward_length")?,
+            shared_ff: 0,
+            sparse,
+        };
+        crate::moe::check(&m)?;
+        Some(m)
+    } else {
+        None
+    };
     let cfg = ModelConfig {
         arch: ArchKind::Llama,
         arch_name: format!("gguf:{arch}"),
         vocab_size,
         hidden,
-        n_layers: need("block_count")?,
+        n_layers,
         n_heads,
         n_kv_heads,
         head_dim,
-        intermediate: need("feed_forward_length")?,
+        intermediate: match &moe {
+            // Dense layers of a routed model (mlp_only_layers) have their width; a file without any may omit it.
+            Some(m) => uint("feed_forward_length")?.unwrap_or(m.expert_ff),
+            None => need("feed_forward_length")?,
+        },
         norm_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
         rope_theta: float("rope.freq_base").unwrap_or(10000.0),
         rope_scaling,
@@ -159,6 +242,8 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         tie_embeddings: g.info("output.weight").is_none(),
         bos_token_id: id("tokenizer.ggml.bos_token_id"),
         eos_token_ids: eos,
+        moe,
+        mla: None,
     };
     if let Some(RopeScaling::Divisors(d)) = &cfg.rope_scaling {
         if d.len() != head_dim / 2 {
@@ -192,6 +277,10 @@ pub(crate) fn gguf_name(hf: &str) -> String {
     let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
     let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
     let map = [
+        ("mlp.experts.gate_proj", "ffn_gate_exps"),
+        ("mlp.experts.up_proj", "ffn_up_exps"),
+        ("mlp.experts.down_proj", "ffn_down_exps"),
+        ("mlp.gate.weight", "ffn_gate_inp.weight"),
         ("input_layernorm", "attn_norm"),
         ("self_attn.q_proj", "attn_q"),
         ("self_attn.k_proj", "attn_k"),

@@ -1,7 +1,7 @@
 //! The llama family on the GPU: RMSNorm, stacked q/k/v (Qwen2's bias, Qwen3's per-head q/k norm), rotate-half
 //! RoPE, sliding window, SwiGLU with gate and up stacked.
 
-use super::Llama;
+use super::{Ffn, Llama};
 use crate::error::ModelError;
 use crate::gpu::{Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, Norm, Parts, Uploader};
 use kvad_tensor::cuda::Gpu;
@@ -12,8 +12,16 @@ use std::sync::Arc;
 pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<GpuDecoder, ModelError> {
     let up = Uploader { gpu: &gpu, backend };
     let Llama { cfg, embed, layers, norm, head, rope, .. } = m;
+    if layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_))) {
+        return Err(ModelError::refused(
+            "backend",
+            backend,
+            "routed experts (Qwen3-MoE) run on the CPU backends in this build; the GPU's grouped expert kernels are not in yet",
+        ));
+    }
     let mut out = Vec::with_capacity(layers.len());
     for l in layers {
+        let Ffn::Dense(mlp) = &l.ffn else { unreachable!("refused above") };
         out.push(Layer {
             norm1: Norm::Rms(up.vector(&l.attn_norm)?),
             attn: AttnBlock::Gqa(GqaAttn {
@@ -27,10 +35,10 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
             norm2: Norm::Rms(up.vector(&l.mlp_norm)?),
             mlp: MlpBlock::Dense(DenseMlp {
                 act: Activation::SwiGlu,
-                up: up.matrix(&l.gate_up)?,
-                up_bias: up.bias(&l.gate_up)?,
-                down: up.matrix(&l.down)?,
-                down_bias: up.bias(&l.down)?,
+                up: up.matrix(&mlp.gate_up)?,
+                up_bias: up.bias(&mlp.gate_up)?,
+                down: up.matrix(&mlp.down)?,
+                down_bias: up.bias(&mlp.down)?,
             }),
         });
     }

@@ -1,8 +1,8 @@
 //! The llama family: Llama 2/3, Mistral, Qwen2, Qwen3, SmolLM2.
 //!
 //! Pre-norm decoder layers: RMSNorm → attention (GQA, RoPE in the rotate-half layout; Qwen2's q/k/v bias; Qwen3's
-//! per-head q/k RMSNorm; Mistral's sliding window) → residual → RMSNorm → SwiGLU MLP → residual. Variants are
-//! fields of [`ModelConfig`], not branches per model name.
+//! per-head q/k RMSNorm; Mistral's sliding window) → residual → RMSNorm → SwiGLU MLP, or Qwen3-MoE's routed
+//! experts ([`crate::moe`]) → residual. Variants are fields of [`ModelConfig`], not branches per model name.
 
 mod config;
 mod gpu;
@@ -11,7 +11,8 @@ use crate::arch::entry::ArchEntry;
 use crate::config::ArchKind;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans};
+use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans, SwiGlu};
+use crate::moe::Moe;
 use crate::state::{SeqState, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
@@ -22,10 +23,16 @@ use kvad_tensor::BackendKind;
 pub(crate) static ENTRY: ArchEntry = ArchEntry {
     kind: ArchKind::Llama,
     name: "llama",
-    covers: "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2",
-    hf_classes: &["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"],
-    model_types: &["llama", "mistral", "qwen2", "qwen3"],
-    gguf_archs: &["llama", "qwen2", "qwen3"],
+    covers: "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, SmolLM2",
+    hf_classes: &[
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Qwen3MoeForCausalLM",
+    ],
+    model_types: &["llama", "mistral", "qwen2", "qwen3", "qwen3_moe"],
+    gguf_archs: &["llama", "qwen2", "qwen3", "qwen3moe"],
     backends: &BackendKind::ALL,
     mlp_matrices: 3,
     from_hf: config::from_hf,
@@ -50,9 +57,31 @@ pub(crate) struct Layer {
     pub(crate) k_norm: Option<Vec<f32>>,
     pub(crate) o: Linear,
     pub(crate) mlp_norm: Vec<f32>,
-    /// gate and up stacked: `[2·intermediate, hidden]`.
-    pub(crate) gate_up: Linear,
-    pub(crate) down: Linear,
+    pub(crate) ffn: Ffn,
+}
+
+/// A layer's feed-forward part.
+pub(crate) enum Ffn {
+    /// One SwiGLU MLP.
+    Dense(SwiGlu),
+    /// Routed experts (Qwen3-MoE).
+    Moe(Box<Moe>),
+}
+
+impl Ffn {
+    fn bytes(&self) -> usize {
+        match self {
+            Ffn::Dense(m) => m.bytes(),
+            Ffn::Moe(m) => m.bytes(),
+        }
+    }
+
+    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        match self {
+            Ffn::Dense(m) => m.forward(x, rows),
+            Ffn::Moe(m) => m.forward(x, rows),
+        }
+    }
 }
 
 /// A llama-family model with f32 weights on the CPU.
@@ -92,6 +121,10 @@ impl Llama {
                 (None, None)
             };
             let m = format!("{p}.mlp");
+            let ffn = match &cfg.moe {
+                Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(t.moe(&m, moe, h)?)),
+                _ => Ffn::Dense(t.swiglu(&m, ff, h)?),
+            };
             layers.push(Layer {
                 attn_norm: t.vector(&format!("{p}.input_layernorm.weight"), &[h])?,
                 qkv,
@@ -99,13 +132,7 @@ impl Llama {
                 k_norm,
                 o: t.linear(&format!("{a}.o_proj"), h, q, false)?,
                 mlp_norm: t.vector(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate_up: t.stacked(
-                    &format!("{m}.gate_up_proj"),
-                    &[(&format!("{m}.gate_proj"), ff), (&format!("{m}.up_proj"), ff)],
-                    h,
-                    false,
-                )?,
-                down: t.linear(&format!("{m}.down_proj"), h, ff, false)?,
+                ffn,
             });
         }
         let norm = t.vector("model.norm.weight", &[h])?;
@@ -127,7 +154,7 @@ impl CausalLm for Llama {
             .iter()
             .map(|l| {
                 let norms = l.attn_norm.len() + l.mlp_norm.len() + l.q_norm.as_ref().map_or(0, Vec::len) * 2;
-                l.qkv.bytes() + l.o.bytes() + l.gate_up.bytes() + l.down.bytes() + norms * 4
+                l.qkv.bytes() + l.o.bytes() + l.ffn.bytes() + norms * 4
             })
             .sum();
         layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
@@ -188,16 +215,7 @@ impl Llama {
             let att = attention(shape, li, (&q, &k, &v), &mut caches, &spans);
             ops::add_inplace(&mut x, &l.o.forward(&att, rows));
             ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
-            let gu = l.gate_up.forward(&hbuf, rows);
-            let ff = c.intermediate;
-            let mut act = Vec::with_capacity(rows * ff);
-            for r in 0..rows {
-                let row = &gu[r * 2 * ff..(r + 1) * 2 * ff];
-                let mut g = row[..ff].to_vec();
-                ops::silu_mul(&mut g, &row[ff..]);
-                act.extend_from_slice(&g);
-            }
-            ops::add_inplace(&mut x, &l.down.forward(&act, rows));
+            ops::add_inplace(&mut x, &l.ffn.forward(&hbuf, rows));
         }
         for (state, &n) in caches.iter_mut().zip(&counts) {
             state.len += n;

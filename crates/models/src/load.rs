@@ -114,8 +114,10 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
             notes.push(format!("reads the weights as transformers loads them; not read: {}", names.join(", ")));
         }
     }
-    if cfg.rope_scaling.is_some() {
-        notes.push("applies Llama 3's RoPE scaling to the frequency table".into());
+    match cfg.rope_scaling {
+        Some(crate::config::RopeScaling::Yarn { .. }) => notes.push("applies YaRN's RoPE scaling".into()),
+        Some(_) => notes.push("applies Llama 3's RoPE scaling to the frequency table".into()),
+        None => {}
     }
     let entry = crate::arch::registry::entry(cfg.arch);
     let names = gguf_arch.map(|a| GgufNames { permute: (entry.gguf_permute)(&cfg, &a), map: entry.gguf_name });

@@ -169,3 +169,69 @@ fn qwen3_moe_every_second_layer_routed_tied_head() {
 fn qwen3_moe_from_llama_cpp_stacked_experts() {
     check("qwen3-moe-gguf");
 }
+
+#[test]
+fn deepseek_v2_lite_direct_query_greedy_routing_yarn() {
+    check("deepseek-v2-lite");
+}
+
+#[test]
+fn deepseek_v2_lite_from_llama_cpp_split_kv_b() {
+    check("deepseek-v2-lite-gguf");
+}
+
+#[test]
+fn deepseek_v2_group_limited_routing_every_second_layer() {
+    check("deepseek-v2");
+}
+
+#[test]
+fn deepseek_v3_sigmoid_groups_bias_and_skipped_prediction_layer() {
+    check("deepseek-v3");
+}
+
+#[test]
+fn deepseek_v3_from_llama_cpp() {
+    check("deepseek-v3-gguf");
+}
+
+#[test]
+fn deepseek_v3_rotate_half_rope_one_group() {
+    check("deepseek-v3-half");
+}
+
+/// A latent cache cut back to a shared prefix (what a kept conversation does) and resumed gives the logits a
+/// sequence computed from scratch gives, and holds (kv_lora_rank + qk_rope_head_dim) values a token a layer.
+#[test]
+fn latent_cache_resumes_a_kept_conversation_and_holds_the_latent_formula() {
+    for name in ["deepseek-v2-lite", "deepseek-v3"] {
+        let (model, cases) = golden(name);
+        let case = &cases[2];
+        let mut kv = model.new_state();
+        model.forward(&mut [SeqInput { tokens: &case.prompt, state: &mut kv }], LogitsMode::None).unwrap();
+        let reply = &case.greedy[..8];
+        model.forward(&mut [SeqInput { tokens: reply, state: &mut kv }], LogitsMode::None).unwrap();
+        let len = case.prompt.len() + reply.len();
+        let mla = model.config().mla.clone().unwrap();
+        let per_token = (mla.kv_lora_rank + mla.rope_dim) * 4 * model.config().n_layers;
+        assert_eq!(kv.bytes(), len * per_token, "{name}: cache bytes");
+        assert_eq!(model.state_spec().bytes_per_token(), per_token, "{name}: what admission charges");
+        // Kept: the prompt and three reply tokens; the next turn continues differently.
+        let keep = case.prompt.len() + 3;
+        assert_eq!(kv.cut_point(keep), keep, "{name}: a latent cache is cut anywhere");
+        let mut resumed = kv.copy_prefix(keep).unwrap();
+        assert!(kv.truncate(keep));
+        let turn = [7u32, 11, 13];
+        let a = model.forward(&mut [SeqInput { tokens: &turn, state: &mut resumed }], LogitsMode::All).unwrap();
+        let b = model.forward(&mut [SeqInput { tokens: &turn, state: &mut kv }], LogitsMode::All).unwrap();
+        let mut all: Vec<u32> = case.prompt.clone();
+        all.extend_from_slice(&reply[..3]);
+        all.extend_from_slice(&turn);
+        let mut fresh = model.new_state();
+        let c = model.forward(&mut [SeqInput { tokens: &all, state: &mut fresh }], LogitsMode::All).unwrap();
+        let vocab = model.config().vocab_size;
+        let tail = &c[0][(all.len() - turn.len()) * vocab..];
+        assert_close(name, "copied prefix", &a[0], tail);
+        assert_close(name, "truncated", &b[0], tail);
+    }
+}

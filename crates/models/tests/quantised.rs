@@ -32,6 +32,19 @@ fn golden(name: &str) -> (ModelFiles, Vec<Case>) {
     (files, cases)
 }
 
+/// The routed and latent-attention fixtures (issue 34).
+const MOE_AND_MLA: &[&str] = &[
+    "qwen3-moe",
+    "qwen3-moe-step",
+    "qwen3-moe-gguf",
+    "deepseek-v2-lite",
+    "deepseek-v2-lite-gguf",
+    "deepseek-v2",
+    "deepseek-v3",
+    "deepseek-v3-gguf",
+    "deepseek-v3-half",
+];
+
 /// Largest logit error relative to the spread of the reference logits at that position, over every position.
 fn worst_relative_error(model: &dyn CausalLm, cases: &[Case]) -> f32 {
     let vocab = model.config().vocab_size;
@@ -56,7 +69,7 @@ fn opts(backend: BackendKind, cache: Option<PathBuf>, f32_reference: bool) -> Lo
 /// quantisation error the next test measures.
 #[test]
 fn quantised_kernels_equal_f32_arithmetic_on_the_same_weights() {
-    for name in ["llama", "llama-gguf", "mistral", "qwen2", "qwen3", "gpt2"] {
+    for name in [&["llama", "llama-gguf", "mistral", "qwen2", "qwen3", "gpt2"][..], MOE_AND_MLA].concat() {
         let (files, cases) = golden(name);
         for backend in [BackendKind::CpuQ8, BackendKind::CpuQ4] {
             let q = load_model_with(&files, &opts(backend, None, false)).unwrap().model;
@@ -77,13 +90,26 @@ fn quantised_kernels_equal_f32_arithmetic_on_the_same_weights() {
 /// real model's accuracy is judged by perplexity and greedy agreement (crates/engine/tests).
 const TOL_Q8: f32 = 0.12;
 const TOL_Q4: f32 = 0.75;
+/// Routed models move further: a token whose router logits sit near a tie takes another expert once the weights
+/// are rounded, and that expert's output is a jump, not a drift; DeepSeek-V3 also multiplies the experts' sum by
+/// 2.5. Measured (2026-12-04): q8 up to 0.34 (deepseek-v3), q4 up to 0.77 (deepseek-v2-lite). The kernels alone
+/// stay within 2e-3 on these fixtures (the test above).
+const TOL_Q8_ROUTED: f32 = 0.45;
+const TOL_Q4_ROUTED: f32 = 1.0;
 #[test]
 fn every_fixture_runs_at_q8_and_q4_within_tolerance_and_from_the_cache() {
     let cache = std::env::temp_dir().join(format!("kvad-qtest-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
-    for name in ["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"] {
+    for name in
+        [&["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"][..], MOE_AND_MLA]
+            .concat()
+    {
         let (files, cases) = golden(name);
-        for (backend, tol) in [(BackendKind::CpuQ8, TOL_Q8), (BackendKind::CpuQ4, TOL_Q4)] {
+        let routed = MOE_AND_MLA.contains(&name);
+        for (backend, tol) in [
+            (BackendKind::CpuQ8, if routed { TOL_Q8_ROUTED } else { TOL_Q8 }),
+            (BackendKind::CpuQ4, if routed { TOL_Q4_ROUTED } else { TOL_Q4 }),
+        ] {
             let opts = opts(backend, Some(cache.clone()), false);
             let first = load_model_with(&files, &opts).unwrap();
             assert!(matches!(first.cache, CacheUse::Written(_)), "{name} {backend}: {:?}", first.cache);

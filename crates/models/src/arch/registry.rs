@@ -10,15 +10,14 @@ use crate::weights::GgufFile;
 use serde_json::Value;
 
 /// Every architecture, one line each.
-pub static ARCHS: &[&ArchEntry] = &[&crate::arch::gpt2::ENTRY, &crate::arch::llama::ENTRY];
+pub static ARCHS: &[&ArchEntry] =
+    &[&crate::arch::gpt2::ENTRY, &crate::arch::llama::ENTRY, &crate::arch::deepseek::ENTRY];
 
 /// Architectures published models use that this build does not implement yet: refused by class name, saying so.
 pub const NOT_YET: &[&str] = &[
     "Qwen3_5ForCausalLM",
     "Qwen3_5ForConditionalGeneration",
     "Idefics3ForConditionalGeneration",
-    "DeepseekV2ForCausalLM",
-    "DeepseekV3ForCausalLM",
     "Qwen3NextForCausalLM",
 ];
 
@@ -128,10 +127,26 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig, ModelError> {
 
 /// Parameters a config implies (for memory accounting and summaries).
 pub fn param_count(c: &ModelConfig) -> usize {
-    let attn = c.hidden * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * c.hidden;
-    let mlp = entry(c.arch).mlp_matrices * c.hidden * c.intermediate;
-    let head = if c.tie_embeddings { 0 } else { c.vocab_size * c.hidden };
-    c.n_layers * (attn + mlp) + c.vocab_size * c.hidden + head
+    let h = c.hidden;
+    let attn = match &c.mla {
+        None => h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h,
+        Some(m) => {
+            let qd = c.n_heads * (m.nope_dim + m.rope_dim);
+            let q = m.q_lora_rank.map_or(h * qd, |r| h * r + r * qd);
+            let kv = h * (m.kv_lora_rank + m.rope_dim) + m.kv_lora_rank * c.n_heads * (m.nope_dim + m.v_dim);
+            q + kv + c.n_heads * m.v_dim * h
+        }
+    };
+    let dense = entry(c.arch).mlp_matrices * h * c.intermediate;
+    let mlp = |i: usize| match &c.moe {
+        Some(m) if m.sparse[i] => {
+            let e = m.routing.n_experts;
+            e * h + e * 3 * h * m.expert_ff + 3 * h * m.shared_ff
+        }
+        _ => dense,
+    };
+    let head = if c.tie_embeddings { 0 } else { c.vocab_size * h };
+    (0..c.n_layers).map(|i| attn + mlp(i)).sum::<usize>() + c.vocab_size * h + head
 }
 
 #[cfg(test)]
@@ -140,7 +155,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_one_line_and_no_name_is_claimed_twice() {
-        for kind in [ArchKind::Llama, ArchKind::Gpt2] {
+        for kind in [ArchKind::Llama, ArchKind::Gpt2, ArchKind::Deepseek] {
             assert_eq!(ARCHS.iter().filter(|e| e.kind == kind).count(), 1, "{kind:?}");
         }
         for names in [

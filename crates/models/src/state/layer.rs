@@ -125,13 +125,20 @@ impl WindowLayer {
     }
 }
 
-/// Latent attention's per-token compressed vector and RoPE key.
+/// Latent attention's per-token compressed vector and RoPE key, one row a token (`latent_dim` values, then
+/// `rope_dim`): decode reads the row as one key, its latent part as the value.
 #[derive(Debug, Clone)]
 pub struct LatentLayer {
-    pub(crate) latent: KvRows,
-    pub(crate) rope: KvRows,
+    pub(crate) rows: KvRows,
     pub(crate) latent_dim: usize,
     pub(crate) rope_dim: usize,
+}
+
+impl LatentLayer {
+    /// Values a row holds.
+    pub(crate) fn width(&self) -> usize {
+        self.latent_dim + self.rope_dim
+    }
 }
 
 /// A recurrent state's storage on the device (a GPU slot), behind a trait the GPU backend implements, so the state
@@ -223,16 +230,21 @@ impl LayerState {
                 window: window.max(1),
                 first: 0,
             }),
-            LayerSpec::Latent { latent_dim, rope_dim, dtype } => LayerState::Latent(LatentLayer {
-                latent: KvRows::new(dtype),
-                rope: KvRows::new(dtype),
-                latent_dim,
-                rope_dim,
-            }),
+            LayerSpec::Latent { latent_dim, rope_dim, dtype } => {
+                LayerState::Latent(LatentLayer { rows: KvRows::new(dtype), latent_dim, rope_dim })
+            }
             LayerSpec::Recurrent { state, conv } => LayerState::Recurrent(RecurrentLayer {
                 now: Recurrence::Host { state: vec![0.0; state], conv: vec![0.0; conv] },
                 snapshots: Vec::new(),
             }),
+        }
+    }
+
+    /// This layer as latent rows, when it is one.
+    pub(crate) fn latent(&self) -> Option<&LatentLayer> {
+        match self {
+            LayerState::Latent(l) => Some(l),
+            _ => None,
         }
     }
 
@@ -272,10 +284,7 @@ impl LayerState {
                 w.v.truncate(n.saturating_sub(w.first) * w.dim);
                 w.first = w.first.min(n);
             }
-            LayerState::Latent(l) => {
-                l.latent.truncate(n * l.latent_dim);
-                l.rope.truncate(n * l.rope_dim);
-            }
+            LayerState::Latent(l) => l.rows.truncate(n * l.width()),
             LayerState::Recurrent(r) => {
                 if n < len {
                     match r.snapshots.iter().position(|(at, _)| *at == n) {
@@ -305,8 +314,7 @@ impl LayerState {
                 })
             }
             LayerState::Latent(l) => LayerState::Latent(LatentLayer {
-                latent: l.latent.range(0..n * l.latent_dim),
-                rope: l.rope.range(0..n * l.rope_dim),
+                rows: l.rows.range(0..n * l.width()),
                 latent_dim: l.latent_dim,
                 rope_dim: l.rope_dim,
             }),
@@ -345,7 +353,7 @@ impl LayerState {
         match self {
             LayerState::Kv(l) => l.k.bytes() + l.v.bytes(),
             LayerState::Window(w) => w.k.bytes() + w.v.bytes(),
-            LayerState::Latent(l) => l.latent.bytes() + l.rope.bytes(),
+            LayerState::Latent(l) => l.rows.bytes(),
             LayerState::Recurrent(r) => r.now.bytes() + r.snapshots.iter().map(|(_, s)| s.bytes()).sum::<usize>(),
         }
     }

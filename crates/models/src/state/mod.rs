@@ -200,6 +200,14 @@ impl SeqState {
         }
     }
 
+    /// Layer `i` as latent rows ([`crate::batch::check_batch`] has checked the shape against the model's).
+    pub(crate) fn latent_layer_mut(&mut self, i: usize) -> &mut LatentLayer {
+        match &mut self.layers[i] {
+            LayerState::Latent(l) => l,
+            other => unreachable!("layer {i} is {other:?}, checked against the model's spec before the pass"),
+        }
+    }
+
     /// Layer `i` as keys and values, read only.
     pub(crate) fn kv_layer(&self, i: usize) -> &KvLayer {
         match &self.layers[i] {

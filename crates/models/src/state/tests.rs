@@ -49,13 +49,14 @@ fn run(s: &mut SeqState, tokens: &[u32]) -> Vec<Vec<f32>> {
                     out.extend(attend(&q, &w.k.to_f32(), &w.v.to_f32(), w.first, lo, pos + 1));
                 }
                 LayerState::Latent(la) => {
-                    la.latent.extend(&q);
-                    la.rope.extend(&q[..1]);
-                    let (c, r) = (la.latent.to_f32(), la.rope.to_f32());
+                    la.rows.extend(&[&q[..], &q[..1]].concat());
+                    let rows = la.rows.to_f32();
+                    let w = DIM + 1;
                     let mut acc = vec![0.0; DIM];
                     for p in 0..=pos {
-                        let wt = dot(&q, &c[p * DIM..(p + 1) * DIM]) + q[0] * r[p];
-                        for (a, v) in acc.iter_mut().zip(&c[p * DIM..(p + 1) * DIM]) {
+                        let c = &rows[p * w..p * w + DIM];
+                        let wt = dot(&q, c) + q[0] * rows[p * w + DIM];
+                        for (a, v) in acc.iter_mut().zip(c) {
                             *a += wt * v;
                         }
                     }

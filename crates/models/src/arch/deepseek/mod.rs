@@ -1,0 +1,192 @@
+//! DeepSeek-V2 and V3 (and V2-Lite): pre-norm decoder layers of latent attention ([`mla`]) and an MLP that is
+//! dense in the first `first_k_dense_replace` layers and routed after ([`crate::moe`]: softmax or sigmoid routing,
+//! groups, shared experts). The cache holds latents ([`crate::state::LayerSpec::Latent`]). Multi-token-prediction
+//! layers in a checkpoint are skipped by name.
+
+mod config;
+mod mla;
+
+use crate::arch::entry::ArchEntry;
+use crate::config::{ArchKind, ModelConfig};
+use crate::error::ModelError;
+use crate::layers::{Embedding, Linear, Rope, Spans, SwiGlu};
+use crate::moe::Moe;
+use crate::state::{LayerSpec, SeqState, StateSpec};
+use crate::tensors::Tensors;
+use crate::{CausalLm, LogitsMode, SeqInput};
+use kvad_tensor::cpu::ops;
+use kvad_tensor::BackendKind;
+use mla::Mla;
+
+/// The registry's line.
+pub(crate) static ENTRY: ArchEntry = ArchEntry {
+    kind: ArchKind::Deepseek,
+    name: "deepseek",
+    covers: "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-V3 (latent attention, routed and shared experts)",
+    hf_classes: &["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"],
+    model_types: &["deepseek_v2", "deepseek_v3"],
+    gguf_archs: &["deepseek2"],
+    backends: &[BackendKind::CpuF32, BackendKind::CpuQ8, BackendKind::CpuQ4],
+    mlp_matrices: 3,
+    from_hf: config::from_hf,
+    from_gguf: config::from_gguf,
+    gguf_name: config::gguf_name,
+    gguf_permute: |_, _| None,
+    build: |cfg, t, gpu| {
+        if gpu.is_some() {
+            return Err(ModelError::refused(
+                "backend",
+                t.backend,
+                "DeepSeek's latent attention and experts run on the CPU backends in this build",
+            ));
+        }
+        Ok(Box::new(Deepseek::load(cfg, t)?))
+    },
+};
+
+enum Ffn {
+    Dense(SwiGlu),
+    Moe(Box<Moe>),
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    attn: Mla,
+    mlp_norm: Vec<f32>,
+    ffn: Ffn,
+}
+
+/// A DeepSeek model on the CPU.
+pub struct Deepseek {
+    cfg: ModelConfig,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    norm: Vec<f32>,
+    head: Option<Linear>,
+    rope: Rope,
+    spec: StateSpec,
+}
+
+impl Deepseek {
+    fn load(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Self, ModelError> {
+        let h = cfg.hidden;
+        let m = cfg.mla.clone().expect("a DeepSeek config has latent attention");
+        let embed = t.embedding("model.embed_tokens.weight", cfg.vocab_size, h)?;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = format!("model.layers.{i}");
+            let ffn = match &cfg.moe {
+                Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(t.moe(&format!("{p}.mlp"), moe, h)?)),
+                _ => Ffn::Dense(t.swiglu(&format!("{p}.mlp"), cfg.intermediate, h)?),
+            };
+            layers.push(Layer {
+                attn_norm: t.vector(&format!("{p}.input_layernorm.weight"), &[h])?,
+                attn: Mla::load(t, &format!("{p}.self_attn"), &cfg)?,
+                mlp_norm: t.vector(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                ffn,
+            });
+        }
+        skip_prediction_layers(t, cfg.n_layers);
+        let norm = t.vector("model.norm.weight", &[h])?;
+        let head = t.head(&cfg, &embed)?;
+        let rope = Rope::for_dim(&cfg, m.rope_dim);
+        let dtype = crate::layers::kv_dtype_for(t.backend);
+        let spec = StateSpec {
+            layers: vec![LayerSpec::Latent { latent_dim: m.kv_lora_rank, rope_dim: m.rope_dim, dtype }; cfg.n_layers],
+        };
+        Ok(Deepseek { cfg, embed, layers, norm, head, rope, spec })
+    }
+}
+
+/// DeepSeek-V3 publishes its multi-token-prediction module as layers past the last (`model.layers.<n>.*`); one
+/// token a step never runs them, so they are marked read and said so.
+fn skip_prediction_layers(t: &mut Tensors<'_>, n_layers: usize) {
+    let past = |name: &str| {
+        let idx = name.strip_prefix("model.layers.").or_else(|| name.strip_prefix("blk."));
+        idx.and_then(|r| r.split_once('.')).and_then(|(i, _)| i.parse::<usize>().ok()).is_some_and(|i| i >= n_layers)
+    };
+    let skipped: Vec<String> = t.src.tensor_names().into_iter().filter(|n| past(n)).collect();
+    if skipped.is_empty() {
+        return;
+    }
+    let mut layers: Vec<String> =
+        skipped.iter().filter_map(|n| n.splitn(3, '.').take(2).last().map(str::to_string)).collect();
+    layers.sort();
+    layers.dedup();
+    t.notes.push(format!(
+        "skips the multi-token-prediction layer{} {} ({} tensors): one token a step does not use them",
+        if layers.len() == 1 { "" } else { "s" },
+        layers.join(", "),
+        skipped.len()
+    ));
+    t.used.extend(skipped);
+}
+
+impl CausalLm for Deepseek {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let ffn = match &l.ffn {
+                    Ffn::Dense(m) => m.bytes(),
+                    Ffn::Moe(m) => m.bytes(),
+                };
+                l.attn.bytes() + ffn + (l.attn_norm.len() + l.mlp_norm.len()) * 4
+            })
+            .sum();
+        layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
+    }
+
+    fn state_spec(&self) -> &StateSpec {
+        &self.spec
+    }
+
+    fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let step = crate::layers::is_decode_step(batch);
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+    }
+}
+
+impl Deepseek {
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.cfg;
+        let m = c.mla.as_ref().expect("a DeepSeek config has latent attention");
+        let h = c.hidden;
+        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
+        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
+        let rows: usize = counts.iter().sum();
+        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
+        let mut x = Vec::with_capacity(rows * h);
+        for s in batch.iter() {
+            self.embed.lookup(s.tokens, &mut x);
+        }
+        let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
+        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
+        let mut hbuf = vec![0f32; rows * h];
+        for (li, l) in self.layers.iter().enumerate() {
+            ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
+            let att = l.attn.forward(m, c.n_heads, &hbuf, rows, &tables, li, &mut caches, &spans);
+            ops::add_inplace(&mut x, &att);
+            ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
+            let y = match &l.ffn {
+                Ffn::Dense(d) => d.forward(&hbuf, rows),
+                Ffn::Moe(e) => e.forward(&hbuf, rows),
+            };
+            ops::add_inplace(&mut x, &y);
+        }
+        for (state, &n) in caches.iter_mut().zip(&counts) {
+            state.len += n;
+        }
+        let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
+        Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
+            let mut normed = vec![0f32; n * h];
+            ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
+            head.forward(&normed, n)
+        }))
+    }
+}

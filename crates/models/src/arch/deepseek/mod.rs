@@ -1,4 +1,4 @@
-//! DeepSeek-V2 and V3 (and V2-Lite): pre-norm decoder layers of latent attention ([`mla`]) and an MLP that is
+//! DeepSeek-V2 and V3 (and V2-Lite): pre-norm decoder layers of latent attention (`mla.rs`) and an MLP that is
 //! dense in the first `first_k_dense_replace` layers and routed after ([`crate::moe`]: softmax or sigmoid routing,
 //! groups, shared experts). The cache holds latents ([`crate::state::LayerSpec::Latent`]). Multi-token-prediction
 //! layers in a checkpoint are skipped by name.
@@ -22,7 +22,7 @@ use mla::Mla;
 pub(crate) static ENTRY: ArchEntry = ArchEntry {
     kind: ArchKind::Deepseek,
     name: "deepseek",
-    covers: "DeepSeek-V2, DeepSeek-V2-Lite, DeepSeek-V3 (latent attention, routed and shared experts)",
+    covers: "DeepSeek-V2, V2-Lite, V3 (latent attention, experts)",
     hf_classes: &["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"],
     model_types: &["deepseek_v2", "deepseek_v3"],
     gguf_archs: &["deepseek2"],

@@ -190,6 +190,9 @@ async fn serve(
     stop: tokio::sync::watch::Sender<bool>,
     timeout: Duration,
 ) -> Result<(), String> {
+    // The handlers are installed before the port opens: axum polls the shutdown future on a task of its own, so a
+    // signal sent right after the first answer could otherwise meet the default action and kill the process.
+    let signals = Signals::install()?;
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("binding {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let models: Vec<String> = state.queue.catalog().into_iter().map(|m| m.id).collect();
@@ -206,7 +209,7 @@ async fn serve(
     // The client address reaches the handlers (failed sign-ins are throttled per address).
     let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(async move {
-            shutdown_signal().await;
+            signals.recv().await;
             draining.store(true, Ordering::SeqCst);
             eprintln!(
                 "kvad-serve: shutting down; replies in progress get {} s to finish ([server] shutdown_timeout)",
@@ -236,20 +239,37 @@ async fn serve(
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGINT and SIGTERM, each registered when made (not on first poll).
+struct Signals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, String> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let err = |e: std::io::Error| format!("installing the signal handlers: {e}");
+            Ok(Signals {
+                int: signal(SignalKind::interrupt()).map_err(err)?,
+                term: signal(SignalKind::terminate()).map_err(err)?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// Waits for either signal.
+    async fn recv(mut self) {
+        #[cfg(unix)]
+        tokio::select! { _ = self.int.recv() => {}, _ = self.term.recv() => {} }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            let _ = &mut self;
+        }
+    }
 }

@@ -201,6 +201,53 @@ pub(crate) fn ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// A GGUF's `<arch>.*` metadata, read with the refusals every family's reader gives (the key named in full).
+pub(crate) struct GgufKeys<'a> {
+    pub(crate) g: &'a crate::weights::GgufFile,
+    pub(crate) arch: &'a str,
+}
+
+impl GgufKeys<'_> {
+    /// The full key of `k`.
+    pub(crate) fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    /// An unsigned integer, if present.
+    pub(crate) fn uint(&self, k: &str) -> Result<Option<usize>, ModelError> {
+        match self.g.get(&self.key(k)) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|n| Some(n as usize))
+                .ok_or_else(|| ModelError::refused(self.key(k), format!("{v:?}"), "expected an unsigned integer")),
+        }
+    }
+
+    /// An unsigned integer the file must give.
+    pub(crate) fn need(&self, k: &str) -> Result<usize, ModelError> {
+        self.uint(k)?.ok_or_else(|| ModelError::refused(self.key(k), "missing", "the GGUF metadata must give it"))
+    }
+
+    /// A number, if present.
+    pub(crate) fn float(&self, k: &str) -> Option<f64> {
+        self.g.get(&self.key(k)).and_then(|v| v.as_f64())
+    }
+
+    /// A token id of the tokenizer's metadata (`tokenizer.ggml.*`, full key).
+    pub(crate) fn id(&self, full_key: &str) -> Option<u32> {
+        self.g.get(full_key).and_then(|v| v.as_u64()).map(|v| v as u32)
+    }
+
+    /// The ids that end generation: EOS and EOT.
+    pub(crate) fn eos_ids(&self) -> Vec<u32> {
+        let mut eos: Vec<u32> =
+            ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| self.id(k)).collect();
+        eos.dedup();
+        eos
+    }
+}
+
 impl ModelConfig {
     /// Checks that dimensions are in bounds and consistent with each other.
     pub fn check_dims(&self) -> Result<(), ModelError> {

@@ -3,8 +3,8 @@
 //! own code disagree, or that kvad does not run, are refused naming the field.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, need, usize_field, ArchKind, MlaConfig, ModelConfig, MoeConfig, RopeScaling,
-    Routing, Scoring,
+    bool_field, f64_field, get, ids, need, usize_field, ArchKind, GgufKeys, MlaConfig, ModelConfig, MoeConfig,
+    RopeScaling, Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -244,59 +244,49 @@ fn check(c: &ModelConfig) -> Result<(), ModelError> {
 /// Reads and checks a GGUF's `deepseek2` metadata as llama.cpp's converter writes it (MLA as one KV head of
 /// `kv_lora_rank + rope` keys; `key_length_mla`/`value_length_mla` the per-head widths).
 pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelError> {
-    let key = |k: &str| format!("{arch}.{k}");
-    let uint = |k: &str| -> Result<Option<usize>, ModelError> {
-        match g.get(&key(k)) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| ModelError::refused(key(k), format!("{v:?}"), "expected an unsigned integer")),
-        }
-    };
-    let need = |k: &str| -> Result<usize, ModelError> {
-        uint(k)?.ok_or_else(|| ModelError::refused(key(k), "missing", "the GGUF metadata must give it"))
-    };
-    let float = |k: &str| -> Option<f64> { g.get(&key(k)).and_then(|v| v.as_f64()) };
-    let n_layers = need("block_count")?;
-    let n_heads = need("attention.head_count")?;
-    let kv_lora = need("attention.kv_lora_rank")?;
-    let rope_dim = need("rope.dimension_count")?;
-    let (k_mla, v_mla) = (need("attention.key_length_mla")?, need("attention.value_length_mla")?);
+    let meta = GgufKeys { g, arch };
+    let n_layers = meta.need("block_count")?;
+    let n_heads = meta.need("attention.head_count")?;
+    let kv_lora = meta.need("attention.kv_lora_rank")?;
+    let rope_dim = meta.need("rope.dimension_count")?;
+    let (k_mla, v_mla) = (meta.need("attention.key_length_mla")?, meta.need("attention.value_length_mla")?);
     if k_mla <= rope_dim {
         return Err(ModelError::refused(
-            key("attention.key_length_mla"),
+            meta.key("attention.key_length_mla"),
             k_mla,
             format!("must exceed the rope width {rope_dim}"),
         ));
     }
     let nope = k_mla - rope_dim;
-    let theta = float("rope.freq_base").unwrap_or(10000.0);
-    let (scaling, mscale, softmax_factor) = match g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+    let theta = meta.float("rope.freq_base").unwrap_or(10000.0);
+    let (scaling, mscale, softmax_factor) = match g.get(&meta.key("rope.scaling.type")).and_then(|v| v.as_str()) {
         None | Some("none") => (None, 1.0f32, 1.0),
         Some("yarn") => {
-            let factor = float("rope.scaling.factor")
-                .ok_or_else(|| ModelError::refused(key("rope.scaling.factor"), "missing", "YaRN needs it"))?;
-            let original = uint("rope.scaling.original_context_length")?.ok_or_else(|| {
-                ModelError::refused(key("rope.scaling.original_context_length"), "missing", "YaRN needs it")
+            let factor = meta
+                .float("rope.scaling.factor")
+                .ok_or_else(|| ModelError::refused(meta.key("rope.scaling.factor"), "missing", "YaRN needs it"))?;
+            let original = meta.uint("rope.scaling.original_context_length")?.ok_or_else(|| {
+                ModelError::refused(meta.key("rope.scaling.original_context_length"), "missing", "YaRN needs it")
             })?;
             // llama.cpp stores 0.1·mscale_all_dim and assumes mscale = mscale_all_dim (DeepSeek's published values),
             // so cos and sin keep their magnitude.
-            let all_dim = float("rope.scaling.yarn_log_multiplier").unwrap_or(0.0) / 0.1;
-            let attn = float("rope.scaling.attn_factor").unwrap_or(1.0);
+            let all_dim = meta.float("rope.scaling.yarn_log_multiplier").unwrap_or(0.0) / 0.1;
+            let attn = meta.float("rope.scaling.attn_factor").unwrap_or(1.0);
             let sf = if all_dim != 0.0 { get_mscale(factor, all_dim).powi(2) } else { 1.0 };
             let s = RopeScaling::Yarn {
                 factor,
                 original_max_position: original as f64,
-                beta_fast: float("rope.scaling.yarn_beta_fast").unwrap_or(32.0),
-                beta_slow: float("rope.scaling.yarn_beta_slow").unwrap_or(1.0),
+                beta_fast: meta.float("rope.scaling.yarn_beta_fast").unwrap_or(32.0),
+                beta_slow: meta.float("rope.scaling.yarn_beta_slow").unwrap_or(1.0),
             };
             (Some(s), attn as f32, sf)
         }
-        Some(t) => return Err(ModelError::refused(key("rope.scaling.type"), t, "DeepSeek runs default or yarn RoPE")),
+        Some(t) => {
+            return Err(ModelError::refused(meta.key("rope.scaling.type"), t, "DeepSeek runs default or yarn RoPE"))
+        }
     };
     let mla = MlaConfig {
-        q_lora_rank: uint("attention.q_lora_rank")?,
+        q_lora_rank: meta.uint("attention.q_lora_rank")?,
         kv_lora_rank: kv_lora,
         nope_dim: nope,
         rope_dim,
@@ -305,40 +295,40 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         softmax_scale: ((k_mla as f64).powf(-0.5) * softmax_factor) as f32,
         rope_mscale: mscale,
     };
-    let moe = match uint("expert_count")? {
+    let moe = match meta.uint("expert_count")? {
         None | Some(0) => None,
         Some(n_experts) => {
-            let gating = uint("expert_gating_func")?.unwrap_or(1);
+            let gating = meta.uint("expert_gating_func")?.unwrap_or(1);
             let scoring = match gating {
                 1 => Scoring::Softmax,
                 2 => Scoring::Sigmoid,
                 other => {
                     return Err(ModelError::refused(
-                        key("expert_gating_func"),
+                        meta.key("expert_gating_func"),
                         other,
                         "expected 1 (softmax) or 2 (sigmoid)",
                     ))
                 }
             };
             let bias = (0..n_layers).any(|i| g.info(&format!("blk.{i}.exp_probs_b.bias")).is_some());
-            let groups = match (uint("expert_group_count")?, uint("expert_group_used_count")?) {
+            let groups = match (meta.uint("expert_group_count")?, meta.uint("expert_group_used_count")?) {
                 (Some(n), Some(k)) if n > 1 || scoring == Scoring::Sigmoid => Some((n, k)),
                 _ if scoring == Scoring::Sigmoid => Some((1, 1)),
                 _ => None,
             };
-            let expert_ff = need("expert_feed_forward_length")?;
+            let expert_ff = meta.need("expert_feed_forward_length")?;
             let m = MoeConfig {
                 routing: Routing {
                     n_experts,
-                    top_k: need("expert_used_count")?,
+                    top_k: meta.need("expert_used_count")?,
                     scoring,
                     groups,
-                    normalise: g.get(&key("expert_weights_norm")).and_then(|v| v.as_bool()).unwrap_or(false),
-                    scale: float("expert_weights_scale").unwrap_or(1.0) as f32,
+                    normalise: g.get(&meta.key("expert_weights_norm")).and_then(|v| v.as_bool()).unwrap_or(false),
+                    scale: meta.float("expert_weights_scale").unwrap_or(1.0) as f32,
                     choice_bias: bias,
                 },
                 expert_ff,
-                shared_ff: expert_ff * uint("expert_shared_count")?.unwrap_or(0),
+                shared_ff: expert_ff * meta.uint("expert_shared_count")?.unwrap_or(0),
                 sparse: (0..n_layers).map(|i| g.info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some()).collect(),
             };
             crate::moe::check(&m)?;
@@ -347,32 +337,29 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
     };
     let embd =
         g.info("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { name: "token_embd.weight".into() })?;
-    let id = |k: &str| g.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
-    let mut eos: Vec<u32> =
-        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| id(k)).collect();
-    eos.dedup();
+    let eos = meta.eos_ids();
     let c = ModelConfig {
         arch: ArchKind::Deepseek,
         arch_name: format!("gguf:{arch}"),
-        vocab_size: match uint("vocab_size")? {
+        vocab_size: match meta.uint("vocab_size")? {
             Some(v) => v,
             None => embd.shape.first().copied().unwrap_or(0),
         },
-        hidden: need("embedding_length")?,
+        hidden: meta.need("embedding_length")?,
         n_layers,
         n_heads,
         n_kv_heads: n_heads,
         head_dim: k_mla,
-        intermediate: uint("feed_forward_length")?.unwrap_or(1),
-        norm_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6) as f32,
+        intermediate: meta.uint("feed_forward_length")?.unwrap_or(1),
+        norm_eps: meta.float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6) as f32,
         rope_theta: theta,
         rope_scaling: scaling,
-        max_position: uint("context_length")?.unwrap_or(4096),
+        max_position: meta.uint("context_length")?.unwrap_or(4096),
         sliding_window: None,
         qkv_bias: false,
         qk_norm: false,
         tie_embeddings: g.info("output.weight").is_none(),
-        bos_token_id: id("tokenizer.ggml.bos_token_id"),
+        bos_token_id: meta.id("tokenizer.ggml.bos_token_id"),
         eos_token_ids: eos,
         moe,
         mla: Some(mla),

@@ -2,8 +2,8 @@
 //! qwen2, qwen3), and its GGUF tensor names.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, need, rope_params, usize_field, ArchKind, ModelConfig, MoeConfig, RopeScaling,
-    Routing, Scoring,
+    bool_field, f64_field, get, ids, need, rope_params, usize_field, ArchKind, GgufKeys, ModelConfig, MoeConfig,
+    RopeScaling, Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -140,40 +140,27 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
     let Some(&(_, qkv_bias, qk_norm)) = GGUF_VARIANTS.iter().find(|(a, _, _)| *a == arch) else {
         return Err(ModelError::refused("general.architecture", arch, "not a llama-family GGUF architecture"));
     };
-    let key = |k: &str| format!("{arch}.{k}");
-    let uint = |k: &str| -> Result<Option<usize>, ModelError> {
-        match g.get(&key(k)) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|n| Some(n as usize))
-                .ok_or_else(|| ModelError::refused(key(k), format!("{v:?}"), "expected an unsigned integer")),
-        }
-    };
-    let need = |k: &str| -> Result<usize, ModelError> {
-        uint(k)?.ok_or_else(|| ModelError::refused(key(k), "missing", "the GGUF metadata must give it"))
-    };
-    let float = |k: &str| -> Option<f64> { g.get(&key(k)).and_then(|v| v.as_f64()) };
-    let hidden = need("embedding_length")?;
-    let n_heads = need("attention.head_count")?;
+    let meta = GgufKeys { g, arch };
+    let hidden = meta.need("embedding_length")?;
+    let n_heads = meta.need("attention.head_count")?;
     if n_heads == 0 {
-        return Err(ModelError::refused(key("attention.head_count"), 0, "must be positive"));
+        return Err(ModelError::refused(meta.key("attention.head_count"), 0, "must be positive"));
     }
-    let n_kv_heads = uint("attention.head_count_kv")?.unwrap_or(n_heads);
-    let head_dim = uint("attention.key_length")?.unwrap_or(hidden / n_heads);
-    if let Some(rd) = uint("rope.dimension_count")? {
+    let n_kv_heads = meta.uint("attention.head_count_kv")?.unwrap_or(n_heads);
+    let head_dim = meta.uint("attention.key_length")?.unwrap_or(hidden / n_heads);
+    if let Some(rd) = meta.uint("rope.dimension_count")? {
         if rd != head_dim {
             return Err(ModelError::refused(
-                key("rope.dimension_count"),
+                meta.key("rope.dimension_count"),
                 rd,
                 format!("partial RoPE is not supported (head width {head_dim})"),
             ));
         }
     }
-    if let Some(t) = g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+    if let Some(t) = g.get(&meta.key("rope.scaling.type")).and_then(|v| v.as_str()) {
         if t != "none" {
             return Err(ModelError::refused(
-                key("rope.scaling.type"),
+                meta.key("rope.scaling.type"),
                 t,
                 "only Llama 3's rope scaling (rope_freqs.weight) is supported",
             ));
@@ -185,31 +172,28 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
     };
     let embd =
         g.info("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { name: "token_embd.weight".into() })?;
-    let vocab_size = match uint("vocab_size")? {
+    let vocab_size = match meta.uint("vocab_size")? {
         Some(v) => v,
         None => embd.shape.first().copied().unwrap_or(0),
     };
-    let id = |k: &str| g.get(k).and_then(|v| v.as_u64()).map(|v| v as u32);
-    let mut eos: Vec<u32> =
-        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"].iter().filter_map(|k| id(k)).collect();
-    eos.dedup();
-    let n_layers = need("block_count")?;
+    let eos = meta.eos_ids();
+    let n_layers = meta.need("block_count")?;
     let moe = if arch == "qwen3moe" {
-        let n_experts = need("expert_count")?;
+        let n_experts = meta.need("expert_count")?;
         // A layer routes when its router is in the file (llama.cpp writes each layer as what it is).
         let sparse = (0..n_layers).map(|i| g.info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some()).collect();
         let m = MoeConfig {
             routing: Routing {
                 n_experts,
-                top_k: need("expert_used_count")?,
+                top_k: meta.need("expert_used_count")?,
                 scoring: Scoring::Softmax,
                 groups: None,
                 // llama.cpp's qwen3moe graph always normalises the chosen weights.
-                normalise: g.get(&key("expert_weights_norm")).and_then(|v| v.as_bool()).unwrap_or(true),
+                normalise: g.get(&meta.key("expert_weights_norm")).and_then(|v| v.as_bool()).unwrap_or(true),
                 scale: 1.0,
                 choice_bias: false,
             },
-            expert_ff: need("expert_feed_forward_length")?,
+            expert_ff: meta.need("expert_feed_forward_length")?,
             shared_ff: 0,
             sparse,
         };
@@ -229,18 +213,18 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         head_dim,
         intermediate: match &moe {
             // Dense layers of a routed model (mlp_only_layers) have their width; a file without any may omit it.
-            Some(m) => uint("feed_forward_length")?.unwrap_or(m.expert_ff),
-            None => need("feed_forward_length")?,
+            Some(m) => meta.uint("feed_forward_length")?.unwrap_or(m.expert_ff),
+            None => meta.need("feed_forward_length")?,
         },
-        norm_eps: float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
-        rope_theta: float("rope.freq_base").unwrap_or(10000.0),
+        norm_eps: meta.float("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+        rope_theta: meta.float("rope.freq_base").unwrap_or(10000.0),
         rope_scaling,
-        max_position: uint("context_length")?.unwrap_or(4096),
-        sliding_window: uint("attention.sliding_window")?,
+        max_position: meta.uint("context_length")?.unwrap_or(4096),
+        sliding_window: meta.uint("attention.sliding_window")?,
         qkv_bias,
         qk_norm,
         tie_embeddings: g.info("output.weight").is_none(),
-        bos_token_id: id("tokenizer.ggml.bos_token_id"),
+        bos_token_id: meta.id("tokenizer.ggml.bos_token_id"),
         eos_token_ids: eos,
         moe,
         mla: None,

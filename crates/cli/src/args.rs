@@ -92,8 +92,9 @@ pub enum Command {
     Load {
         /// The model's id, as /v1/models lists it.
         model: String,
-        /// The backend to load it on (cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8, gpu-q4); the server checks the
-        /// name. Default: the server's [server] backend.
+        /// The backend to load it on (cpu-f32, cpu-q8, cpu-q4, gpu-bf16, gpu-q8, gpu-q4), the model's default on
+        /// that server from then on; the server checks the name. Default: the model's default there (the backend
+        /// its last load named, else [server] backend, else gpu-q8 where the GPU runs it, else cpu-q8).
         #[arg(long)]
         backend: Option<String>,
     },

@@ -12,7 +12,7 @@
 //! memory = "24 GB"               # KVAD_MEMORY: what loaded models may be charged in all (unset: available now)
 //! autoload = false               # reload the models that were loaded, in the background, at start
 //! models = ["smollm2-instruct"]  # KVAD_MODELS (comma-separated): what /v1/models offers
-//! backend = "cpu-f32"            # KVAD_BACKEND
+//! backend = "cpu-q8"             # KVAD_BACKEND (unset: gpu-q8 where the GPU runs the model, else cpu-q8)
 //! shutdown_timeout = 30          # KVAD_SHUTDOWN_TIMEOUT: seconds running replies get after SIGINT/SIGTERM; then
 //!                                # they end (finish_reason "length", kvad.shutdown, [DONE]) and the server exits 0
 //! greedy_ahead = 8               # KVAD_GREEDY_AHEAD: greedy steps a lone reply runs ahead (unset: the model's own)
@@ -62,8 +62,9 @@ pub struct ServerSection {
     pub autoload: bool,
     /// Models offered.
     pub models: Vec<String>,
-    /// Backend models load on.
-    pub backend: String,
+    /// Backend models load on when nothing names one and no load has chosen one for the model (None: the seed's
+    /// rule, as `kvad run` applies it: gpu-q8 where the GPU runs the model's family, else cpu-q8).
+    pub backend: Option<String>,
     /// Seconds running replies (and pulls) get to finish after SIGINT/SIGTERM before they are ended, so a long
     /// stream cannot hold shutdown forever.
     pub shutdown_timeout: u64,
@@ -86,7 +87,7 @@ impl Default for ServerSection {
             memory: None,
             autoload: false,
             models: vec![kvad_hub::DEFAULT_ALIAS.into()],
-            backend: "cpu-f32".into(),
+            backend: None,
             shutdown_timeout: 30,
             greedy_ahead: None,
             step_trace: false,
@@ -274,7 +275,7 @@ impl Config {
             self.server.models = v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         }
         if let Some(v) = get("KVAD_BACKEND").filter(|v| !v.is_empty()) {
-            self.server.backend = v;
+            self.server.backend = Some(v);
         }
         if let Some(v) = get("KVAD_SHUTDOWN_TIMEOUT").filter(|v| !v.is_empty()) {
             self.server.shutdown_timeout =

@@ -91,7 +91,7 @@ fn run(args: Args) -> Result<(), String> {
         config.server.models = args.models;
     }
     if let Some(b) = args.backend {
-        config.server.backend = b;
+        config.server.backend = Some(b);
     }
     if let Some(q) = args.queue {
         config.server.queue = q;
@@ -118,22 +118,28 @@ fn run(args: Args) -> Result<(), String> {
         Some(m) => memory::parse_bytes(m)?,
         None => memory::available().unwrap_or(u64::MAX),
     };
-    let backend_name = if args.scripted.is_some() { "scripted" } else { config.server.backend.as_str() };
-    let (batch_from, chunk) = backend_limits(backend_name);
+    let store = Store::open(&db).map_err(|e| format!("{}: {e}", db.display()))?;
     let engine: Box<dyn Engine> = match &args.scripted {
         Some(path) => Box::new(ScriptedEngine::from_file(path, total)?),
         None => {
-            let backend = config.server.backend.parse().map_err(|e| format!("backend: {e}"))?;
+            let backend = config.server.backend.as_deref().map(str::parse).transpose();
+            let backend = backend.map_err(|e| format!("backend: {e}"))?;
+            // Each model's remembered choice (a row naming a backend this build does not know is left out).
+            let chosen = store.choices().map_err(|e| e.to_string())?;
+            let chosen = chosen.into_iter().filter_map(|(m, b)| Some((m, b.parse().ok()?))).collect();
             let settings = LocalSettings {
                 context: config.server.context,
                 memory: total,
                 stepping: Stepping { greedy_ahead: config.server.greedy_ahead },
                 step_trace: config.server.step_trace,
             };
-            Box::new(LocalEngine::new(&config.server.models, backend, settings)?)
+            Box::new(LocalEngine::new(&config.server.models, backend, &chosen, settings)?)
         }
     };
-    let store = Store::open(&db).map_err(|e| format!("{}: {e}", db.display()))?;
+    // The first model's backend sets the passes' limits until a reply joins on its own model's.
+    let first = engine.catalog().first().map(|m| m.default_backend.clone());
+    let backend_name = if args.scripted.is_some() { "scripted".to_string() } else { first.unwrap_or_default() };
+    let (batch_from, chunk) = backend_limits(&backend_name);
     let active = if config.server.autoload { store.active_models().map_err(|e| e.to_string())? } else { vec![] };
     let limits = Limits {
         queue: config.server.queue,

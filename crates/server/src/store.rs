@@ -48,6 +48,9 @@ const MIGRATIONS: &[&str] = &[
     // The backend each active model was loaded on, so `[server] autoload` puts it back there (NULL: a row from
     // before backends per model, reloaded on `[server] backend`).
     "ALTER TABLE active_models ADD COLUMN backend TEXT",
+    // The backend each model's last load named (`kvad load --backend`, the Models page): where the model loads
+    // when nothing names one, across unloads and restarts (the seed: a stored per-model choice wins).
+    "CREATE TABLE model_backends (model TEXT PRIMARY KEY, backend TEXT NOT NULL)",
 ];
 
 /// One completion's row.
@@ -160,6 +163,23 @@ impl Store {
         Ok(())
     }
 
+    /// Remembers that a load named `backend` for `model`: its default from now on.
+    pub fn set_choice(&self, model: &str, backend: &str) -> Result<(), rusqlite::Error> {
+        self.conn.execute(
+            "INSERT INTO model_backends (model, backend) VALUES (?1, ?2)
+             ON CONFLICT (model) DO UPDATE SET backend = excluded.backend",
+            params![model, backend],
+        )?;
+        Ok(())
+    }
+
+    /// Every model's remembered backend ([`Store::set_choice`]).
+    pub fn choices(&self) -> Result<Vec<(String, String)>, rusqlite::Error> {
+        let mut st = self.conn.prepare("SELECT model, backend FROM model_backends ORDER BY model")?;
+        let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        rows.collect()
+    }
+
     /// The models that were loaded when the server last ran, in the order they were loaded, each with the backend
     /// it was on (`None`: not recorded).
     pub fn active_models(&self) -> Result<Vec<(String, Option<String>)>, rusqlite::Error> {
@@ -241,6 +261,11 @@ mod tests {
         s.set_active("o", None).unwrap();
         let on = |m: &str, b: &str| (m.to_string(), Some(b.to_string()));
         assert_eq!(s.active_models().unwrap(), [on("m", "cpu-q8"), on("n", "cpu-q4")], "the latest backend, in order");
+        s.set_choice("m", "cpu-q4").unwrap();
+        s.set_choice("m", "cpu-f32").unwrap();
+        s.set_choice("a", "gpu-q8").unwrap();
+        let pair = |m: &str, b: &str| (m.to_string(), b.to_string());
+        assert_eq!(s.choices().unwrap(), [pair("a", "gpu-q8"), pair("m", "cpu-f32")], "the latest choice a model");
         // A row from before the backend column reads as None (reloaded on [server] backend).
         s.conn.execute("INSERT INTO active_models (model) VALUES ('p')", []).unwrap();
         assert_eq!(s.active_models().unwrap()[2], ("p".to_string(), None));

@@ -41,6 +41,12 @@ fn smollm2_chat_completion_and_the_openai_sdk() {
     assert!(bad.to_string().contains("ignore_eos"), "{bad}");
     let (_, models) = real.get("/v1/models");
     assert!(models.contains("\"loaded\":true"), "{models}");
+    // No backend configured: the one `kvad run` picks for this model on this machine (gpu-q8 where the GPU runs
+    // it, else cpu-q8), asked of the same function, and the model is on it.
+    let models: serde_json::Value = serde_json::from_str(&models).unwrap();
+    let want = kvad_engine::system::default_backend_for("smollm2-instruct").0.to_string();
+    assert_eq!(models["data"][0]["default_backend"], json!(want), "{models}");
+    assert_eq!(models["data"][0]["backend"], json!(want), "{models}");
 
     let scripted = common::scripted("sdk-tools", &[]);
     let py = common::sdk_python();
@@ -154,7 +160,8 @@ fn smollm2_batched_replies_equal_alone_and_conversations_are_kept() {
 /// A backend per model with the real model: the server's default is cpu-f32 and the load names cpu-q8, so the reply
 /// comes from the q8 weights, `/api/ps` names `smollm2-instruct@cpu-q8` and charges what q8 holds (a quarter of
 /// f32's weights); while it is loaded another backend is a 409 naming cpu-q8, an unknown one a 400 naming it; a GPU
-/// backend on a machine without a GPU is refused with the engine's own reason.
+/// backend on a machine without a GPU is refused with the engine's own reason. The backend a load named is the
+/// model's from then on (a load naming none, a request), across a restart with another `[server] backend`.
 #[test]
 fn smollm2_loads_on_the_backend_its_load_names() {
     kvad_hub::ensure_smollm2().expect("the default model");
@@ -199,13 +206,31 @@ fn smollm2_loads_on_the_backend_its_load_names() {
     }
     assert_eq!(load(Some("cpu-q8")).0, 200, "where it is: nothing to do");
 
-    // Unloaded, a load naming no backend takes the server's, and is charged for f32 weights.
-    assert_eq!(s.post("/api/unload", &json!({"model": "smollm2-instruct"}).to_string()).0, 200);
-    assert_eq!(load(None).1["backend"], "cpu-f32");
+    // Unloaded, a load naming no backend takes the one the last load named (the stored choice wins over
+    // `[server] backend`, cpu-f32 here), and so does a request for the model.
+    let unload = || assert_eq!(s.post("/api/unload", &json!({"model": "smollm2-instruct"}).to_string()).0, 200);
+    unload();
+    assert_eq!(load(None).1["backend"], "cpu-q8");
+    unload();
+    let reply = chat(&s, json!([{"role": "user", "content": "What is the capital of France?"}]), json!({}));
+    assert!(content(&reply).contains("Paris"), "{reply}");
+    assert_eq!(ps()["models"][0]["name"], "smollm2-instruct@cpu-q8");
+    // f32, named, is charged for f32 weights, and becomes the choice.
+    unload();
+    assert_eq!(load(Some("cpu-f32")).1["backend"], "cpu-f32");
     let p = ps();
     assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-f32", "{p}");
     let f32 = p["models"][0]["charged_bytes"].as_u64().unwrap();
     assert!(f32 > q8 + 300_000_000, "f32 weights (~540 MB) against q8's (~145 MB), same KV: {f32} vs {q8}");
+    // Remembered across a restart, over the `[server] backend` the new server is started with.
+    let s = s.restart(&["--model", "smollm2-instruct", "--backend", "cpu-q4", "--context", "1024"]);
+    let (_, models) = s.get("/v1/models");
+    let models: serde_json::Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["default_backend"], "cpu-f32", "{models}");
+    let reply = chat(&s, json!([{"role": "user", "content": "What is the capital of France?"}]), json!({}));
+    assert!(content(&reply).contains("Paris"), "{reply}");
+    let p: serde_json::Value = serde_json::from_str(&s.get("/api/ps").1).unwrap();
+    assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-f32", "{p}");
 }
 
 /// Greedy steps run ahead for a reply stepping alone (`KVAD_GREEDY_AHEAD=5`; a GPU runs 8 by default, the CPU 1,

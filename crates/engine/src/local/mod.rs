@@ -11,6 +11,7 @@ use crate::seam::{
     loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Part, Piece, Prepared, Prompt,
     Resident, SeqId, Stepped, TokenLogprob,
 };
+use crate::system::default_backend_for;
 use crate::{open_model, Engine, EngineError, OpenedModel};
 use kept::Kept;
 use kvad_models::weights::GgufFile;
@@ -23,6 +24,9 @@ use std::path::{Path, PathBuf};
 struct Entry {
     info: ModelInfo,
     path: PathBuf,
+    /// Where a load that names no backend puts it: the last backend a load named, else `[server] backend`, else
+    /// the seed's choice for this model on this machine (gpu-q8 where the GPU runs its family, else cpu-q8).
+    default: BackendKind,
 }
 
 /// A model in memory.
@@ -62,8 +66,6 @@ pub struct LocalSettings {
 /// Models by name; those in memory kept with their conversations, each on the backend its load named.
 pub struct LocalEngine {
     entries: Vec<Entry>,
-    /// `[server] backend`: where a load that names none, and a request for a model not in memory, loads it.
-    default_backend: BackendKind,
     settings: LocalSettings,
     slots: Vec<Slot>,
     seqs: HashMap<SeqId, Seq>,
@@ -83,24 +85,36 @@ fn probe_template(path: &Path) -> Result<Option<ChatTemplate>, String> {
 
 impl LocalEngine {
     /// Resolves every name (fetching the default alias when needed) and reads each template's capabilities.
-    /// `backend` is `[server] backend`, the default of every load.
-    pub fn new(names: &[String], backend: BackendKind, settings: LocalSettings) -> Result<Self, String> {
+    /// Each model's default backend is its remembered choice (`chosen`: the backend its last load named, kept by
+    /// the server across restarts), else `backend` (`[server] backend`), else the one the CLI picks for it
+    /// ([`default_backend_for`]: gpu-q8 where the GPU runs its family, else cpu-q8).
+    pub fn new(
+        names: &[String],
+        backend: Option<BackendKind>,
+        chosen: &HashMap<String, BackendKind>,
+        settings: LocalSettings,
+    ) -> Result<Self, String> {
         let mut entries = Vec::new();
         for name in names {
             let r = kvad_hub::resolve(name).map_err(|e| e.to_string())?;
             let tpl = probe_template(&r.path).map_err(|e| format!("{name}: {e}"))?;
+            let default = match (chosen.get(name), backend) {
+                (Some(&b), _) | (None, Some(b)) => b,
+                // The files are here (resolved above): their family decides, nothing is asked of the Hub.
+                (None, None) => default_backend_for(&r.path.to_string_lossy()).0,
+            };
             let info = ModelInfo {
                 id: name.clone(),
                 chat: tpl.is_some(),
                 tools: tpl.as_ref().is_some_and(ChatTemplate::supports_tools),
                 reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
                 loaded: false,
-                backend: backend.to_string(),
-                default_backend: backend.to_string(),
+                backend: default.to_string(),
+                default_backend: default.to_string(),
             };
-            entries.push(Entry { info, path: r.path });
+            entries.push(Entry { info, path: r.path, default });
         }
-        Ok(LocalEngine { entries, default_backend: backend, settings, slots: Vec::new(), seqs: HashMap::new() })
+        Ok(LocalEngine { entries, settings, slots: Vec::new(), seqs: HashMap::new() })
     }
 
     fn entry(&self, model: &str) -> Result<usize, EngineError> {
@@ -115,18 +129,14 @@ impl LocalEngine {
 
     /// `model@backend`: the backend it is on, or the default one while it is not loaded.
     fn name(&self, entry: usize) -> String {
-        let backend = self.slot(entry).map_or(self.default_backend, |s| s.backend);
+        let backend = self.slot(entry).map_or(self.entries[entry].default, |s| s.backend);
         format!("{}@{backend}", self.entries[entry].info.id)
     }
 
-    /// The model in memory, loading it on `backend` (`None`: the one it is on, else `[server] backend`) under the
-    /// memory rule. A model in memory on another backend than the one named is refused (409), never unloaded.
-    ///
-    /// A request that names a model not in memory (`prepare`) loads it on `[server] backend`, not on the backend it
-    /// was last loaded on: a request names no backend, so where it lands (and what it is charged) follows from the
-    /// configuration alone rather than from a history an administrator may not see, and the engine keeps no
-    /// history across unloads. The backend a model was on is honoured where it was asked for: `[server] autoload`
-    /// reloads each model on the backend recorded when it was loaded.
+    /// The model in memory, loading it on `backend` (`None`: the one it is on, else its default) under the memory
+    /// rule. A model in memory on another backend than the one named is refused (409), never unloaded. A load that
+    /// names a backend makes it the model's default from then on (the seed: a stored per-model choice wins), so a
+    /// request for the model after an unload brings it back where an administrator put it.
     fn load_entry(&mut self, entry: usize, backend: Option<BackendKind>) -> Result<&Slot, EngineError> {
         if let Some(on) = self.slot(entry).map(|s| s.backend) {
             if let Some(b) = backend.filter(|&b| b != on) {
@@ -134,7 +144,8 @@ impl LocalEngine {
             }
             return self.slot(entry).ok_or_else(|| EngineError::internal("the model left memory"));
         }
-        let backend = backend.unwrap_or(self.default_backend);
+        let named = backend.is_some();
+        let backend = backend.unwrap_or(self.entries[entry].default);
         let name = format!("{}@{backend}", self.entries[entry].info.id);
         let m = open_model(&self.entries[entry].path, backend).map_err(|e| match e {
             // No GPU (or its libraries) here: the engine's own words, about the field the load named.
@@ -156,6 +167,11 @@ impl LocalEngine {
         memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
             .map_err(EngineError::insufficient_memory)?;
         let stop = m.stop_ids();
+        if named {
+            let e = &mut self.entries[entry];
+            e.default = backend;
+            e.info.default_backend = backend.to_string();
+        }
         self.slots.push(Slot { entry, backend, m, stop, charged: weights + kv, context, kept: Kept::default() });
         self.slot(entry).ok_or_else(|| EngineError::internal("the model was not kept after loading"))
     }

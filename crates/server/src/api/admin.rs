@@ -58,8 +58,9 @@ async fn admin(state: &AppState, who: &Caller, kind: Kind) -> Result<Vec<String>
 }
 
 /// `POST /api/load {"model", "backend"?}`: a job on the queue (nothing passes it) that loads the model on
-/// `backend` (one of the six `kvad_engine::BackendKind` names, or the model's default backend by name; absent:
-/// `[server] backend`). Refused with a 400 naming an unknown backend, a 409 naming the holders when the model does
+/// `backend` (one of the six `kvad_engine::BackendKind` names; absent: the model's default — the backend its last
+/// load named, else `[server] backend`, else gpu-q8 where the GPU runs it and cpu-q8 otherwise). A backend named
+/// here becomes the model's default, remembered in the database across restarts. Refused with a 400 naming an unknown backend, a 409 naming the holders when the model does
 /// not fit beside what is loaded, and a 409 naming the backend it is on when it is in memory on another (unload it
 /// first: nothing is unloaded implicitly); loading it again where it is succeeds and changes nothing. Answers
 /// `{"loaded": [model], "backend": what it is on}`.
@@ -73,8 +74,16 @@ pub async fn load(State(state): State<AppState>, Admin(who): Admin, body: Bytes)
     if let Some(b) = backend.as_deref().filter(|b| *b != info.default_backend) {
         b.parse::<BackendKind>().map_err(|e| ApiError::bad_field("backend", e.to_string()))?;
     }
+    let named = backend.is_some();
     let names = admin(&state, &who, Kind::Load { model: model.clone(), backend }).await?;
     let on = state.model_info(&model)?.backend;
+    if named {
+        let (db, m, b) = (state.db.clone(), model.clone(), on.clone());
+        tokio::task::spawn_blocking(move || Store::open(&db).and_then(|s| s.set_choice(&m, &b)))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("remembering {model}'s backend: {e}")))?;
+    }
     Ok(Json(json!({"loaded": names, "backend": on})))
 }
 

@@ -68,7 +68,7 @@ fn settings_json(state: &AppState) -> Value {
     // What is served, as the engine has it (a scripted server's models are not kvad.toml's).
     let catalog = state.queue.catalog();
     let models: Vec<&str> = catalog.iter().map(|m| m.id.as_str()).collect();
-    let backend = catalog.first().map_or(s.backend.as_str(), |m| m.default_backend.as_str());
+    let backend = catalog.first().map(|m| m.default_backend.as_str()).or(s.backend.as_deref());
     json!({
         "server": {
             "bind": s.bind, "queue": l.queue, "queue_per_account": l.queue_per_account,

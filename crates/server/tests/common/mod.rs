@@ -43,7 +43,10 @@ pub fn start_env(tag: &str, args: &[&str], env: &[(&str, &str)]) -> Server {
 }
 
 fn start_with(tag: &str, args: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
-    let dir = fresh_dir(tag);
+    spawn_in(fresh_dir(tag), args, configure)
+}
+
+fn spawn_in(dir: PathBuf, args: &[&str], configure: impl FnOnce(&mut Command)) -> Server {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvad-serve"));
     configure(&mut cmd);
     let mut child = cmd
@@ -86,11 +89,22 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A restarted server's directory went to its successor (an empty path here).
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
 impl Server {
+    /// Stops this server and starts another on the same data directory (its database kept) with `args`.
+    pub fn restart(mut self, args: &[&str]) -> Server {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::take(&mut self.dir);
+        spawn_in(dir, args, |_| {})
+    }
+
     /// POSTs JSON; returns (status, body as JSON).
     pub fn post(&self, path: &str, body: &str) -> (u16, Value) {
         let r = ureq::post(&format!("{}{path}", self.url))

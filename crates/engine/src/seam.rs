@@ -172,6 +172,9 @@ pub struct Resident {
     pub charged: u64,
     /// Tokens of context it is charged for (the KV budget its conversations share).
     pub context: usize,
+    /// Bytes of per-layer state each token adds (every layer's keys and values, or its latent and rope key), as
+    /// the model's state spec says: what a context costs, and how a latent cache compares with a K/V one.
+    pub cache_bytes_per_token: usize,
     /// What its kept conversations hold.
     pub held: Held,
 }

@@ -261,6 +261,8 @@ impl Engine for ScriptedEngine {
                     name: self.name(i),
                     charged: self.models[i].spec.bytes,
                     context: self.models[i].spec.context,
+                    // A scripted model holds no cache.
+                    cache_bytes_per_token: 0,
                     held: Default::default(),
                 })
                 .collect(),

@@ -195,6 +195,8 @@ fn smollm2_loads_on_the_backend_its_load_names() {
     assert_eq!(p["models"].as_array().unwrap().len(), 1, "{p}");
     assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-q8", "{p}");
     let q8 = p["models"][0]["charged_bytes"].as_u64().unwrap();
+    // SmolLM2-135M: 30 layers of keys and values, 3 KV heads of 64, f16 at cpu-q8.
+    assert_eq!(p["models"][0]["cache_bytes_per_token"], 30 * 2 * 3 * 64 * 2, "{p}");
     let db = rusqlite::Connection::open(s.dir.join("kvad.db")).unwrap();
     let ran: String = db.query_row("SELECT backend FROM requests", [], |r| r.get(0)).unwrap();
     assert_eq!(ran, "cpu-q8");
@@ -221,7 +223,8 @@ fn smollm2_loads_on_the_backend_its_load_names() {
     let p = ps();
     assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-f32", "{p}");
     let f32 = p["models"][0]["charged_bytes"].as_u64().unwrap();
-    assert!(f32 > q8 + 300_000_000, "f32 weights (~540 MB) against q8's (~145 MB), same KV: {f32} vs {q8}");
+    assert!(f32 > q8 + 300_000_000, "f32 weights (~540 MB) against q8's (~145 MB): {f32} vs {q8}");
+    assert_eq!(p["models"][0]["cache_bytes_per_token"], 30 * 2 * 3 * 64 * 4, "cpu-f32 keeps f32 keys: {p}");
     // Remembered across a restart, over the `[server] backend` the new server is started with.
     let s = s.restart(&["--model", "smollm2-instruct", "--backend", "cpu-q4", "--context", "1024"]);
     let (_, models) = s.get("/v1/models");

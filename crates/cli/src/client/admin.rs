@@ -59,21 +59,23 @@ pub fn queue(url: &str, json_out: bool) -> Result<()> {
     Ok(())
 }
 
-/// `kvad ps`: the seed's table (model@backend, charged, context, cached) and the memory line.
+/// `kvad ps`: the seed's table (model@backend, charged, context, the cache bytes a token adds, cached) and the
+/// memory line.
 pub fn ps(url: &str, json_out: bool) -> Result<()> {
     let v = get_json(url, "/api/ps")?;
     if json_out {
         println!("{v}");
         return Ok(());
     }
-    println!("{:<50} {:<8} {:<8} {:<8} CONVERSATIONS", "MODEL", "CHARGED", "CONTEXT", "CACHED");
+    println!("{:<50} {:<8} {:<8} {:<10} {:<8} CONVERSATIONS", "MODEL", "CHARGED", "CONTEXT", "KV/TOKEN", "CACHED");
     let models = v["models"].as_array().cloned().unwrap_or_default();
     for m in &models {
         println!(
-            "{:<50} {:<8} {:<8} {:<8} {}",
+            "{:<50} {:<8} {:<8} {:<10} {:<8} {}",
             m["name"].as_str().unwrap_or("?"),
             gb(&m["charged_bytes"]),
             m["context"],
+            format!("{} B", m["cache_bytes_per_token"]),
             m["cached_tokens"],
             m["conversations"]
         );

@@ -82,7 +82,13 @@ mod tests {
 
     #[test]
     fn a_load_that_does_not_fit_names_what_holds_the_memory() {
-        let a = Resident { name: "a@cpu-q8".into(), charged: 600_000_000, context: 8192, held: Held::default() };
+        let a = Resident {
+            name: "a@cpu-q8".into(),
+            charged: 600_000_000,
+            context: 8192,
+            cache_bytes_per_token: 0,
+            held: Held::default(),
+        };
         assert!(admit(1_000_000_000, &[], "b@cpu-q8", 900_000_000, "x").is_ok());
         assert!(
             admit(1_000_000_000, std::slice::from_ref(&a), "b@cpu-q8", 400_000_000, "x").is_ok(),

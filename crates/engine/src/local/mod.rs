@@ -354,6 +354,7 @@ impl Engine for LocalEngine {
                     name: self.name(s.entry),
                     charged: s.charged,
                     context: s.context,
+                    cache_bytes_per_token: s.m.model.state_spec().bytes_per_token(),
                     held: s.kept.held(),
                 })
                 .collect(),

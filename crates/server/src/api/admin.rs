@@ -35,7 +35,7 @@ pub async fn queue(State(state): State<AppState>, caller: Caller) -> Result<Json
     Ok(Json(v))
 }
 
-/// `GET /api/ps`: the models in memory, what each is charged, and the memory left.
+/// `GET /api/ps`: the models in memory, what each is charged, the cache bytes a token adds, and the memory left.
 pub async fn ps(State(state): State<AppState>) -> Json<Value> {
     let m = state.queue.memory();
     let models: Vec<Value> = m
@@ -43,6 +43,7 @@ pub async fn ps(State(state): State<AppState>) -> Json<Value> {
         .iter()
         .map(|r| {
             json!({"name": r.name, "charged_bytes": r.charged, "context": r.context,
+                   "cache_bytes_per_token": r.cache_bytes_per_token,
                    "conversations": r.held.conversations, "cached_tokens": r.held.tokens})
         })
         .collect();

@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
         }
         args::Command::Bench(a) => bench::run(a, c.json),
         args::Command::Queue => client::remote_only(&c, "queue").and_then(|url| client::admin::queue(&url, c.json)),
-        args::Command::Ps => client::remote_only(&c, "ps").and_then(|url| client::admin::ps(&url, c.json)),
+        args::Command::Ps => client::ps(&c),
         args::Command::Load { model, backend } => client::remote_only(&c, "load")
             .and_then(|url| client::admin::load(&url, &model, backend.as_deref(), c.json)),
         args::Command::Unload { model } => {

@@ -133,6 +133,15 @@ fn a_named_server_that_does_not_answer_is_an_error_not_a_fallback() {
     assert!(err.contains("tokenizer"), "then the in-process run fails on the tokenizer-less fixture: {err}");
     let o = kvad(&data, &["--local", "--remote", "http://x", "run", "-p", "hi"]);
     assert!(text(&o).1.contains("contradict"));
+    // `kvad ps` with no server says plainly that nothing is in memory, and why; a command about a server's state
+    // (its queue) says it needs one.
+    let o = kvad(&data, &["ps"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.starts_with("nothing is in memory: no server (no server answers at http://127.0.0.1:1)"), "{out}");
+    let o = kvad(&data, &["queue"]);
+    assert!(!o.status.success());
+    assert!(text(&o).1.contains("kvad queue needs a server"), "{o:?}");
 }
 
 #[test]

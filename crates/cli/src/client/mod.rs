@@ -157,7 +157,8 @@ pub fn get_json(url: &str, path: &str) -> Result<Value> {
         .map_err(Into::into)
 }
 
-/// The server for a command that has no in-process side yet; announces it, or says why it cannot run.
+/// The server for a command about a server's state (its queue, its models in memory, its accounts); announces it,
+/// or says why it cannot run.
 pub fn remote_only(c: &crate::args::ClientArgs, what: &str) -> Result<String> {
     let t = choose(c.remote.as_deref(), c.local)?;
     match t {
@@ -165,9 +166,31 @@ pub fn remote_only(c: &crate::args::ClientArgs, what: &str) -> Result<String> {
             t.announce();
             Ok(url.clone())
         }
-        Target::Local { why } => bail!(
-            "kvad {what} needs a server ({why}); start one with `kvad serve` or name one with --remote/KVAD_URL \
-             (its in-process side arrives with the hub and scheduler commands)"
-        ),
+        Target::Local { why } => {
+            bail!("kvad {what} needs a server ({why}); start one with `kvad serve` or name one with --remote/KVAD_URL")
+        }
+    }
+}
+
+/// `kvad ps`: a server's models in memory; with no server, says plainly that nothing stays in memory here.
+pub fn ps(c: &crate::args::ClientArgs) -> Result<()> {
+    let t = choose(c.remote.as_deref(), c.local)?;
+    match t {
+        Target::Remote { ref url, .. } => {
+            t.announce();
+            admin::ps(url, c.json)
+        }
+        Target::Local { why } => {
+            if c.json {
+                println!("{}", serde_json::json!({"models": [], "server": null, "why": why}));
+            } else {
+                println!(
+                    "nothing is in memory: no server ({why}). Without one, each `kvad run` or `kvad chat` loads its \
+                     model for itself and lets it go when it ends; `kvad serve` keeps models loaded, and `kvad ps` \
+                     then lists them."
+                );
+            }
+            Ok(())
+        }
     }
 }

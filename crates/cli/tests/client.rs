@@ -181,6 +181,11 @@ fn load_sends_the_backend_and_ps_shows_the_model_on_it() {
     let o = kvad(&data, &["--remote", &s.1, "ps"]);
     let out = text(&o).0;
     assert!(out.lines().any(|l| l.starts_with("qwen2.5-scripted@cpu-q8 ")), "{out}");
+    // `kvad chat` says where the replies are computed as its second line (the seed's).
+    let o = kvad_stdin(&data, &["--remote", &s.1, "chat", "qwen2.5-scripted"], "/exit\n");
+    let err = text(&o).1;
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.lines().nth(1), Some("model: qwen2.5-scripted@cpu-q8"), "{err}");
     // Another backend while it is loaded, and a name that is not a backend: the server's refusals, as worded.
     let o = kvad(&data, &["--remote", &s.1, "load", "qwen2.5-scripted", "--backend", "cpu-q4"]);
     let err = text(&o).1;

@@ -8,14 +8,18 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 
 /// Whether `model` is a chat model on the server (chat endpoint) or a completion one.
-fn is_chat(url: &str, model: &str) -> Result<bool> {
+/// The server's `/v1/models` entry for `model`, or an error naming what it has.
+fn model_entry(url: &str, model: &str) -> Result<Value> {
     let models = get_json(url, "/v1/models")?;
     let list = models["data"].as_array().cloned().unwrap_or_default();
-    let m = list.iter().find(|m| m["id"] == model).ok_or_else(|| {
+    list.iter().find(|m| m["id"] == model).cloned().ok_or_else(|| {
         let ids: Vec<&str> = list.iter().filter_map(|m| m["id"].as_str()).collect();
         anyhow!("the server has no model {model:?}; it has: {}", ids.join(", "))
-    })?;
-    Ok(m["capabilities"]["chat"].as_bool().unwrap_or(false))
+    })
+}
+
+fn is_chat(url: &str, model: &str) -> Result<bool> {
+    Ok(model_entry(url, model)?["capabilities"]["chat"].as_bool().unwrap_or(false))
 }
 
 fn sampling(a: &ModelArgs) -> Value {
@@ -103,9 +107,12 @@ pub fn run(url: &str, a: &RunArgs, json_out: bool) -> Result<()> {
 
 /// `kvad chat` against a server: the conversation is kept here and sent whole each turn.
 pub fn chat(url: &str, a: &ModelArgs, json_out: bool) -> Result<()> {
-    if !is_chat(url, &a.model)? {
+    let m = model_entry(url, &a.model)?;
+    if !m["capabilities"]["chat"].as_bool().unwrap_or(false) {
         bail!("{} has no chat template: it is a completion model; use `kvad run` instead", a.model);
     }
+    // The seed's second line: where the replies are computed (where the model is, else where it will load).
+    eprintln!("model: {}@{}", a.model, m["backend"].as_str().unwrap_or("?"));
     crate::generate::conversation(&a.model, &a.system, |history, _| {
         let mut body = sampling(a);
         body["messages"] = json!(history);

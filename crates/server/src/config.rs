@@ -13,6 +13,8 @@
 //! autoload = false               # reload the models that were loaded, in the background, at start
 //! models = ["smollm2-instruct"]  # KVAD_MODELS (comma-separated): what /v1/models offers
 //! backend = "cpu-q8"             # KVAD_BACKEND (unset: gpu-q8 where the GPU runs the model, else cpu-q8)
+//! max_body = 2097152             # KVAD_MAX_BODY: bytes a request body may hold; a larger one is a 413 (OpenAI's
+//!                                # error shape, code request_too_large)
 //! shutdown_timeout = 30          # KVAD_SHUTDOWN_TIMEOUT: seconds running replies get after SIGINT/SIGTERM; then
 //!                                # they end (finish_reason "length", kvad.shutdown, [DONE]) and the server exits 0
 //! greedy_ahead = 8               # KVAD_GREEDY_AHEAD: greedy steps a lone reply runs ahead (unset: the model's own)
@@ -65,6 +67,9 @@ pub struct ServerSection {
     /// Backend models load on when nothing names one and no load has chosen one for the model (None: the seed's
     /// rule, as `kvad run` applies it: gpu-q8 where the GPU runs the model's family, else cpu-q8).
     pub backend: Option<String>,
+    /// Bytes a request body may hold (2 MiB: a prompt of a model's longest context, as JSON, with room); a larger
+    /// body is refused whole with a 413 before anything reads it.
+    pub max_body: usize,
     /// Seconds running replies (and pulls) get to finish after SIGINT/SIGTERM before they are ended, so a long
     /// stream cannot hold shutdown forever.
     pub shutdown_timeout: u64,
@@ -88,6 +93,7 @@ impl Default for ServerSection {
             autoload: false,
             models: vec![kvad_hub::DEFAULT_ALIAS.into()],
             backend: None,
+            max_body: 2 * 1024 * 1024,
             shutdown_timeout: 30,
             greedy_ahead: None,
             step_trace: false,
@@ -226,6 +232,9 @@ impl Config {
                 return Err(format!("[server] {key} = 0: must be at least 1"));
             }
         }
+        if s.max_body < 1024 {
+            return Err(format!("[server] max_body = {}: at least 1024 bytes", s.max_body));
+        }
         if s.generations_per_minute == Some(0) {
             return Err("[server] generations_per_minute = 0: at least 1 (leave it unset for no limit)".into());
         }
@@ -276,6 +285,10 @@ impl Config {
         }
         if let Some(v) = get("KVAD_BACKEND").filter(|v| !v.is_empty()) {
             self.server.backend = Some(v);
+        }
+        if let Some(v) = get("KVAD_MAX_BODY").filter(|v| !v.is_empty()) {
+            self.server.max_body =
+                v.parse().map_err(|_| format!("KVAD_MAX_BODY = {v:?}: not a whole number of bytes"))?;
         }
         if let Some(v) = get("KVAD_SHUTDOWN_TIMEOUT").filter(|v| !v.is_empty()) {
             self.server.shutdown_timeout =

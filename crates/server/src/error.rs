@@ -57,6 +57,18 @@ impl ApiError {
         }
     }
 
+    /// 413: a request body over `[server] max_body` bytes.
+    pub fn too_large(limit: usize) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: format!("the request body is over {limit} bytes, this server's [server] max_body"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+            retry_after: None,
+        }
+    }
+
     /// 404 for a path with no route.
     pub fn no_route(method: &str, path: &str) -> Self {
         ApiError {

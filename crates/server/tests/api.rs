@@ -420,3 +420,27 @@ fn a_prompt_longer_than_the_context_names_its_field() {
     assert_eq!((code, v["error"]["param"].as_str()), (400, Some("prompt")), "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("the model's context is 4096"), "{v}");
 }
+
+/// A body over `[server] max_body` is refused whole with a 413 in OpenAI's error shape naming the limit (axum's own
+/// refusal is plain text); one under it is read as usual. The default limit is 2 MiB, shown by /api/settings.
+#[test]
+fn an_oversized_body_is_a_json_413_naming_the_limit() {
+    let s = scripted("max-body-default", &[]);
+    let (code, v) = s.call("GET", "/api/settings", "");
+    assert_eq!((code, &v["server"]["max_body"]), (200, &json!(2 * 1024 * 1024)), "{v}");
+    drop(s);
+    let script = common::script();
+    let s = common::start_env("max-body", &["--scripted", script.to_str().unwrap()], &[("KVAD_MAX_BODY", "4096")]);
+    let padded = |n: usize| {
+        let pad = "x".repeat(n);
+        json!({"model": "qwen2.5-scripted", "messages": [{"role": "user", "content": pad}], "max_tokens": 2})
+            .to_string()
+    };
+    let (code, v) = s.post("/v1/chat/completions", &padded(5000));
+    assert_eq!(code, 413, "{v}");
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    assert_eq!(v["error"]["code"], "request_too_large", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("4096 bytes"), "{v}");
+    let (code, v) = s.post("/v1/chat/completions", &padded(3000));
+    assert_eq!(code, 200, "under the limit: {v}");
+}

@@ -60,7 +60,21 @@ pub fn router(state: AppState) -> Router {
         .fallback(misc::fallback)
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware::authenticate))
+        .layer(axum::extract::DefaultBodyLimit::max(state.config.server.max_body))
+        .layer(axum::middleware::map_response_with_state(state.clone(), too_large_as_json))
         .with_state(state)
+}
+
+/// The body limit's refusal (axum answers it in plain text) in OpenAI's error shape, naming the limit.
+async fn too_large_as_json(axum::extract::State(state): axum::extract::State<AppState>, r: Response) -> Response {
+    let json = r
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE && !json {
+        return ApiError::too_large(state.config.server.max_body).into_response();
+    }
+    r
 }
 
 /// Which OpenAI object the answer is.

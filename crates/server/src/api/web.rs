@@ -74,7 +74,7 @@ fn settings_json(state: &AppState) -> Value {
             "bind": s.bind, "queue": l.queue, "queue_per_account": l.queue_per_account,
             "generations_per_minute": l.generations_per_minute, "batch": l.batch, "context": s.context,
             "memory": s.memory, "autoload": s.autoload, "models": models, "backend": backend,
-            "shutdown_timeout": s.shutdown_timeout,
+            "shutdown_timeout": s.shutdown_timeout, "max_body": s.max_body,
         },
         "live": LIVE,
     })

@@ -69,6 +69,18 @@ impl ApiError {
         }
     }
 
+    /// 405 for a route that exists with other methods (the message names them).
+    pub fn method_not_allowed(message: String) -> Self {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message,
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("method_not_allowed"),
+            retry_after: None,
+        }
+    }
+
     /// 404 for a path with no route.
     pub fn no_route(method: &str, path: &str) -> Self {
         ApiError {

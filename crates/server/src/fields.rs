@@ -93,7 +93,8 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// An optional number in `[lo, hi]`.
+    /// An optional number in `[lo, hi]`, checked as sent; a value too small for f32 that is not zero becomes the
+    /// smallest f32 of its sign rather than 0 (a `top_p` of 5e-324 is a valid, tiny nucleus, not the refused 0).
     pub fn opt_f32(&mut self, key: &'static str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
         match self.get(key) {
             Some(v @ Value::Number(n)) => {
@@ -104,17 +105,21 @@ impl<'a> Fields<'a> {
                         format!("{} = {}: must be between {lo} and {hi}", self.name(key), show(v)),
                     ));
                 }
-                Ok(Some(x as f32))
+                let f = x as f32;
+                Ok(Some(if f == 0.0 && x != 0.0 { f32::from_bits(1).copysign(f) } else { f }))
             }
             Some(v) => Err(self.wrong(key, "a number", v)),
             None => Ok(None),
         }
     }
 
-    /// An optional whole number in `[lo, hi]`.
+    /// An optional whole number in `[lo, hi]`; a float with no fraction (`4.0`, which Python clients send) counts.
     pub fn opt_int(&mut self, key: &'static str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+        let whole = |n: &serde_json::Number| {
+            n.as_i64().or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15).map(|f| f as i64))
+        };
         match self.get(key) {
-            Some(v @ Value::Number(n)) => match n.as_i64() {
+            Some(v @ Value::Number(n)) => match whole(n) {
                 Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
                 _ => Err(ApiError::bad_field(
                     &self.name(key),

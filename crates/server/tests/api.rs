@@ -123,6 +123,11 @@ fn bad_requests_get_clear_4xx_and_the_server_keeps_serving() {
     assert!(code == 404 && body.contains("no route GET /v1/nothing"), "{body}");
     let (code, body) = s.get("/v1/chat/completions");
     assert!(code == 405 && body.contains("POST is"), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&v["error"]["type"], &v["error"]["code"]),
+        (&json!("invalid_request_error"), &json!("method_not_allowed"))
+    );
     // Still serving, and every refused request that reached the engine left an error row, not a completion.
     let (code, v) = chat(&s, "qwen2.5-scripted", "hello", json!({}));
     assert_eq!(code, 200, "{v}");
@@ -130,6 +135,14 @@ fn bad_requests_get_clear_4xx_and_the_server_keeps_serving() {
     let rows = s.rows();
     assert_eq!(rows.last().unwrap().4, "stop");
     assert!(rows[..rows.len() - 1].iter().all(|r| r.4 == "error"), "{rows:?}");
+    // What Python clients send: a whole-number float for an integer field is that integer; a fraction is not. A
+    // positive top_p too small for f32 is the smallest nucleus, not the refused 0.
+    let (code, v) = chat(&s, "qwen2.5-scripted", "hello", json!({"max_tokens": 4.0}));
+    assert_eq!((code, &v["usage"]["completion_tokens"]), (200, &json!(4)), "{v}");
+    let (code, v) = chat(&s, "qwen2.5-scripted", "hello", json!({"max_tokens": 4.5}));
+    assert_eq!((code, v["error"]["param"].as_str()), (400, Some("max_tokens")), "{v}");
+    let (code, v) = chat(&s, "qwen2.5-scripted", "hello", json!({"top_p": 5e-324, "max_tokens": 2}));
+    assert_eq!(code, 200, "{v}");
 }
 
 #[test]

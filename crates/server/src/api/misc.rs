@@ -105,8 +105,10 @@ pub async fn fallback(method: Method, uri: Uri, headers: HeaderMap) -> Response 
 /// Known paths, wrong method.
 pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
     let allowed: Vec<&str> = ROUTES.iter().filter(|r| r.path == uri.path()).map(|r| r.method).collect();
-    let mut e = ApiError::no_route(method.as_str(), uri.path());
-    e.status = axum::http::StatusCode::METHOD_NOT_ALLOWED;
-    e.message = format!("{} {} is not allowed; {} is", method, uri.path(), allowed.join(", "));
-    e.into_response()
+    let message = format!("{} {} is not allowed; {} is", method, uri.path(), allowed.join(", "));
+    let mut r = ApiError::method_not_allowed(message).into_response();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&allowed.join(", ")) {
+        r.headers_mut().insert(header::ALLOW, v);
+    }
+    r
 }

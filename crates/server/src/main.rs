@@ -210,6 +210,7 @@ async fn serve(
     );
     let draining = state.draining.clone();
     let queue = state.queue.clone();
+    let (busy, pulls) = (state.queue.clone(), state.pulls.clone());
     let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
     let app = api::router(state);
     // The client address reaches the handlers (failed sign-ins are throttled per address).
@@ -222,6 +223,12 @@ async fn serve(
                 timeout.as_secs()
             );
             let _ = signalled.send(());
+            // The listener stays open while replies and pulls finish (health answers 503, new generations are
+            // refused), so a client sees a server shutting down rather than a refused connection; it closes once
+            // none runs (at the timeout at the latest, when `bound` ends them).
+            while busy.depth() + busy.running() > 0 || !pulls.running().is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         })
         .into_future();
     let bound = async move {

@@ -39,6 +39,11 @@ fn a_long_stream_is_ended_cleanly_at_the_timeout_and_the_server_exits_0() {
     assert!(first.contains("chat.completion.chunk"), "{first}");
     sigterm(&s);
     let signalled = Instant::now();
+    // While the reply finishes, the server still answers: health is a 503 saying it is shutting down.
+    std::thread::sleep(Duration::from_millis(200));
+    let (code, health) = s.get("/api/health");
+    assert_eq!(code, 503, "{health}");
+    assert!(health.contains("shutting down"), "{health}");
     let rest: Vec<String> = lines.collect();
     let took = signalled.elapsed();
     assert_eq!(rest.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]: {rest:?}");

@@ -26,15 +26,19 @@ pub async fn models(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"object": "list", "data": data}))
 }
 
-/// `GET /api/health`.
-pub async fn health(State(state): State<AppState>) -> Json<Value> {
+/// `GET /api/health`: 200 "ok"; 503 "shutting down" from SIGINT/SIGTERM until the listener closes (a load balancer
+/// takes the server out of rotation while its replies finish, rather than seeing refused connections).
+pub async fn health(State(state): State<AppState>) -> Response {
     let loaded: Vec<String> = state.queue.catalog().into_iter().filter(|m| m.loaded).map(|m| m.id).collect();
-    Json(json!({
-        "status": "ok",
+    let draining = state.draining.load(std::sync::atomic::Ordering::SeqCst);
+    let body = Json(json!({
+        "status": if draining { "shutting down" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
         "queue": state.queue.depth(),
         "loaded": loaded,
-    }))
+    }));
+    let status = if draining { axum::http::StatusCode::SERVICE_UNAVAILABLE } else { axum::http::StatusCode::OK };
+    (status, body).into_response()
 }
 
 /// The OpenAPI document, from the route table.

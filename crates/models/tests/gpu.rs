@@ -15,7 +15,19 @@ use kvad_tensor::BackendKind;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FIXTURES: [&str; 8] = ["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"];
+const FIXTURES: [&str; 11] = [
+    "llama",
+    "llama-tied",
+    "llama-gguf",
+    "mistral",
+    "qwen2",
+    "qwen2-bf16",
+    "qwen3",
+    "gpt2",
+    "qwen3-moe",
+    "qwen3-moe-step",
+    "qwen3-moe-gguf",
+];
 
 fn no_gpu() -> bool {
     if let Err(e) = kvad_tensor::cuda::Gpu::shared(None) {
@@ -54,6 +66,23 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 /// bound is that with a margin.
 const TOL_SAME_WEIGHTS: f32 = 4e-2;
 
+/// The same for the routed fixtures (Qwen3-MoE: 8 experts, 2 a token, random routers with near-ties): where the
+/// GPU's arithmetic moves a router's input across a near-tie, the token takes another expert, a jump rather than a
+/// drift. Measured on the H200 (2026-12-05): 6.6e-2 (qwen3-moe-step, gpu-q8 against cpu-q8), 0.16 (a 12-row decode
+/// pass against the sequence alone, gpu-q4, one sequence of six); the router itself chooses as the CPU's on the same
+/// logits (`the_device_router_chooses_as_the_cpu_router`), and passes of one size stay bit-identical whatever their
+/// neighbours.
+const TOL_SAME_WEIGHTS_ROUTED: f32 = 0.3;
+
+/// The bound for a fixture: routed or not.
+fn tol_same(name: &str) -> f32 {
+    if name.contains("moe") {
+        TOL_SAME_WEIGHTS_ROUTED
+    } else {
+        TOL_SAME_WEIGHTS
+    }
+}
+
 #[test]
 fn gpu_q8_and_q4_equal_the_cpu_backends_on_the_same_weights() {
     if no_gpu() {
@@ -75,7 +104,7 @@ fn gpu_q8_and_q4_equal_the_cpu_backends_on_the_same_weights() {
         }
     }
     for (name, gpu, worst) in worst_all {
-        assert!(worst <= TOL_SAME_WEIGHTS, "{name} {gpu}: {worst} of the spread from the CPU");
+        assert!(worst <= tol_same(name), "{name} {gpu}: {worst} of the spread from the CPU");
     }
 }
 
@@ -124,7 +153,10 @@ fn gpu_bf16_greedy_follows_pytorch_bf16_until_a_near_tie() {
         return;
     }
     for name in FIXTURES {
-        let g = json(root().join(format!("fixtures/goldens/models-bf16/{name}.json")));
+        // A GGUF form holds the weights of the fixture it names, whose bf16 golden it shares.
+        let same = common::golden_json(name)["same_weights_as"].as_str().map(str::to_string);
+        let source = same.as_deref().unwrap_or(name);
+        let g = json(root().join(format!("fixtures/goldens/models-bf16/{source}.json")));
         let m = load(name, BackendKind::GpuBf16);
         for (ci, c) in g["cases"].as_array().unwrap().iter().enumerate() {
             let prompt = ids(&c["prompt"]);
@@ -161,7 +193,7 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
         return;
     }
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
-        for name in ["llama", "qwen3", "gpt2", "mistral"] {
+        for name in ["llama", "qwen3", "gpt2", "mistral", "qwen3-moe"] {
             let m = load(name, backend);
             let g = common::golden_json(name);
             let prompts: Vec<Vec<u32>> = g["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt"])).collect();
@@ -205,7 +237,7 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
             for (i, p) in prompts.iter().enumerate() {
                 let want = prefill(&mut m.new_state(), p);
                 let d = max_diff(&together[i], &want) / spread(&want);
-                assert!(d <= TOL_SAME_WEIGHTS, "{name} {backend} prompt {i}: {d} of the spread");
+                assert!(d <= tol_same(name), "{name} {backend} prompt {i}: {d} of the spread");
             }
             // The longest prompt read in chunks of 3 against it read at once.
             let p = &prompts[2];
@@ -216,7 +248,7 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
                 last = prefill(&mut kv, chunk);
             }
             let d = max_diff(&last, &whole) / spread(&whole);
-            assert!(d <= TOL_SAME_WEIGHTS, "{name} {backend}: chunked prompt {d} of the spread from whole");
+            assert!(d <= tol_same(name), "{name} {backend}: chunked prompt {d} of the spread from whole");
         }
     }
 }
@@ -263,14 +295,19 @@ fn a_cache_of_another_model_is_refused_by_name() {
 /// Decode passes of more than 8 rows (cuBLAS or the tensor-core product, the chunk attention; qwen3's head width
 /// of 32 takes it, contexts of 10 to 112 keys across its 64-key chunks): a sequence's logits are the same bits
 /// whichever sequences share its pass of the same size, and within the prompt passes' tolerance of the sequence
-/// decoded alone (GEMV and key-stream attention).
+/// decoded alone (GEMV and key-stream attention). Qwen3-MoE's routed layers run their grouped GEMVs there.
 #[test]
 fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
     if no_gpu() {
         return;
     }
-    for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8] {
-        let m = load("qwen3", backend);
+    for (name, backend) in [
+        ("qwen3", BackendKind::GpuBf16),
+        ("qwen3", BackendKind::GpuQ8),
+        ("qwen3-moe", BackendKind::GpuBf16),
+        ("qwen3-moe", BackendKind::GpuQ4),
+    ] {
+        let m = load(name, backend);
         let prompts: Vec<Vec<u32>> =
             (0..18).map(|i| (0..10 + 6 * i).map(|k| ((3 + 7 * i + 5 * k) % 250) as u32).collect()).collect();
         let mut kvs: Vec<_> = prompts.iter().map(|_| m.new_state()).collect();
@@ -298,10 +335,13 @@ fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
             .collect();
         let lb = m.forward(&mut b, LogitsMode::Last).unwrap();
         for i in 0..6 {
-            assert!(la[i] == lb[i], "{backend} sequence {i}: logits differ with other neighbours in a 12-row pass");
+            assert!(
+                la[i] == lb[i],
+                "{name} {backend} sequence {i}: logits differ with other neighbours in a 12-row pass"
+            );
             let l = m.forward(&mut [SeqInput { tokens: &next[i], state: &mut alone[i] }], LogitsMode::Last).unwrap();
             let d = max_diff(&la[i], &l[0]) / spread(&l[0]);
-            assert!(d <= TOL_SAME_WEIGHTS, "{backend} sequence {i}: 12-row pass {d} of the spread from alone");
+            assert!(d <= tol_same(name), "{name} {backend} sequence {i}: 12-row pass {d} of the spread from alone");
         }
     }
 }
@@ -316,7 +356,7 @@ fn greedy_steps_ahead_equal_steps_one_at_a_time() {
         return;
     }
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
-        for name in ["llama", "qwen3", "gpt2"] {
+        for name in ["llama", "qwen3", "gpt2", "qwen3-moe"] {
             let m = load(name, backend);
             let prompt = ids(&common::golden_json(name)["cases"][0]["prompt"]);
             let run = |ahead: bool| {
@@ -336,5 +376,63 @@ fn greedy_steps_ahead_equal_steps_one_at_a_time() {
             assert_eq!(one_by_one.1.len(), 20, "{name} {backend}");
             assert_eq!(ahead, one_by_one, "{name} {backend}: (first pick, 20 picks, the pick after, cache length)");
         }
+    }
+}
+
+/// The device's router (`moe_route`) chooses what the CPU's `route` chooses, with the same weights, for every
+/// routing option of `fixtures/goldens/routing.json` (softmax with and without normalising, DeepSeek-V2's greedy and
+/// group-limited choice with scaling, V3's sigmoid with a choice bias, with and without groups), on its logits,
+/// half of them rounded so ties are common: equal values go to the lower index on both.
+#[test]
+fn the_device_router_chooses_as_the_cpu_router() {
+    use kvad_models::config::{Routing, Scoring};
+    use kvad_tensor::cuda::{DevBuf, Gpu, RouteArgs};
+    if no_gpu() {
+        return;
+    }
+    let gpu = Gpu::shared(None).unwrap();
+    let g = json(root().join("fixtures/goldens/routing.json"));
+    let floats = |v: &Value| -> Vec<f32> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect() };
+    for case in g["cases"].as_array().unwrap() {
+        let c = &case["config"];
+        let router = case["router"].as_str().unwrap();
+        let sigmoid = router.starts_with("DeepseekV3");
+        let groups =
+            c["n_group"].as_u64().filter(|_| sigmoid || c["topk_method"].as_str() == Some("group_limited_greedy"));
+        let r = Routing {
+            n_experts: c["experts"].as_u64().unwrap() as usize,
+            top_k: c["top_k"].as_u64().unwrap() as usize,
+            scoring: if sigmoid { Scoring::Sigmoid } else { Scoring::Softmax },
+            groups: groups.map(|n| (n as usize, c["topk_group"].as_u64().unwrap() as usize)),
+            normalise: c["norm_topk_prob"].as_bool().unwrap_or(false) && !router.starts_with("DeepseekV2"),
+            scale: c["routed_scaling_factor"].as_f64().unwrap() as f32,
+            choice_bias: !c["bias"].is_null(),
+        };
+        let bias = (!c["bias"].is_null()).then(|| floats(&c["bias"]));
+        let rows: Vec<Vec<f32>> = case["rows"].as_array().unwrap().iter().map(|row| floats(&row["logits"])).collect();
+        let (n, e, k) = (rows.len(), r.n_experts, r.top_k);
+        let logits = DevBuf::from_slice(&gpu, &rows.concat()).unwrap();
+        let bias_buf = bias.as_ref().map(|b| DevBuf::from_slice(&gpu, b).unwrap());
+        let (ids, w) = (DevBuf::zeros(&gpu, n * k * 4).unwrap(), DevBuf::zeros(&gpu, n * k * 4).unwrap());
+        let args =
+            RouteArgs { experts: e, top_k: k, sigmoid, groups: r.groups, normalise: r.normalise, scale: r.scale };
+        // SAFETY: logits hold n × e floats, ids and w n × k each, the bias e floats.
+        let (got_ids, got_w): (Vec<i32>, Vec<f32>) = unsafe {
+            gpu.moe_route(logits.ptr(), bias_buf.as_ref().map_or(0, DevBuf::ptr), ids.ptr(), w.ptr(), n, &args)
+                .unwrap();
+            (ids.read(&gpu, n * k).unwrap(), w.read(&gpu, n * k).unwrap())
+        };
+        let option = case["option"].as_str().unwrap();
+        let mut want = Vec::new();
+        for (t, row) in rows.iter().enumerate() {
+            kvad_models::moe::route(&r, row, bias.as_deref(), &mut want);
+            let (gi, gw) = (&got_ids[t * k..(t + 1) * k], &got_w[t * k..(t + 1) * k]);
+            let want_ids: Vec<i32> = want.iter().map(|p| p.0 as i32).collect();
+            assert_eq!(gi, &want_ids[..], "{option} row {t}: experts");
+            for (a, b) in gw.iter().zip(&want) {
+                assert!((a - b.1).abs() <= 1e-6 * (1.0 + b.1.abs()), "{option} row {t}: weight {a} vs {}", b.1);
+            }
+        }
+        eprintln!("{option}: {n} rows chosen as the CPU chooses");
     }
 }

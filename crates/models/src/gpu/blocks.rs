@@ -3,7 +3,9 @@
 //! kernels; the decoder's pass only asks a block for the product that reads its input, the product that writes the
 //! residual stream, and its kernels in between.
 
+use super::moe::{MoeMlp, MoePass, MoeScratch, MoeShape};
 use crate::config::ModelConfig;
+use crate::error::ModelError;
 use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, Gpu, GpuError, Meta, QkvPost};
 
 /// A norm before attention, before the MLP, and at the end.
@@ -70,6 +72,8 @@ pub(crate) struct DenseMlp {
 pub(crate) enum MlpBlock {
     /// A dense MLP.
     Dense(DenseMlp),
+    /// Routed experts (`gpu/moe.rs`): it adds its output to the residual stream itself.
+    Moe(MoeMlp),
 }
 
 /// One pre-norm layer: `x += attn(norm1(x)); x += mlp(norm2(x))`.
@@ -103,6 +107,10 @@ pub(crate) struct PassCtx<'a> {
     pub(crate) att: &'a DevBuf,
     pub(crate) up: u64,
     pub(crate) act: &'a DevBuf,
+    /// The residual stream (`rows × hidden` f32), which a routed layer adds its output to itself.
+    pub(crate) x: u64,
+    /// The routed layers' buffers (None: no layer routes).
+    pub(crate) moe: Option<&'a MoeScratch>,
 }
 
 /// f32 activations for the GEMV path, bf16 for the others.
@@ -221,31 +229,50 @@ impl AttnBlock {
 }
 
 impl MlpBlock {
-    /// The product that reads the block's (normed) input.
+    /// The product that reads the block's (normed) input (a routed block's first expert's: every expert's shape).
     pub(crate) fn input(&self) -> &DevMatrix {
         match self {
             MlpBlock::Dense(m) => &m.up,
+            MlpBlock::Moe(m) => m.products()[0],
         }
     }
 
-    /// The product that adds the block's output to the residual stream, and its bias (0: none).
-    pub(crate) fn output(&self) -> (&DevMatrix, u64) {
+    /// The product that adds the block's output to the residual stream, and its bias (0: none); None for a routed
+    /// block, which adds its experts' outputs itself.
+    pub(crate) fn output(&self) -> Option<(&DevMatrix, u64)> {
         match self {
-            MlpBlock::Dense(m) => (&m.down, ptr(&m.down_bias)),
+            MlpBlock::Dense(m) => Some((&m.down, ptr(&m.down_bias))),
+            MlpBlock::Moe(_) => None,
         }
     }
 
-    /// Every weight matrix.
+    /// Whether its input must be f32 rows whatever the pass (the router computes in f32, as the CPU's does).
+    pub(crate) fn reads_f32(&self) -> bool {
+        matches!(self, MlpBlock::Moe(_))
+    }
+
+    /// A routed block's widths (None: dense).
+    pub(crate) fn moe_shape(&self) -> Option<MoeShape> {
+        match self {
+            MlpBlock::Dense(_) => None,
+            MlpBlock::Moe(m) => Some(m.shape()),
+        }
+    }
+
+    /// Every weight matrix (a routed block: one expert's, every expert's shape).
     pub(crate) fn products(&self) -> Vec<&DevMatrix> {
         match self {
             MlpBlock::Dense(m) => vec![&m.up, &m.down],
+            MlpBlock::Moe(m) => m.products(),
         }
     }
 
-    /// Width of its widest intermediate row (the up product's output).
+    /// Width of its widest intermediate row in the shared scratch (the up product's output; a routed block has
+    /// buffers of its own).
     pub(crate) fn up_width(&self) -> usize {
         match self {
             MlpBlock::Dense(m) => m.up.rows(),
+            MlpBlock::Moe(_) => 0,
         }
     }
 
@@ -253,16 +280,25 @@ impl MlpBlock {
     pub(crate) fn bytes(&self) -> usize {
         match self {
             MlpBlock::Dense(m) => m.up.bytes() + m.down.bytes() + vec_bytes(&m.up_bias) + vec_bytes(&m.down_bias),
+            MlpBlock::Moe(m) => m.bytes(),
         }
     }
 
     /// Queues the up product and the activation; returns what the down product reads (SwiGLU writes its 8-bit
-    /// activations itself when that product reads them).
+    /// activations itself when that product reads them). A routed block queues everything and adds its output to
+    /// the residual stream: None.
     ///
     /// # Safety
     /// The context's buffers hold the pass's rows at their widths.
-    pub(crate) unsafe fn issue(&self, p: &PassCtx<'_>, input: Act) -> Result<Act, GpuError> {
-        let MlpBlock::Dense(m) = self;
+    pub(crate) unsafe fn issue(&self, p: &PassCtx<'_>, input: Act) -> Result<Option<Act>, ModelError> {
+        let m = match self {
+            MlpBlock::Dense(m) => m,
+            MlpBlock::Moe(m) => {
+                let mp = MoePass { gpu: p.gpu, rows: p.rows, hidden: p.cfg.hidden, wtmp: p.wtmp, scratch: p.moe };
+                // SAFETY: the caller's contract (the context's buffers hold the pass's rows, x the residual stream).
+                return unsafe { m.issue(&mp, input, p.x) }.map(|()| None);
+            }
+        };
         let (gpu, rows, f) = (p.gpu, p.rows, p.cfg.intermediate);
         // SAFETY: the caller's contract; up holds rows × up width, act rows × intermediate.
         unsafe {
@@ -270,13 +306,13 @@ impl MlpBlock {
             match m.act {
                 Activation::SwiGlu if gpu.takes_act8(&m.down, rows) => {
                     gpu.silu_mul_act8(p.up, p.act.ptr(), rows, f)?;
-                    return Ok(Act::F32Act8(p.act.ptr()));
+                    return Ok(Some(Act::F32Act8(p.act.ptr())));
                 }
                 Activation::SwiGlu => gpu.silu_mul(p.up, p.act.ptr(), rows, f, !p.gemv)?,
                 Activation::Gelu => gpu.gelu(p.up, p.act.ptr(), rows * f, !p.gemv)?,
             }
         }
-        Ok(act(p.act, p.gemv))
+        Ok(Some(act(p.act, p.gemv)))
     }
 }
 

@@ -5,6 +5,7 @@
 //! dequantised per product.
 
 use super::blocks::{act, norm_bytes, Layer, Norm, PassCtx};
+use super::moe::largest;
 use super::pages::{PagePool, Pages, Store};
 use super::plan::{norm_steps, NormStep, Plan};
 use super::scratch::{Scratch, GREEDY_AHEAD_MAX};
@@ -346,7 +347,8 @@ impl GpuDecoder {
             let n = sel.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.sel));
             let m = meta.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.meta_ints)).max(1024);
             let up = self.p.layers.iter().map(|l| l.mlp.up_width()).max().unwrap_or(0);
-            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, r, n, m)?;
+            let moe = largest(self.p.layers.iter().filter_map(|l| l.mlp.moe_shape()));
+            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, moe, r, n, m)?;
             fresh.wtmp = old.and_then(|s| s.wtmp);
             *guard = Some(fresh);
         }
@@ -421,6 +423,8 @@ impl GpuDecoder {
             att: &s.att,
             up: s.up.ptr(),
             act: &s.act,
+            x: s.x.ptr(),
+            moe: s.moe.as_ref(),
         };
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
@@ -442,9 +446,13 @@ impl GpuDecoder {
                 let a = self.norm_in(s, &l.norm1, l.attn.input(), plan.norms[2 * li], tailed, gemv, rows)?;
                 let att = l.attn.issue(&ctx, a, self.layer_pages(li))?;
                 tailed = self.residual(s, l.attn.output(), att, &l.norm2, plan.norms[2 * li + 1], rows)?;
-                let a = self.norm_in(s, &l.norm2, l.mlp.input(), plan.norms[2 * li + 1], tailed, gemv, rows)?;
-                let mid = l.mlp.issue(&ctx, a)?;
-                tailed = self.residual(s, l.mlp.output(), mid, next_norm, plan.norms[2 * li + 2], rows)?;
+                let f32_in = gemv || l.mlp.reads_f32();
+                let a = self.norm_in(s, &l.norm2, l.mlp.input(), plan.norms[2 * li + 1], tailed, f32_in, rows)?;
+                tailed = match (l.mlp.issue(&ctx, a)?, l.mlp.output()) {
+                    (Some(mid), Some(out)) => self.residual(s, out, mid, next_norm, plan.norms[2 * li + 2], rows)?,
+                    // A routed block added its output itself (the plan runs the next norm's kernel).
+                    _ => None,
+                };
             }
             let n = plan.sel;
             if n > 0 {

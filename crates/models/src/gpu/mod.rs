@@ -7,6 +7,7 @@
 
 mod blocks;
 mod decoder;
+mod moe;
 mod pages;
 mod plan;
 mod scratch;
@@ -15,6 +16,7 @@ mod upload;
 
 pub(crate) use blocks::{Activation, AttnBlock, DenseMlp, GqaAttn, Layer, MlpBlock, Norm};
 pub(crate) use decoder::{GpuDecoder, Parts};
+pub(crate) use moe::MoeMlp;
 pub use pages::Pages;
 pub use slots::{Slot, SlotPool};
 pub(crate) use upload::Uploader;

@@ -61,7 +61,8 @@ impl Plan {
 /// product before it (the o and down products norm the residual stream they update, for the next product), so no
 /// norm kernel runs but the first; the norm also writes the two-term 8-bit activations when the product after it
 /// reads them (q8/q4 decode), or leaves the division by the RMS to that product where the GPU defers it
-/// ([`Gpu::defers_norm`]). Other passes run the norm kernel before each consumer.
+/// ([`Gpu::defers_norm`]). Other passes, and every pass of a model with routed layers (no one product writes their
+/// output), run the norm kernel before each consumer.
 pub(crate) fn norm_steps(
     gpu: &Gpu,
     layers: &[Layer],
@@ -74,7 +75,7 @@ pub(crate) fn norm_steps(
     let rms = |n: &Norm| n.rms_weight().is_some();
     let fused = rows <= GEMV_MAX_ROWS
         && rms(final_norm)
-        && layers.iter().all(|l| rms(&l.norm1) && rms(&l.norm2))
+        && layers.iter().all(|l| rms(&l.norm1) && rms(&l.norm2) && l.mlp.output().is_some())
         && !layers.is_empty();
     if !fused {
         return vec![NormStep::Kernel; n];
@@ -95,7 +96,8 @@ pub(crate) fn norm_steps(
             Some(n) => Some(n.attn.input()),
             None => all_rows.then_some(head),
         };
-        steps.push(tail(l.mlp.output().0, next));
+        let Some((down, _)) = l.mlp.output() else { return vec![NormStep::Kernel; n] };
+        steps.push(tail(down, next));
     }
     steps
 }

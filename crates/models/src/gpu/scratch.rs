@@ -1,6 +1,7 @@
 //! The working buffers of a model's passes, sized for the largest pass so far and grown as needed, and the decode
 //! passes recorded over them as CUDA graphs.
 
+use super::moe::{MoeScratch, MoeShape};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use kvad_tensor::cuda::{DevBuf, Gpu, GpuGraph};
@@ -35,6 +36,8 @@ pub(crate) struct Scratch {
     pub(crate) last_graph: Option<GraphKey>,
     /// Greedy steps ahead's picks ([`GREEDY_AHEAD_MAX`] ints).
     pub(crate) hist: DevBuf,
+    /// The routed layers' buffers (None: no layer routes).
+    pub(crate) moe: Option<MoeScratch>,
 }
 
 /// A recorded decode pass's key: (rows, logit rows, page-table width, sequences, whether the logit rows are all
@@ -46,11 +49,13 @@ pub(crate) const GREEDY_AHEAD_MAX: usize = 64;
 
 impl Scratch {
     /// Buffers for passes of up to `rows` rows, `sel` logit rows and `meta_ints` metadata; `up_width` is the widest
-    /// MLP intermediate row.
+    /// MLP intermediate row, `moe` the largest routed layer's widths.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         gpu: &Arc<Gpu>,
         c: &ModelConfig,
         up_width: usize,
+        moe: Option<MoeShape>,
         rows: usize,
         sel: usize,
         meta_ints: usize,
@@ -77,6 +82,7 @@ impl Scratch {
             graphs: HashMap::new(),
             last_graph: None,
             hist: DevBuf::zeros(gpu, GREEDY_AHEAD_MAX * 4)?,
+            moe: moe.map(|m| MoeScratch::new(gpu, m, c.hidden, rows)).transpose()?,
         })
     }
 }

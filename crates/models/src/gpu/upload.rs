@@ -23,6 +23,11 @@ impl Uploader<'_> {
         Ok(DevMatrix::upload(self.gpu, l.matrix(), device_format(self.backend, Role::Layer))?)
     }
 
+    /// One expert's matrix (a view of its layer's stack), in the format of the layer's other products.
+    pub(crate) fn expert(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
+        Ok(DevMatrix::upload(self.gpu, m, device_format(self.backend, Role::Layer))?)
+    }
+
     pub(crate) fn bias(&self, l: &Linear) -> Result<Option<DevBuf>, ModelError> {
         l.bias().map(|b| self.vector(b)).transpose()
     }

@@ -40,6 +40,16 @@ impl Experts {
     pub fn bytes(&self) -> usize {
         self.gate_up.bytes().len() + self.down.bytes().len()
     }
+
+    /// Each expert's gate/up rows and down rows (the GPU uploads each expert as a matrix of its own).
+    pub(crate) fn views(&self) -> impl Iterator<Item = &(QMatrix, QMatrix)> {
+        self.views.iter()
+    }
+
+    /// Each expert's intermediate width.
+    pub(crate) fn ff(&self) -> usize {
+        self.ff
+    }
 }
 
 /// One routed layer: the router (f32, as DeepSeek keeps it even in bf16 checkpoints), its choice bias, the

@@ -119,7 +119,7 @@ pub mod bytemuck_free {
             unsafe impl Plain for $t {}
         )*};
     }
-    plain!(f32, i32, u32, u16, u8, i8);
+    plain!(f32, i32, u32, u64, u16, u8, i8);
 
     /// The bytes of a slice.
     pub fn bytes<T: Plain>(v: &[T]) -> &[u8] {

@@ -16,6 +16,7 @@ mod elementwise;
 mod launch;
 mod limits;
 mod matrix;
+mod moe;
 mod norm_defer;
 mod ops;
 mod trace;
@@ -24,6 +25,7 @@ pub use attention::{flash_takes, Attn, FLASH_TILE};
 pub use buffer::DevBuf;
 pub use config::Tuning;
 pub use matrix::{DevFormat, DevMatrix};
+pub use moe::{ExpertTable, RouteArgs, MOE_MAX_GROUPS, MOE_MAX_K, MOE_MAX_K_WIDTH};
 pub use ops::{
     mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE,
     MMA_FEW_MAX_ROWS, MMA_FEW_TILES, SPLIT_HEIGHTS,
@@ -141,7 +143,7 @@ const GEMV_SPLIT: [&str; 4] = [
 ];
 
 /// The kernel sources in order (a file may use what the files before it define).
-const SOURCES: [&str; 14] = [
+const SOURCES: [&str; 15] = [
     COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
@@ -156,6 +158,7 @@ const SOURCES: [&str; 14] = [
     include_str!("kernels/quant.cu"),
     include_str!("kernels/attention_decode.cu"),
     include_str!("kernels/mma_few.cu"),
+    include_str!("kernels/moe.cu"),
 ];
 
 /// Every kernel entry point, loaded once.
@@ -186,6 +189,11 @@ const KERNELS: &[&str] = &[
     "greedy_advance",
     "quant_act8",
     "silu_mul_act8",
+    "moe_router",
+    "moe_route",
+    "moe_gemv",
+    "moe_gather_bf16",
+    "moe_combine",
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, one text per compile unit, compiled by NVRTC (no GPU

@@ -1,9 +1,11 @@
 //! The llama family on the GPU: RMSNorm, stacked q/k/v (Qwen2's bias, Qwen3's per-head q/k norm), rotate-half
-//! RoPE, sliding window, SwiGLU with gate and up stacked.
+//! RoPE, sliding window, SwiGLU with gate and up stacked, or Qwen3-MoE's routed experts.
 
 use super::{Ffn, Llama};
 use crate::error::ModelError;
-use crate::gpu::{Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, Norm, Parts, Uploader};
+use crate::gpu::{
+    Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, MoeMlp, Norm, Parts, Uploader,
+};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
@@ -12,16 +14,18 @@ use std::sync::Arc;
 pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<GpuDecoder, ModelError> {
     let up = Uploader { gpu: &gpu, backend };
     let Llama { cfg, embed, layers, norm, head, rope, .. } = m;
-    if layers.iter().any(|l| matches!(l.ffn, Ffn::Moe(_))) {
-        return Err(ModelError::refused(
-            "backend",
-            backend,
-            "routed experts (Qwen3-MoE) run on the CPU backends in this build; the GPU's grouped expert kernels are not in yet",
-        ));
-    }
     let mut out = Vec::with_capacity(layers.len());
     for l in layers {
-        let Ffn::Dense(mlp) = &l.ffn else { unreachable!("refused above") };
+        let mlp = match &l.ffn {
+            Ffn::Dense(mlp) => MlpBlock::Dense(DenseMlp {
+                act: Activation::SwiGlu,
+                up: up.matrix(&mlp.gate_up)?,
+                up_bias: up.bias(&mlp.gate_up)?,
+                down: up.matrix(&mlp.down)?,
+                down_bias: up.bias(&mlp.down)?,
+            }),
+            Ffn::Moe(moe) => MlpBlock::Moe(MoeMlp::upload(&gpu, moe, |m| up.expert(m))?),
+        };
         out.push(Layer {
             norm1: Norm::Rms(up.vector(&l.attn_norm)?),
             attn: AttnBlock::Gqa(GqaAttn {
@@ -33,13 +37,7 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
                 o_bias: up.bias(&l.o)?,
             }),
             norm2: Norm::Rms(up.vector(&l.mlp_norm)?),
-            mlp: MlpBlock::Dense(DenseMlp {
-                act: Activation::SwiGlu,
-                up: up.matrix(&mlp.gate_up)?,
-                up_bias: up.bias(&mlp.gate_up)?,
-                down: up.matrix(&mlp.down)?,
-                down_bias: up.bias(&mlp.down)?,
-            }),
+            mlp,
         });
     }
     let parts = Parts {

@@ -23,7 +23,7 @@ use kvad_tensor::BackendKind;
 pub(crate) static ENTRY: ArchEntry = ArchEntry {
     kind: ArchKind::Llama,
     name: "llama",
-    covers: "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2; Qwen3-MoE (CPU only yet)",
+    covers: "Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM2; Qwen3-MoE",
     hf_classes: &[
         "LlamaForCausalLM",
         "MistralForCausalLM",

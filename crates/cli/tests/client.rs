@@ -196,6 +196,11 @@ fn load_sends_the_backend_and_ps_shows_the_model_on_it() {
     // Without --backend, the server's own.
     let o = kvad(&data, &["--remote", &s.1, "load", "qwen3-scripted"]);
     assert_eq!(text(&o).0.trim_end(), "loaded qwen3-scripted on scripted");
+    // The names `kvad ps` prints work as they are: NAME@backend.
+    let o = kvad(&data, &["--remote", &s.1, "unload", "qwen2.5-scripted@cpu-q8"]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let o = kvad(&data, &["--remote", &s.1, "ps"]);
+    assert!(!text(&o).0.contains("qwen2.5-scripted@"), "{}", text(&o).0);
 }
 
 #[test]

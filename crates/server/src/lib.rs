@@ -56,4 +56,19 @@ impl AppState {
             .cloned()
             .ok_or_else(|| ApiError::model_not_found(id, &all.iter().map(|m| m.id.clone()).collect::<Vec<_>>()))
     }
+
+    /// A model named as `kvad ps` names it, `NAME@backend` (the seed's form), or by its id alone: the model, and
+    /// the backend when one was named. An id that itself holds an `@` is taken whole first.
+    pub fn model_at(&self, name: &str) -> Result<(ModelInfo, Option<String>), ApiError> {
+        let whole = self.model_info(name);
+        if whole.is_ok() {
+            return whole.map(|m| (m, None));
+        }
+        match name.rsplit_once('@') {
+            Some((id, b)) if b.parse::<kvad_engine::BackendKind>().is_ok() => {
+                self.model_info(id).map(|m| (m, Some(b.to_string())))
+            }
+            _ => whole.map(|m| (m, None)),
+        }
+    }
 }

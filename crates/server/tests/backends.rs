@@ -92,4 +92,19 @@ fn a_model_keeps_the_backend_it_was_loaded_on_and_another_is_refused_until_it_is
     assert_eq!((code, v), (200, json!({"unloaded": ["qwen2.5-scripted@cpu-q8"]})));
     assert_eq!(load(&s, "qwen2.5-scripted", Some("cpu-q4")).1["backend"], "cpu-q4");
     assert_eq!(resident(&s), ["qwen2.5-scripted@cpu-q4", "qwen3-scripted@scripted"]);
+
+    // Names as `kvad ps` gives them, NAME@backend (the seed's form): an unload from another backend than the one it
+    // is on is a 409 saying where it is; from its own, it goes; a load NAME@backend loads there, and one that also
+    // names another backend is a 400.
+    let unload = |name: &str| s.post("/api/unload", &json!({"model": name}).to_string());
+    let (code, e) = unload("qwen2.5-scripted@cpu-q8");
+    assert_eq!((code, e["error"]["param"].as_str()), (409, Some("model")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("is loaded on cpu-q4, not on cpu-q8"), "{e}");
+    assert_eq!(unload("qwen2.5-scripted@cpu-q4"), (200, json!({"unloaded": ["qwen2.5-scripted@cpu-q4"]})));
+    let (code, v) = s.post("/api/load", &json!({"model": "qwen2.5-scripted@cpu-q8"}).to_string());
+    assert_eq!((code, &v["backend"]), (200, &json!("cpu-q8")), "{v}");
+    let (code, e) = load(&s, "qwen3-scripted@cpu-q4", Some("cpu-q8"));
+    assert_eq!((code, e["error"]["param"].as_str()), (400, Some("backend")), "{e}");
+    let (code, e) = unload("nothing@cpu-q8");
+    assert_eq!(code, 404, "an unknown model stays a 404: {e}");
 }

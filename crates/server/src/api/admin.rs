@@ -68,10 +68,18 @@ async fn admin(state: &AppState, who: &Caller, kind: Kind) -> Result<Vec<String>
 pub async fn load(State(state): State<AppState>, Admin(who): Admin, body: Bytes) -> Result<Json<Value>, ApiError> {
     let obj = parse_body(&body)?;
     let mut f = Fields::new(&obj, "");
-    let model = f.string("model")?.to_string();
+    let named = f.string("model")?.to_string();
     let backend = f.opt_string("backend")?.map(str::to_string);
     f.finish()?;
-    let info = state.model_info(&model)?;
+    // `NAME@backend` names the backend too; with a `backend` field as well, the two must agree.
+    let (info, at) = state.model_at(&named)?;
+    let backend = match (at, backend) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(ApiError::bad_field("backend", format!("backend = {b:?}, but the model is named {named:?}")))
+        }
+        (a, b) => b.or(a),
+    };
+    let model = info.id.clone();
     if let Some(b) = backend.as_deref().filter(|b| *b != info.default_backend) {
         b.parse::<BackendKind>().map_err(|e| ApiError::bad_field("backend", e.to_string()))?;
     }
@@ -102,9 +110,20 @@ pub async fn unload(State(state): State<AppState>, Admin(who): Admin, body: Byte
         }
         (m, _) => m,
     };
-    if let Some(m) = &model {
-        state.model_info(m)?;
-    }
+    // `NAME@backend` (as `kvad ps` names it) unloads the model only from that backend.
+    let model = match model {
+        Some(m) => {
+            let (info, at) = state.model_at(&m)?;
+            if let Some(b) = at.filter(|b| info.loaded && *b != info.backend) {
+                return Err(ApiError::conflict(
+                    "model",
+                    format!("{} is loaded on {}, not on {b}", info.id, info.backend),
+                ));
+            }
+            Some(info.id)
+        }
+        None => None,
+    };
     let names = admin(&state, &who, Kind::Unload { model }).await?;
     Ok(Json(json!({"unloaded": names})))
 }

@@ -119,6 +119,12 @@ fn run(args: Args) -> Result<(), String> {
         None => memory::available().unwrap_or(u64::MAX),
     };
     let store = Store::open(&db).map_err(|e| format!("{}: {e}", db.display()))?;
+    // Requests the last process was running when it died: interrupted, with what they had generated.
+    match store.mark_interrupted() {
+        Ok(0) => {}
+        Ok(n) => eprintln!("kvad-serve: {n} requests were running when the server last stopped: marked interrupted"),
+        Err(e) => return Err(format!("{}: {e}", db.display())),
+    }
     let engine: Box<dyn Engine> = match &args.scripted {
         Some(path) => Box::new(ScriptedEngine::from_file(path, total)?),
         None => {

@@ -51,6 +51,9 @@ const MIGRATIONS: &[&str] = &[
     // The backend each model's last load named (`kvad load --backend`, the Models page): where the model loads
     // when nothing names one, across unloads and restarts (the seed: a stored per-model choice wins).
     "CREATE TABLE model_backends (model TEXT PRIMARY KEY, backend TEXT NOT NULL)",
+    // Rows are opened at admission (created_at) and closed at the end: when, and in what order (ids follow
+    // admission; times of replies ending in one pass tie).
+    "ALTER TABLE requests ADD COLUMN ended_at TEXT; ALTER TABLE requests ADD COLUMN ended_seq INTEGER",
 ];
 
 /// One completion's row.
@@ -102,12 +105,61 @@ impl Store {
         Ok(Store { conn })
     }
 
+    /// Opens a request's row as it is admitted (`finish_reason` "running"), so a kill loses no request: the row is
+    /// updated as tokens come and closed at the end ([`Store::close`]); one still running at the next start was
+    /// interrupted ([`Store::mark_interrupted`]). Returns the row's id.
+    pub fn open_row(&self, r: &RequestRow) -> Result<i64, rusqlite::Error> {
+        let mut r = r.clone();
+        r.finish_reason = "running".into();
+        self.record(&r)?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// What a running request has generated so far (its row keeps the count should the process die).
+    pub fn progress(&self, id: i64, generated_tokens: usize) -> Result<(), rusqlite::Error> {
+        self.conn
+            .execute("UPDATE requests SET generated_tokens = ?2 WHERE id = ?1", params![id, generated_tokens as i64])?;
+        Ok(())
+    }
+
+    /// Closes an opened row with the request's final figures.
+    pub fn close(&self, id: i64, r: &RequestRow) -> Result<(), rusqlite::Error> {
+        self.conn.execute(
+            "UPDATE requests SET backend = ?2, prompt_tokens = ?3, cached_tokens = ?4, generated_tokens = ?5,
+                 queue_ms = ?6, ttft_ms = ?7, duration_ms = ?8, finish_reason = ?9, error = ?10,
+                 ended_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+                 ended_seq = (SELECT coalesce(max(ended_seq), 0) + 1 FROM requests) WHERE id = ?1",
+            params![
+                id,
+                r.backend,
+                r.prompt_tokens as i64,
+                r.cached_tokens as i64,
+                r.generated_tokens as i64,
+                r.queue_ms,
+                r.ttft_ms,
+                r.duration_ms,
+                r.finish_reason,
+                r.error
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// Rows left "running" by a process that died (a kill, a crash, the power): "interrupted", keeping what they
+    /// had generated. Returns how many.
+    pub fn mark_interrupted(&self) -> Result<usize, rusqlite::Error> {
+        self.conn.execute("UPDATE requests SET finish_reason = 'interrupted' WHERE finish_reason = 'running'", [])
+    }
+
     /// Writes one request's row.
     pub fn record(&self, r: &RequestRow) -> Result<(), rusqlite::Error> {
         self.conn.execute(
             "INSERT INTO requests (account, endpoint, model, backend, prompt_tokens, cached_tokens, generated_tokens,
-                 queue_ms, ttft_ms, duration_ms, finish_reason, error)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 queue_ms, ttft_ms, duration_ms, finish_reason, error, ended_at, ended_seq)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,
+                     CASE WHEN ?11 = 'running' THEN NULL ELSE strftime('%Y-%m-%dT%H:%M:%fZ', 'now') END,
+                     CASE WHEN ?11 = 'running' THEN NULL
+                          ELSE (SELECT coalesce(max(ended_seq), 0) + 1 FROM requests) END)",
             params![
                 r.account,
                 r.endpoint,

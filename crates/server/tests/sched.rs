@@ -47,11 +47,12 @@ fn until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// (account, finish_reason, generated, cached) in the order rows landed.
+/// (account, finish_reason, generated, cached) in the order the requests ended (rows open at admission).
 fn rows(s: &Server) -> Vec<(String, String, i64, i64)> {
     let db = rusqlite::Connection::open(s.dir.join("kvad.db")).unwrap();
-    let mut st =
-        db.prepare("SELECT account, finish_reason, generated_tokens, cached_tokens FROM requests ORDER BY id").unwrap();
+    let mut st = db
+        .prepare("SELECT account, finish_reason, generated_tokens, cached_tokens FROM requests ORDER BY ended_seq")
+        .unwrap();
     st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
 }
 

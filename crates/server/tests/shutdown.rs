@@ -80,3 +80,28 @@ fn an_idle_server_exits_at_once_without_waiting_for_the_timeout() {
     assert!(status.success(), "{status:?}");
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
+
+/// A kill mid-stream (no chance to write anything at the end) loses no request: the row opened at admission has
+/// the tokens generated up to the last second, and the next start marks it interrupted (and says so).
+#[test]
+fn a_request_killed_mid_stream_is_recorded_as_interrupted_at_the_next_start() {
+    let s = common::scripted("killed", &[]);
+    // slow-scripted: about 70 tokens at 50 ms a pass.
+    let body = json!({"model": "slow-scripted", "stream": true, "messages": [{"role": "user", "content": "count"}]});
+    let r = ureq::post(&format!("{}/v1/chat/completions", s.url)).send_string(&body.to_string()).unwrap();
+    let mut lines = BufReader::new(r.into_reader()).lines().map_while(Result::ok).filter(|l| l.starts_with("data: "));
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(1600) {
+        lines.next().expect("a chunk");
+    }
+    let running = s.rows();
+    assert_eq!((running.len(), running[0].4.as_str()), (1, "running"), "{running:?}");
+    assert!(running[0].3 > 0, "the row has the tokens of the first second: {running:?}");
+    // kill -9, then a new server on the same data directory.
+    let s = s.restart(&["--scripted", common::script().to_str().unwrap()]);
+    let rows = s.rows();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0].4, "interrupted", "{rows:?}");
+    assert!(rows[0].3 >= running[0].3, "what it had generated is kept: {rows:?}");
+    assert!(s.log.lock().unwrap().contains("1 requests were running when the server last stopped"));
+}

@@ -25,6 +25,8 @@ struct Active {
     joined: Instant,
     cached: usize,
     beside: usize,
+    /// When its row last took the generated count.
+    saved: Instant,
 }
 
 /// What the engine thread keeps between decisions.
@@ -37,7 +39,12 @@ struct Runner<'a> {
     active: HashMap<JobId, Active>,
     /// When the last step ended, for `KVAD_STEP_TRACE=1` (the time between steps: deciding, joining, waiting).
     last_step: Option<Instant>,
+    /// The open requests rows of generations admitted and not yet ended.
+    rows: HashMap<JobId, i64>,
 }
+
+/// How often a running reply's row takes its generated count (what a kill would otherwise lose).
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
@@ -62,7 +69,15 @@ enum Todo {
 
 /// Runs until the process ends.
 pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared) {
-    let mut r = Runner { engine, store, shared, prepared: HashMap::new(), active: HashMap::new(), last_step: None };
+    let mut r = Runner {
+        engine,
+        store,
+        shared,
+        prepared: HashMap::new(),
+        active: HashMap::new(),
+        last_step: None,
+        rows: HashMap::new(),
+    };
     loop {
         let todo = r.next();
         match todo {
@@ -87,6 +102,7 @@ impl Runner<'_> {
         let shared = self.shared;
         let mut st = lock(shared);
         loop {
+            self.open_rows(&st);
             self.reap(&mut st);
             let budget = batch_model(&st.core).map_or(usize::MAX, |m| self.engine.budget(&m));
             match st.core.decide(budget) {
@@ -153,7 +169,7 @@ impl Runner<'_> {
             if let Some(Payload::Generate(job)) = st.payloads.remove(&id) {
                 let mut row = row_for(&job);
                 row.finish_reason = "cancelled".into();
-                self.record(&row);
+                self.record(id, &row);
             }
         }
         let stopped: Vec<JobId> =
@@ -163,8 +179,29 @@ impl Runner<'_> {
         }
     }
 
-    fn record(&self, row: &RequestRow) {
-        if let Err(e) = self.store.record(row) {
+    /// Opens a row for every generation admitted since the last look (a kill then loses none).
+    fn open_rows(&mut self, st: &State) {
+        for (id, p) in &st.payloads {
+            if let Payload::Generate(job) = p {
+                if !self.rows.contains_key(id) {
+                    match self.store.open_row(&row_for(job)) {
+                        Ok(row) => {
+                            self.rows.insert(*id, row);
+                        }
+                        Err(e) => eprintln!("kvad-serve: opening the requests row failed: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes a generation's final row: closes the one opened at admission, or writes it whole.
+    fn record(&mut self, id: JobId, row: &RequestRow) {
+        let done = match self.rows.remove(&id) {
+            Some(open) => self.store.close(open, row),
+            None => self.store.record(row),
+        };
+        if let Err(e) = done {
             eprintln!("kvad-serve: writing the requests row failed: {e}");
         }
         self.shared.metrics.finished(&row.finish_reason);
@@ -187,7 +224,7 @@ impl Runner<'_> {
             let mut row = row_for(&job);
             row.error = Some(e.message.clone());
             row.finish_reason = "error".into();
-            self.record(&row);
+            self.record(id, &row);
             let _ = job.events.send(Event::Failed(e));
         }
     }
@@ -231,7 +268,8 @@ impl Runner<'_> {
                 row.prompt_tokens = p.prompt_tokens;
                 row.cached_tokens = b.cached;
                 let reply = Reply::new(&job, &p);
-                let a = Active { job, prepared: p, reply, row, joined: Instant::now(), cached: b.cached, beside: 0 };
+                let now = Instant::now();
+                let a = Active { job, prepared: p, reply, row, joined: now, cached: b.cached, beside: 0, saved: now };
                 self.active.insert(id, a);
             }
             Err(e) => {
@@ -262,6 +300,11 @@ impl Runner<'_> {
                     }
                     if let Some(why) = a.reply.token(&a.job, s) {
                         self.finish(&mut st, part.id, why);
+                    } else if a.saved.elapsed() >= PROGRESS_EVERY {
+                        a.saved = Instant::now();
+                        if let Some(&row) = self.rows.get(&part.id) {
+                            let _ = self.store.progress(row, a.reply.tokens);
+                        }
                     }
                 }
             }
@@ -274,7 +317,7 @@ impl Runner<'_> {
                         row.error = Some(e.message.clone());
                         row.finish_reason = "error".into();
                         row.duration_ms = ms(a.joined);
-                        self.record(&row);
+                        self.record(part.id, &row);
                         let _ = a.job.events.send(Event::Failed(e.clone()));
                     }
                 }
@@ -306,7 +349,7 @@ impl Runner<'_> {
         a.row.duration_ms = ms(a.joined);
         self.shared.metrics.generated(a.reply.tokens);
         // The row lands before the client hears the end, so whoever reads the table after a reply finds it.
-        self.record(&a.row);
+        self.record(id, &a.row);
         let _ = a.job.events.send(Event::Done(Done {
             finish_reason: reason,
             prompt_tokens: a.prepared.prompt_tokens,

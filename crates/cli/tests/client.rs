@@ -196,6 +196,20 @@ fn load_sends_the_backend_and_ps_shows_the_model_on_it() {
     // Without --backend, the server's own.
     let o = kvad(&data, &["--remote", &s.1, "load", "qwen3-scripted"]);
     assert_eq!(text(&o).0.trim_end(), "loaded qwen3-scripted on scripted");
+    // run's --backend/--quant reach the server as a load there; one elsewhere is its 409; --threads is refused.
+    let o = kvad(
+        &data,
+        &["--remote", &s.1, "run", "smollm2-scripted", "--backend", "cpu-q4", "-p", "hi", "--max-tokens", "2"],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert!(text(&o).1.contains("smollm2-scripted is on cpu-q4 for this request"), "{}", text(&o).1);
+    let o = kvad(&data, &["--remote", &s.1, "ps"]);
+    assert!(text(&o).0.lines().any(|l| l.starts_with("smollm2-scripted@cpu-q4 ")), "{}", text(&o).0);
+    let o = kvad(&data, &["--remote", &s.1, "run", "smollm2-scripted", "--quant", "q8", "-p", "hi"]);
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains("is loaded on cpu-q4"), "{err}");
+    let o = kvad(&data, &["--remote", &s.1, "chat", "smollm2-scripted", "--threads", "2"]);
+    assert!(!o.status.success() && text(&o).1.contains("--threads"), "{}", text(&o).1);
     // The names `kvad ps` prints work as they are: NAME@backend.
     let o = kvad(&data, &["--remote", &s.1, "unload", "qwen2.5-scripted@cpu-q8"]);
     assert!(o.status.success(), "{}", text(&o).1);

@@ -13,7 +13,7 @@ fn gb(v: &Value) -> String {
     }
 }
 
-fn post(url: &str, path: &str, body: Value) -> Result<Value> {
+pub(crate) fn post(url: &str, path: &str, body: Value) -> Result<Value> {
     Ok(super::with_auth(url, ureq::post(&format!("{url}{path}"))).send_json(body).map_err(http_error)?.into_json()?)
 }
 

@@ -22,6 +22,35 @@ fn is_chat(url: &str, model: &str) -> Result<bool> {
     Ok(model_entry(url, model)?["capabilities"]["chat"].as_bool().unwrap_or(false))
 }
 
+/// The backend `--backend` or `--quant` names (None: neither).
+fn named_backend(a: &ModelArgs) -> Result<Option<String>> {
+    Ok(match (a.quant.as_deref(), &a.backend) {
+        (Some("q8"), _) => Some("cpu-q8".into()),
+        (Some("q4"), _) => Some("cpu-q4".into()),
+        (Some("f32"), _) => Some("cpu-f32".into()),
+        (Some(other), _) => bail!("--quant {other:?} is not one of q8, q4, f32"),
+        (None, b) => b.clone(),
+    })
+}
+
+/// The flags of `a` that mean nothing to a server, refused by name before anything is asked of it.
+fn local_only(a: &ModelArgs) -> Result<()> {
+    if a.threads.is_some() {
+        bail!("--threads sets this process's worker threads; the server's are its own (KVAD_THREADS where it starts); add --local to run here");
+    }
+    named_backend(a).map(|_| ())
+}
+
+/// The backend `a` names, loaded there (the server's own answer when it cannot: a 409 naming where the model is, a
+/// memory refusal naming the holders).
+fn place(url: &str, a: &ModelArgs) -> Result<()> {
+    if let Some(b) = named_backend(a)? {
+        let v = super::admin::post(url, "/api/load", json!({"model": a.model, "backend": b}))?;
+        eprintln!("kvad: {} is on {} for this request", a.model, v["backend"].as_str().unwrap_or(&b));
+    }
+    Ok(())
+}
+
 fn sampling(a: &ModelArgs) -> Value {
     let mut v = json!({
         "model": a.model, "max_tokens": a.max_tokens, "temperature": a.temperature, "top_p": a.top_p,
@@ -92,6 +121,8 @@ pub fn run(url: &str, a: &RunArgs, json_out: bool) -> Result<()> {
     if a.logprobs.is_some() {
         bail!("--logprobs prints per-token alternatives in this process only; add --local");
     }
+    local_only(&a.model)?;
+    place(url, &a.model)?;
     let mut body = sampling(&a.model);
     if is_chat(url, &a.model.model)? {
         let mut m = crate::generate::with_system(&a.model.system);
@@ -107,10 +138,12 @@ pub fn run(url: &str, a: &RunArgs, json_out: bool) -> Result<()> {
 
 /// `kvad chat` against a server: the conversation is kept here and sent whole each turn.
 pub fn chat(url: &str, a: &ModelArgs, json_out: bool) -> Result<()> {
-    let m = model_entry(url, &a.model)?;
-    if !m["capabilities"]["chat"].as_bool().unwrap_or(false) {
+    local_only(a)?;
+    if !model_entry(url, &a.model)?["capabilities"]["chat"].as_bool().unwrap_or(false) {
         bail!("{} has no chat template: it is a completion model; use `kvad run` instead", a.model);
     }
+    place(url, a)?;
+    let m = model_entry(url, &a.model)?;
     // The seed's second line: where the replies are computed (where the model is, else where it will load).
     eprintln!("model: {}@{}", a.model, m["backend"].as_str().unwrap_or("?"));
     crate::generate::conversation(&a.model, &a.system, |history, _| {
@@ -190,4 +223,111 @@ pub fn api(url: &str, path: Option<&str>, method: Option<&str>, data: Option<&st
         _ => println!("{text}"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    /// How a `run`/`chat` flag reaches a server: sent as a request field, turned into a load on a backend, or refused
+    /// with a message naming it (what it changes has no meaning for a server's request).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Remote {
+        /// Sent in the request as this field.
+        Sent(&'static str),
+        /// The model is loaded on the backend named before the request (or the server's refusal is the answer).
+        Loads,
+        /// Refused: it only means something in this process.
+        Refused,
+    }
+
+    /// Every `run`/`chat` flag and how it reaches a server; `tests` walk the clap definitions against this table, so a
+    /// flag added later is sent or refused, never dropped.
+    const REMOTE_FLAGS: &[(&str, Remote)] = &[
+        ("prompt", Remote::Sent("messages")),
+        ("system", Remote::Sent("messages")),
+        ("max-tokens", Remote::Sent("max_tokens")),
+        ("temperature", Remote::Sent("temperature")),
+        ("top-p", Remote::Sent("top_p")),
+        ("top-k", Remote::Sent("top_k")),
+        ("min-p", Remote::Sent("min_p")),
+        ("repetition-penalty", Remote::Sent("repetition_penalty")),
+        ("presence-penalty", Remote::Sent("presence_penalty")),
+        ("frequency-penalty", Remote::Sent("frequency_penalty")),
+        ("seed", Remote::Sent("seed")),
+        ("backend", Remote::Loads),
+        ("quant", Remote::Loads),
+        ("threads", Remote::Refused),
+        ("logprobs", Remote::Refused),
+    ];
+
+    fn parse(args: &[&str]) -> crate::args::Cli {
+        crate::args::Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// Every flag of `run` and `chat`, walked from the clap definitions: each is in the table, and does what the
+    /// table says against a server — a value differing from its default shows in the request, a backend becomes a
+    /// load (tests/client.rs runs that against a server), a flag of this process only is refused by name.
+    #[test]
+    fn every_run_and_chat_flag_is_sent_or_refused() {
+        let cli = crate::args::Cli::command();
+        for sub in ["run", "chat"] {
+            let cmd = cli.find_subcommand(sub).unwrap();
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if long == "help" {
+                    continue;
+                }
+                let how = REMOTE_FLAGS.iter().find(|f| f.0 == long).map(|f| f.1);
+                let how = how
+                    .unwrap_or_else(|| panic!("kvad {sub} --{long}: not in REMOTE_FLAGS, so a server would drop it"));
+                let value = match long {
+                    "seed" | "max-tokens" | "top-k" | "logprobs" | "threads" => "7",
+                    "backend" => "cpu-q4",
+                    "quant" => "q4",
+                    "system" | "prompt" => "marker-text",
+                    _ => "0.25",
+                };
+                let flag = format!("--{long}");
+                let mut argv = vec!["kvad", sub, "m", &flag, value];
+                if sub == "run" && long != "prompt" {
+                    argv.extend(["-p", "hi"]);
+                }
+                let cli = parse(&argv);
+                let a = match &cli.command {
+                    crate::args::Command::Run(r) => r.model.clone(),
+                    crate::args::Command::Chat(m) => m.clone(),
+                    _ => unreachable!(),
+                };
+                match how {
+                    Remote::Sent("messages") => {
+                        let (system, prompt) = match &cli.command {
+                            crate::args::Command::Run(r) => (r.model.system.clone(), Some(r.prompt.clone())),
+                            _ => (a.system.clone(), None),
+                        };
+                        let mut m = crate::generate::with_system(&system);
+                        if let Some(p) = prompt {
+                            m.push(json!({"role": "user", "content": p}));
+                        }
+                        assert!(json!(m).to_string().contains("marker-text"), "kvad {sub} --{long}: {m:?}");
+                    }
+                    Remote::Sent(field) => {
+                        let body = sampling(&a);
+                        let sent = body[field].to_string();
+                        assert!(sent == value || sent == format!("{value}.0"), "kvad {sub} --{long}: {field} = {sent}");
+                    }
+                    Remote::Loads => assert_eq!(named_backend(&a).unwrap().as_deref(), Some("cpu-q4"), "{long}"),
+                    Remote::Refused => {
+                        // Refused before anything is asked of the (unreachable) server.
+                        let e = match &cli.command {
+                            crate::args::Command::Run(r) => run("http://127.0.0.1:1", r, false).unwrap_err(),
+                            _ => chat("http://127.0.0.1:1", &a, false).unwrap_err(),
+                        };
+                        assert!(e.to_string().contains(&flag), "kvad {sub} --{long}: {e}");
+                    }
+                }
+            }
+        }
+    }
 }

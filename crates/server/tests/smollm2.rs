@@ -63,6 +63,16 @@ fn smollm2_chat_completion_and_the_openai_sdk() {
     let rows = real.rows();
     assert!(rows.len() >= 4, "{rows:?}");
     assert!(rows.iter().all(|r| r.2 > 0 && r.5.is_some()), "{rows:?}");
+    // A prompt of a megabyte is refused by its size, before it is tokenised (it held the engine thread, and every
+    // stream on it, most of a second).
+    let (code, big) = real.post(
+        "/v1/chat/completions",
+        &json!({"model": "smollm2-instruct", "max_tokens": 1,
+                "messages": [{"role": "user", "content": "word ".repeat(200_000)}]})
+        .to_string(),
+    );
+    assert_eq!((code, big["error"]["param"].as_str()), (400, Some("messages")), "{big}");
+    assert!(big["error"]["message"].as_str().unwrap().contains("the prompt is 1000000 bytes"), "{big}");
 }
 
 fn chat(s: &common::Server, messages: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {

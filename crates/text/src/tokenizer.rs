@@ -30,6 +30,8 @@ pub struct Tokenizer {
     special_ids: HashSet<u32>,
     /// Whether the model decodes `<0xNN>` tokens as raw bytes (SentencePiece byte fallback).
     byte_fallback: bool,
+    /// The longest text one token decodes to, in bytes ([`Tokenizer::fewest_tokens`]), found on first use.
+    longest: std::sync::OnceLock<usize>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -77,6 +79,7 @@ impl Tokenizer {
             special_ids: special_ids(&inner),
             byte_fallback: byte_fallback(&inner),
             inner,
+            longest: std::sync::OnceLock::new(),
         })
     }
 
@@ -122,6 +125,7 @@ impl Tokenizer {
             eos_token: c.eos.map(|(t, _)| t),
             bos: c.bos,
             chat_template,
+            longest: std::sync::OnceLock::new(),
             clean_up_spaces: false,
         })
     }
@@ -142,6 +146,21 @@ impl Tokenizer {
         }
         let text = self.inner.decode(ids, skip_special).map_err(|e| TextError::tokenizers("decode", e))?;
         Ok(if self.clean_up_spaces && !self.inner.get_model().is_bpe() { clean_up_tokenization(&text) } else { text })
+    }
+
+    /// A lower bound on the tokens `bytes` bytes of text encode to, found without encoding them: no token stands
+    /// for more text than its own decoding (the longest found once, over the whole vocabulary), and where a
+    /// normaliser runs first it may fold up to 4 bytes of input into 1 (NFKC's ligatures and compatibility forms),
+    /// so the bound divides by four times that. It lets a server refuse a prompt far past a model's context before
+    /// tokenising megabytes.
+    pub fn fewest_tokens(&self, bytes: usize) -> usize {
+        let longest = *self.longest.get_or_init(|| {
+            let n = self.vocab_size() as u32;
+            // + 1: a token decoded alone may lose the space it stands for (SentencePiece strips a leading one).
+            (0..n).filter_map(|id| self.inner.decode(&[id], false).ok()).map(|t| t.len() + 1).max().unwrap_or(1)
+        });
+        let fold = if self.inner.get_normalizer().is_some() { 4 } else { 1 };
+        bytes / (fold * longest.max(1))
     }
 
     /// Number of ids, added tokens included: the size the embedding table must cover.

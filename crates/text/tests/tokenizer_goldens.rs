@@ -100,3 +100,32 @@ fn spm_gguf_vocab_matches_goldens() {
     assert_eq!(tok.eos_ids(), &[2]);
     check_goldens(&tok, "fixtures/goldens/tokenizer/spm.json", "spm GGUF vocab");
 }
+
+/// `fewest_tokens` is a lower bound: on every golden string and on long runs of the text that packs most bytes into
+/// a token (repeated characters, spaces, words, CJK), byte-level BPE and SentencePiece alike, the encoding is never
+/// shorter than it says.
+#[test]
+fn fewest_tokens_never_exceeds_the_real_count() {
+    let smol = Tokenizer::from_file(&fixture("fixtures/tokenizers/smollm2/tokenizer.json")).unwrap();
+    let path = fixture("fixtures/tokenizers/spm/tokenizer.gguf");
+    let spm = Tokenizer::from_gguf_vocab(vocab_from_gguf(&path).unwrap()).unwrap();
+    let mut texts: Vec<String> = load_json("fixtures/goldens/tokenizer/smollm2.json")["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .collect();
+    for unit in ["a", " ", "the ", "    ", "=", "日本語", "\n", "ﬁ", "<|im_start|>"] {
+        texts.push(unit.repeat(5000));
+    }
+    for (name, tok) in [("smollm2", &smol), ("spm", &spm)] {
+        let mut tight = 0f64;
+        for t in &texts {
+            let n = tok.encode(t, false).unwrap().len();
+            let bound = tok.fewest_tokens(t.len());
+            assert!(bound <= n, "{name}: {bound} > {n} tokens for {:?}…", &t[..t.len().min(40)]);
+            tight = tight.max(bound as f64 / n.max(1) as f64);
+        }
+        assert!(tight > 0.0, "{name}: the bound says something for long texts");
+    }
+}

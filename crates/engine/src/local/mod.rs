@@ -186,6 +186,24 @@ impl LocalEngine {
     }
 }
 
+/// The bytes of text a prompt certainly renders (its messages' text, or the completion's prompt), and the request
+/// field it came in.
+fn prompt_bytes(prompt: &Prompt) -> (usize, &'static str) {
+    fn text_of(v: &serde_json::Value) -> usize {
+        match v {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(parts) => parts.iter().map(|p| p.get("text").map_or(0, text_of)).sum(),
+            _ => 0,
+        }
+    }
+    match prompt {
+        Prompt::Chat { messages, .. } => {
+            (messages.iter().map(|m| m.get("content").map_or(0, text_of)).sum(), "messages")
+        }
+        Prompt::Text(s) => (s.len(), "prompt"),
+    }
+}
+
 fn render(m: &OpenedModel, model: &str, prompt: &Prompt) -> Result<(String, Vec<u32>), EngineError> {
     match prompt {
         Prompt::Chat { messages, tools } => {
@@ -235,8 +253,21 @@ impl Engine for LocalEngine {
         let loaded = self.slot(entry).is_none();
         let slot = self.load_entry(entry, None)?;
         let backend = slot.backend.to_string();
-        let (text, tokens) = render(&slot.m, model, prompt)?;
         let c = slot.m.model.config();
+        // A prompt far past the context is refused before it is tokenised (megabytes took the engine thread, and
+        // every stream on it, most of a second): its text alone holds more tokens than the context.
+        let (bytes, field) = prompt_bytes(prompt);
+        let fewest = slot.m.tokenizer.fewest_tokens(bytes);
+        if fewest >= c.max_position {
+            return Err(EngineError::bad_field(
+                field,
+                format!(
+                    "the prompt is {bytes} bytes, at least {fewest} tokens for this model; its context is {}",
+                    c.max_position
+                ),
+            ));
+        }
+        let (text, tokens) = render(&slot.m, model, prompt)?;
         Ok(Prepared {
             prompt_tokens: tokens.len(),
             tokens,

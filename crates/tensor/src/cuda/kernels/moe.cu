@@ -158,8 +158,6 @@ __device__ __forceinline__ float moe_row_dot(int fmt, const unsigned char* q, co
     float acc = 0.0f;
     if (fmt == 0) {
         const uint4* wr = (const uint4*)(q + (size_t)n * K * 2);
-        // Unrolled so each lane has several loads in flight (the same sums in the same order).
-#pragma unroll 4
         for (int i = lane; i < K / 8; i += 32) {
             uint4 w = wr[i];
             const float* xv = x + i * 8;
@@ -173,7 +171,6 @@ __device__ __forceinline__ float moe_row_dot(int fmt, const unsigned char* q, co
         int nb = K / 32;
         const uint4* wr = (const uint4*)(q + (size_t)n * K);
         const f16_t* sr = s + (size_t)n * nb;
-#pragma unroll 2
         for (int b = lane; b < nb; b += 32) {
             uint4 w0 = wr[2 * b], w1 = wr[2 * b + 1];
             unsigned u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
@@ -190,7 +187,6 @@ __device__ __forceinline__ float moe_row_dot(int fmt, const unsigned char* q, co
         int nb = K / 32;
         const uint4* wr = (const uint4*)(q + (size_t)n * K / 2);
         const f16_t* sr = s + (size_t)n * nb;
-#pragma unroll 2
         for (int b = lane; b < nb; b += 32) {
             uint4 w = wr[b];
             unsigned u[4] = {w.x, w.y, w.z, w.w};

@@ -15,28 +15,11 @@ import gguf
 import numpy as np
 import torch
 
+from tokenizer_gguf import copy_fields  # beside this script
+
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 4, 128
 EXPERTS, ACTIVE, EXPERT_FF, DENSE_FF = 128, 8, 768, 6144
 VOCAB, CONTEXT, THETA, EPS = 49152, 40960, 1000000.0, 1e-6
-
-
-def copy_tokenizer(w, path):
-    r = gguf.GGUFReader(path)
-    for name, field in r.fields.items():
-        if not name.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = field.types[1]
-            if sub == gguf.GGUFValueType.STRING:
-                val = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-            else:
-                val = [field.parts[i].tolist()[0] for i in field.data]
-            w.add_key_value(name, val, vtype, sub_type=sub)
-        elif vtype == gguf.GGUFValueType.STRING:
-            w.add_key_value(name, bytes(field.parts[field.data[0]]).decode("utf-8"), vtype)
-        else:
-            w.add_key_value(name, field.parts[field.data[0]].tolist()[0], vtype)
 
 
 def tensors(layers):
@@ -82,7 +65,7 @@ def main():
     w.add_layer_norm_rms_eps(EPS)
     w.add_vocab_size(VOCAB)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    copy_tokenizer(w, tok)
+    copy_fields(gguf.GGUFReader(tok), w, lambda n: n.startswith("tokenizer."))
     plan = list(tensors(layers))
     for name, shape, kind in plan:
         if kind == "w":

@@ -8,12 +8,11 @@ import sys
 import gguf
 
 
-def main():
-    src, dst = sys.argv[1], sys.argv[2]
-    r = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(dst, arch="llama")
+def copy_fields(r, w, keep):
+    """Copies the metadata fields of reader `r` whose names `keep` accepts into writer `w`, values and types as
+    they are (the benchmark model scripts take the tokenizer from the GGUF this script writes)."""
     for name, field in r.fields.items():
-        if not (name.startswith("tokenizer.") or name.startswith("llama.") or name == "general.name"):
+        if not keep(name):
             continue
         vtype = field.types[0]
         if vtype == gguf.GGUFValueType.ARRAY:
@@ -27,6 +26,13 @@ def main():
             w.add_key_value(name, bytes(field.parts[field.data[0]]).decode("utf-8"), vtype)
         else:
             w.add_key_value(name, field.parts[field.data[0]].tolist()[0], vtype)
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, arch="llama")
+    copy_fields(r, w, lambda n: n.startswith("tokenizer.") or n.startswith("llama.") or n == "general.name")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -13,6 +13,9 @@
 //! autoload = false               # reload the models that were loaded, in the background, at start
 //! models = ["smollm2-instruct"]  # KVAD_MODELS (comma-separated): what /v1/models offers
 //! backend = "cpu-q8"             # KVAD_BACKEND (unset: gpu-q8 where the GPU runs the model, else cpu-q8)
+//! allowed_origins = []           # KVAD_ALLOWED_ORIGINS (comma-separated): other web origins whose pages may call
+//!                                # this server (CORS, no cookies), e.g. "http://localhost:3000"; in auth mode
+//!                                # none every other origin is refused, reads included
 //! max_body = 2097152             # KVAD_MAX_BODY: bytes a request body may hold; a larger one is a 413 (OpenAI's
 //!                                # error shape, code request_too_large)
 //! shutdown_timeout = 30          # KVAD_SHUTDOWN_TIMEOUT: seconds running replies get after SIGINT/SIGTERM; then
@@ -67,6 +70,9 @@ pub struct ServerSection {
     /// Backend models load on when nothing names one and no load has chosen one for the model (None: the seed's
     /// rule, as `kvad run` applies it: gpu-q8 where the GPU runs the model's family, else cpu-q8).
     pub backend: Option<String>,
+    /// Web origins (`scheme://host[:port]`) other than the server's own whose pages may call it: they get CORS
+    /// answers (without credentials), and in mode none they are the only other origins answered at all.
+    pub allowed_origins: Vec<String>,
     /// Bytes a request body may hold (2 MiB: a prompt of a model's longest context, as JSON, with room); a larger
     /// body is refused whole with a 413 before anything reads it.
     pub max_body: usize,
@@ -93,6 +99,7 @@ impl Default for ServerSection {
             autoload: false,
             models: vec![kvad_hub::DEFAULT_ALIAS.into()],
             backend: None,
+            allowed_origins: Vec::new(),
             max_body: 2 * 1024 * 1024,
             shutdown_timeout: 30,
             greedy_ahead: None,
@@ -238,6 +245,9 @@ impl Config {
         if s.generations_per_minute == Some(0) {
             return Err("[server] generations_per_minute = 0: at least 1 (leave it unset for no limit)".into());
         }
+        for o in &s.allowed_origins {
+            crate::auth::origin::check_origin(o)?;
+        }
         if s.context == Some(0) {
             return Err("[server] context = 0: must be at least 1 token (leave it unset for the model's)".into());
         }
@@ -285,6 +295,10 @@ impl Config {
         }
         if let Some(v) = get("KVAD_BACKEND").filter(|v| !v.is_empty()) {
             self.server.backend = Some(v);
+        }
+        if let Some(v) = get("KVAD_ALLOWED_ORIGINS").filter(|v| !v.is_empty()) {
+            self.server.allowed_origins =
+                v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         }
         if let Some(v) = get("KVAD_MAX_BODY").filter(|v| !v.is_empty()) {
             self.server.max_body =

@@ -476,6 +476,77 @@ fn mode_none_keeps_the_account_header_and_refuses_other_sites() {
     assert_eq!(r.status, 404, "same origin passes (and the model is unknown): {}", r.text);
 }
 
+/// DNS rebinding: a page whose name was re-pointed at 127.0.0.1 sends its own name as `Host`. In mode none every
+/// request it makes is refused, reads included (conversations, usage, metrics, the UI itself); other web origins
+/// are refused unless `[server] allowed_origins` lists them, and listed ones get CORS answers.
+#[test]
+fn mode_none_refuses_rebound_hosts_and_unlisted_origins_for_reads_too() {
+    let s = common::start_env(
+        "rebind",
+        &["--scripted", common::script().to_str().unwrap()],
+        &[("KVAD_ALLOWED_ORIGINS", "http://localhost:3000")],
+    );
+    let evil = [("host", "evil.example:5823")];
+    for path in
+        ["/api/conversations", "/api/requests", "/api/metrics/usage", "/metrics", "/v1/models", "/", "/api/health"]
+    {
+        let r = call(&s, "GET", path, &evil, None);
+        assert_eq!(r.status, 403, "GET {path} with a rebound Host: {}", r.text);
+        assert!(r.body["error"]["message"].as_str().unwrap().contains("evil.example"), "{}", r.text);
+    }
+    let host = s.url.trim_start_matches("http://").to_string();
+    for h in [host.as_str(), "localhost", "[::1]:5823"] {
+        assert_eq!(call(&s, "GET", "/api/conversations", &[("host", h)], None).status, 200, "Host {h}");
+    }
+    // A page on another origin reading with fetch(): refused unless listed.
+    let other = [("origin", "http://evil.example"), ("host", host.as_str())];
+    let r = call(&s, "GET", "/api/conversations", &other, None);
+    assert_eq!(r.status, 403, "{}", r.text);
+    assert!(r.body["error"]["message"].as_str().unwrap().contains("allowed_origins"), "{}", r.text);
+    let listed = [("origin", "http://localhost:3000"), ("host", host.as_str())];
+    let r = call(&s, "GET", "/v1/models", &listed, None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.headers["access-control-allow-origin"], "http://localhost:3000");
+    assert!(!r.headers.contains_key("access-control-allow-credentials"), "never the cookie cross-origin");
+    let pre = [listed[0], listed[1], ("access-control-request-method", "POST")];
+    let r = call(&s, "OPTIONS", "/v1/chat/completions", &pre, None);
+    assert_eq!(r.status, 204, "{}", r.text);
+    assert!(r.headers["access-control-allow-methods"].contains("POST"), "{:?}", r.headers);
+    assert!(r.headers["access-control-allow-headers"].contains("authorization"), "{:?}", r.headers);
+    // A listed site's writes pass the other-site gate too.
+    let r = call(&s, "POST", "/api/load", &listed, Some(json!({"model": "nope"})));
+    assert_eq!(r.status, 404, "{}", r.text);
+    let r = call(&s, "OPTIONS", "/v1/chat/completions", &[other[0], other[1], pre[2]], None);
+    assert_eq!(r.status, 403, "an unlisted preflight: {}", r.text);
+}
+
+/// Outside mode none the account is the guard: other origins' reads are left to the browser (no CORS answer),
+/// a listed origin gets one, and an allowed_origins entry that is not an origin stops the start, named.
+#[test]
+fn listed_origins_get_cors_in_every_mode_and_bad_entries_are_named() {
+    let script = common::script();
+    let s = common::start_env(
+        "cors-local",
+        &["--scripted", script.to_str().unwrap()],
+        &[
+            ("KVAD_AUTH_MODE", "local"),
+            ("KVAD_ADMIN_PASSWORD", ADMIN_PW),
+            ("KVAD_ALLOWED_ORIGINS", "https://app.example"),
+        ],
+    );
+    let b = login(&s, "admin", ADMIN_PW);
+    let (_, key) = new_key(&s, &b, "k");
+    let auth = bearer(&key);
+    let r = call(&s, "GET", "/v1/models", &[("authorization", &auth), ("origin", "https://app.example")], None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.headers["access-control-allow-origin"], "https://app.example");
+    let r = call(&s, "GET", "/v1/models", &[("authorization", &auth), ("origin", "https://other.example")], None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(!r.headers.contains_key("access-control-allow-origin"), "{:?}", r.headers);
+    let e = serve_outcome(&[], &[("KVAD_ALLOWED_ORIGINS", "http://localhost:3000/app")]).unwrap_err();
+    assert!(e.contains("\"http://localhost:3000/app\"") && e.contains("allowed_origins"), "{e}");
+}
+
 /// Runs kvad-serve with exactly these arguments and environment until it listens (Ok: the log) or exits (Err).
 fn serve_outcome(args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
     use std::io::{BufRead, BufReader};

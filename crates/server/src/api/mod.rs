@@ -60,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(misc::fallback)
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::middleware::authenticate))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::origin::guard))
         .layer(axum::extract::DefaultBodyLimit::max(state.config.server.max_body))
         .layer(axum::middleware::map_response_with_state(state.clone(), too_large_as_json))
         .with_state(state)

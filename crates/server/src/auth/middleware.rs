@@ -141,12 +141,6 @@ pub fn session_cookie(headers: &HeaderMap) -> Option<String> {
     })
 }
 
-/// `host[:port]` of a URL's origin (`scheme://host[:port]`).
-fn origin_host(origin: &str) -> Option<&str> {
-    let rest = origin.split_once("://")?.1;
-    Some(rest.split('/').next().unwrap_or(rest))
-}
-
 /// Whether a browser says the request comes from another site: `Sec-Fetch-Site: cross-site`, or an `Origin`
 /// whose host and port differ from `Host` (including the opaque origin `null`).
 pub fn cross_site(headers: &HeaderMap) -> bool {
@@ -155,22 +149,10 @@ pub fn cross_site(headers: &HeaderMap) -> bool {
         return true;
     }
     match (get(header::ORIGIN.as_str()), get(header::HOST.as_str())) {
-        (Some(origin), Some(host)) => origin_host(origin).is_none_or(|o| !o.eq_ignore_ascii_case(host)),
+        (Some(origin), Some(host)) => super::origin::origin_host(origin).is_none_or(|o| !o.eq_ignore_ascii_case(host)),
         (Some(_), None) => true,
         (None, _) => false,
     }
-}
-
-/// Whether a `Host` header names this machine's loopback (`localhost`, `127.x`, `[::1]`), with any port.
-fn loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name.to_ascii_lowercase().ends_with(".localhost")
-        || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Who the headers say the caller is. `Ok(None)`: no credentials (or a stale cookie). `Err`: credentials that do
@@ -213,22 +195,14 @@ pub fn identify(
 
 /// The browser gates for a state-changing request: from this site only (mode none, a session, Basic), and with
 /// the session's CSRF token when a session cookie authenticated it. Programs (API keys) are not browsers'
-/// ambient credentials and pass.
-pub fn csrf_gate(auth: &Auth, caller: &Caller, headers: &HeaderMap) -> Result<(), AuthError> {
+/// ambient credentials and pass, and so does a site `[server] allowed_origins` lists (`listed`). The `Host` check
+/// against DNS rebinding is [`super::origin::guard`]'s, for reads too.
+pub fn csrf_gate(caller: &Caller, headers: &HeaderMap, listed: bool) -> Result<(), AuthError> {
     if caller.via == Via::ApiKey {
         return Ok(());
     }
-    if cross_site(headers) {
+    if cross_site(headers) && !listed {
         return Err(AuthError::Csrf("a state-changing request from another site is refused".into()));
-    }
-    if caller.via == Via::Nothing && !auth.insecure() {
-        let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-        if host.is_some_and(|h| !loopback_host(h)) {
-            return Err(AuthError::Csrf(
-                "with [auth] mode = \"none\" this server answers state-changing requests for loopback host names only"
-                    .into(),
-            ));
-        }
     }
     if let Via::Session { csrf_token, .. } = &caller.via {
         let sent = headers.get(super::middleware::CSRF_HEADER).map(HeaderValue::as_bytes).unwrap_or(b"");
@@ -286,7 +260,8 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
         return next.run(req).await;
     };
     if state_changing(req.method()) {
-        if let Err(e) = csrf_gate(auth, &caller, req.headers()) {
+        let listed = req.extensions().get::<super::origin::ListedOrigin>().is_some();
+        if let Err(e) = csrf_gate(&caller, req.headers(), listed) {
             return ApiError::from(e).into_response();
         }
     }
@@ -366,7 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn cookies_origins_and_hosts() {
+    fn cookies_and_origins() {
         let h = headers(&[("cookie", "a=b; kvad_session=tok; c=d")]);
         assert_eq!(session_cookie(&h).as_deref(), Some("tok"));
         assert_eq!(session_cookie(&headers(&[("cookie", "kvad_session=")])), None);
@@ -376,11 +351,5 @@ mod tests {
         assert!(cross_site(&headers(&[("origin", "null"), ("host", "127.0.0.1:5823")])));
         assert!(cross_site(&headers(&[("sec-fetch-site", "cross-site")])));
         assert!(!cross_site(&headers(&[("host", "127.0.0.1:5823")])), "no Origin: not a browser's cross-site post");
-        for h in ["127.0.0.1:5823", "localhost:1", "[::1]:5823", "localhost", "app.localhost:80"] {
-            assert!(loopback_host(h), "{h}");
-        }
-        for h in ["evil.example:5823", "10.0.0.1:5823", "127.0.0.1.evil.example"] {
-            assert!(!loopback_host(h), "{h}");
-        }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! `[auth] mode` (see `config.rs`) picks how requests are authenticated:
 //! - `none` (the default): nobody signs in; every request is an administrator, named by the `x-kvad-account` header
-//!   or `local`. The server refuses to bind a non-loopback address in this mode unless `--insecure` is given, and a
-//!   state-changing request from another web origin, or with a `Host` that is not loopback (DNS rebinding), is 403.
+//!   or `local`. The server refuses to bind a non-loopback address in this mode unless `--insecure` is given, and
+//!   any request (reads too) with a `Host` that is not loopback (DNS rebinding), or from a web origin that
+//!   `[server] allowed_origins` does not list, is 403 ([`origin::guard`]).
 //! - `local`: accounts with argon2id passwords; a browser signs in (`POST /api/auth/login`) to a session cookie
 //!   `kvad_session` (HttpOnly, SameSite=Lax), a program sends `Authorization: Bearer kvad_...` (an API key).
 //! - `basic`: HTTP Basic against the same accounts, or an API key (or a session, after a login).
@@ -24,6 +25,7 @@
 pub mod jwt;
 pub mod middleware;
 pub mod oidc;
+pub mod origin;
 pub mod routes;
 pub mod secret;
 pub mod session;

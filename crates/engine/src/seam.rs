@@ -67,6 +67,22 @@ pub struct Prepared {
     pub loaded: bool,
 }
 
+/// Renders and tokenizes prompts for one model in memory, on whatever thread calls it: what it holds (the
+/// tokenizer, the template, the context) is shared and read-only.
+pub trait Reader: Send + Sync {
+    /// The prompt as the model will read it (`loaded` false: [`ReaderFor::loaded`] says that).
+    fn read(&self, prompt: &Prompt) -> Result<Prepared, EngineError>;
+}
+
+/// What [`Engine::reader`] hands back.
+#[derive(Clone)]
+pub struct ReaderFor {
+    /// Reads the model's prompts.
+    pub reader: std::sync::Arc<dyn Reader>,
+    /// Whether asking for it brought the model into memory (recorded as a load, as [`Prepared::loaded`] is).
+    pub loaded: bool,
+}
+
 /// Sampling and length of one generation.
 #[derive(Debug, Clone, Default)]
 pub struct GenParams {
@@ -202,8 +218,18 @@ pub trait Engine: Send {
     /// The models it can serve, with their capabilities.
     fn catalog(&self) -> Vec<ModelInfo>;
 
-    /// Renders and tokenizes the prompt, loading the model first when it is not in memory (under the memory rule).
-    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError>;
+    /// What reads `model`'s prompts (template and tokenizer), loading the model first when it is not in memory
+    /// (under the memory rule). Reading runs off the engine thread, so a long prompt's tokenising holds no stream.
+    fn reader(&mut self, model: &str) -> Result<ReaderFor, EngineError>;
+
+    /// Renders and tokenizes a prompt here and now (the reader, on this thread): for callers without a thread of
+    /// their own to read on.
+    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError> {
+        let r = self.reader(model)?;
+        let mut p = r.reader.read(prompt)?;
+        p.loaded = r.loaded;
+        Ok(p)
+    }
 
     /// The tokens of context a model's replies and kept conversations share (0 when it is not loaded).
     fn budget(&self, model: &str) -> usize;

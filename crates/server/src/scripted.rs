@@ -3,8 +3,8 @@
 //! reasoning and tool-call parsing). It exists for tests of what a tiny fixture model cannot say, such as a tool
 //! call; `kvad-serve --scripted FILE` serves one, and says so in `/v1/models` (`backend: "scripted"`).
 //!
-//! A script is JSON: `{"models": [{"id", "template": path, "context"?, "delay_ms"?, "rules": [{"when", "reply"}],
-//! "default"}]}`.
+//! A script is JSON: `{"models": [{"id", "template": path, "context"?, "delay_ms"?, "read_ms"?, "bytes"?,
+//! "rules": [{"when", "reply"}], "default"}]}`.
 //! The first rule whose `when` occurs in the rendered prompt gives the reply. A "token" is 3 characters.
 //!
 //! Backends are names here, kept as the real engine keeps them: a model loads on `scripted` unless the load names
@@ -14,8 +14,8 @@
 use crate::sched::{Part, Work};
 use kvad_engine::local::memory;
 use kvad_engine::seam::{
-    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Resident,
-    SeqId, Stepped, TokenLogprob, TokenPiece, Tokenize,
+    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Reader,
+    ReaderFor, Resident, SeqId, Stepped, TokenLogprob, TokenPiece, Tokenize,
 };
 use kvad_engine::Engine;
 use kvad_engine::EngineError;
@@ -43,6 +43,10 @@ struct ScriptModel {
     /// Milliseconds per forward pass (whatever it holds), to make a reply slow enough to cancel or to batch.
     #[serde(default)]
     delay_ms: u64,
+    /// Milliseconds reading a prompt takes (off the engine thread, as a long prompt's tokenising is): a read
+    /// holds no running stream.
+    #[serde(default)]
+    read_ms: u64,
     /// Bytes it is charged when loaded (memory admission tests).
     #[serde(default)]
     bytes: u64,
@@ -128,6 +132,47 @@ impl ScriptedEngine {
     }
 }
 
+/// Reads a scripted model's prompts: its real template renders them, a "token" is 3 characters.
+struct ScriptedReader {
+    model: String,
+    template: Option<ChatTemplate>,
+    context: usize,
+    backend: String,
+    read_ms: u64,
+}
+
+impl Reader for ScriptedReader {
+    fn read(&self, prompt: &Prompt) -> Result<Prepared, EngineError> {
+        std::thread::sleep(std::time::Duration::from_millis(self.read_ms));
+        let text = match prompt {
+            Prompt::Chat { messages, tools } => {
+                let Some(t) = &self.template else {
+                    return Err(EngineError::bad_field("model", format!("model {} has no chat template", self.model)));
+                };
+                let ctx = ChatContext {
+                    messages: messages.clone(),
+                    tools: tools.clone(),
+                    add_generation_prompt: true,
+                    ..Default::default()
+                };
+                t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?
+            }
+            Prompt::Text(s) => s.clone(),
+        };
+        let n = count_tokens(&text);
+        Ok(Prepared {
+            tokens: vec![0; n],
+            prompt_tokens: n,
+            text,
+            context: self.context,
+            vocab: 256,
+            backend: self.backend.clone(),
+            model: self.model.clone(),
+            loaded: false,
+        })
+    }
+}
+
 impl Engine for ScriptedEngine {
     fn catalog(&self) -> Vec<ModelInfo> {
         self.models
@@ -145,37 +190,19 @@ impl Engine for ScriptedEngine {
             .collect()
     }
 
-    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError> {
+    fn reader(&mut self, model: &str) -> Result<ReaderFor, EngineError> {
         let idx = self.index(model)?;
         let loaded = !self.loaded.contains_key(&idx);
         let backend = self.load(model, None)?;
         let m = &self.models[idx];
-        let text = match prompt {
-            Prompt::Chat { messages, tools } => {
-                let Some(t) = &m.template else {
-                    return Err(EngineError::bad_field("model", format!("model {model} has no chat template")));
-                };
-                let ctx = ChatContext {
-                    messages: messages.clone(),
-                    tools: tools.clone(),
-                    add_generation_prompt: true,
-                    ..Default::default()
-                };
-                t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?
-            }
-            Prompt::Text(s) => s.clone(),
-        };
-        let n = count_tokens(&text);
-        Ok(Prepared {
-            tokens: vec![0; n],
-            prompt_tokens: n,
-            text,
-            context: m.spec.context,
-            vocab: 256,
-            backend,
+        let reader = ScriptedReader {
             model: model.into(),
-            loaded,
-        })
+            template: m.template.clone(),
+            context: m.spec.context,
+            backend,
+            read_ms: m.spec.read_ms,
+        };
+        Ok(ReaderFor { reader: std::sync::Arc::new(reader), loaded })
     }
 
     fn budget(&self, model: &str) -> usize {

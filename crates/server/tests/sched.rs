@@ -260,3 +260,44 @@ fn autoload_puts_back_what_was_loaded_on_the_backend_it_was_on() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Reading a prompt (its template and tokenising: most of a second for a megabyte on the real engine) runs off the
+/// engine thread, so a reply streaming meanwhile does not go quiet. The script's model takes 1.5 s to read each
+/// prompt and 20 ms a pass; on the engine thread, the read froze the running stream for all of it.
+#[test]
+fn a_prompt_being_read_holds_no_running_stream() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slow_read.json");
+    let s = common::start("read", &["--scripted", script.to_str().unwrap()]);
+    let body = |stream: bool| {
+        json!({"model": "slow-read-scripted", "max_tokens": 400, "stream": stream,
+               "messages": [{"role": "user", "content": "count"}]})
+    };
+    let (first_tx, first_rx) = std::sync::mpsc::channel();
+    let url = s.url.clone();
+    let a = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let r = ureq::post(&format!("{url}/v1/chat/completions")).send_string(&body(true).to_string()).unwrap();
+        let mut times = Vec::new();
+        for line in std::io::BufReader::new(r.into_reader()).lines().map_while(Result::ok) {
+            if line.starts_with("data: {") {
+                times.push(Instant::now());
+                if times.len() == 1 {
+                    first_tx.send(()).unwrap();
+                }
+            }
+        }
+        times
+    });
+    first_rx.recv_timeout(Duration::from_secs(30)).expect("the first reply streams");
+    let sent = Instant::now();
+    let (code, _, b) = post_as(&s.url, "b", "/v1/chat/completions", &body(false));
+    assert_eq!(code, 200, "{b}");
+    let answered = sent.elapsed();
+    let times = a.join().unwrap();
+    assert!(answered >= Duration::from_millis(1500), "the second prompt took its read: {answered:?}");
+    // While the second prompt was read (its first 1.5 s), the first reply went on writing.
+    let during: Vec<Instant> =
+        times.iter().copied().filter(|t| *t >= sent && *t <= sent + Duration::from_millis(1500)).collect();
+    let gaps = during.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(Duration::MAX);
+    assert!(during.len() >= 10 && gaps < Duration::from_millis(750), "{} chunks, longest gap {gaps:?}", during.len());
+}

@@ -4,11 +4,12 @@
 
 pub mod kept;
 pub mod memory;
+mod reader;
 pub mod tokens;
 
 use crate::pass::{self, Sequence, Stepping};
 use crate::seam::{
-    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Part, Piece, Prepared, Prompt,
+    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Part, Piece, Prepared, ReaderFor,
     Resident, SeqId, Stepped, TokenLogprob,
 };
 use crate::system::default_backend_for;
@@ -17,7 +18,7 @@ use kept::Kept;
 use kvad_models::weights::GgufFile;
 use kvad_models::SeqState;
 use kvad_tensor::BackendKind;
-use kvad_text::{ChatContext, ChatTemplate, DecoderState, IncrementalDecoder};
+use kvad_text::{ChatTemplate, DecoderState, IncrementalDecoder};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,8 @@ struct Slot {
     /// The backend it was loaded on (it keeps it until unloaded).
     backend: BackendKind,
     m: OpenedModel,
+    /// Reads its prompts off the engine thread (a copy of the tokenizer and template).
+    reader: std::sync::Arc<reader::LocalReader>,
     stop: Vec<u32>,
     charged: u64,
     context: usize,
@@ -172,7 +175,9 @@ impl LocalEngine {
             e.default = backend;
             e.info.default_backend = backend.to_string();
         }
-        self.slots.push(Slot { entry, backend, m, stop, charged: weights + kv, context, kept: Kept::default() });
+        let reader = std::sync::Arc::new(reader::LocalReader::new(&self.entries[entry].info.id, &m));
+        let charged = weights + kv;
+        self.slots.push(Slot { entry, backend, m, reader, stop, charged, context, kept: Kept::default() });
         self.slot(entry).ok_or_else(|| EngineError::internal("the model was not kept after loading"))
     }
 
@@ -182,52 +187,6 @@ impl LocalEngine {
         if let Some(slot) = self.slots.iter_mut().find(|s| s.entry == entry) {
             let room = slot.context.saturating_sub(running);
             slot.kept.fit(room);
-        }
-    }
-}
-
-/// The bytes of text a prompt certainly renders (its messages' text, or the completion's prompt), and the request
-/// field it came in.
-fn prompt_bytes(prompt: &Prompt) -> (usize, &'static str) {
-    fn text_of(v: &serde_json::Value) -> usize {
-        match v {
-            serde_json::Value::String(s) => s.len(),
-            serde_json::Value::Array(parts) => parts.iter().map(|p| p.get("text").map_or(0, text_of)).sum(),
-            _ => 0,
-        }
-    }
-    match prompt {
-        Prompt::Chat { messages, .. } => {
-            (messages.iter().map(|m| m.get("content").map_or(0, text_of)).sum(), "messages")
-        }
-        Prompt::Text(s) => (s.len(), "prompt"),
-    }
-}
-
-fn render(m: &OpenedModel, model: &str, prompt: &Prompt) -> Result<(String, Vec<u32>), EngineError> {
-    match prompt {
-        Prompt::Chat { messages, tools } => {
-            let Some(t) = &m.template else {
-                return Err(EngineError::bad_field(
-                    "model",
-                    format!("model {model} has no chat template; use /v1/completions with a plain prompt"),
-                ));
-            };
-            let ctx = ChatContext {
-                messages: messages.clone(),
-                tools: tools.clone(),
-                add_generation_prompt: true,
-                bos_token: m.tokenizer.bos_token().unwrap_or_default().to_string(),
-                eos_token: m.tokenizer.eos_token().unwrap_or_default().to_string(),
-                extra: Default::default(),
-            };
-            let text = t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?;
-            let ids = m.tokenizer.encode(&text, false).map_err(|e| EngineError::internal(e.to_string()))?;
-            Ok((text, ids))
-        }
-        Prompt::Text(s) => {
-            let ids = m.tokenizer.encode(s, true).map_err(|e| EngineError::internal(e.to_string()))?;
-            Ok((s.clone(), ids))
         }
     }
 }
@@ -248,36 +207,11 @@ impl Engine for LocalEngine {
             .collect()
     }
 
-    fn prepare(&mut self, model: &str, prompt: &Prompt) -> Result<Prepared, EngineError> {
+    fn reader(&mut self, model: &str) -> Result<ReaderFor, EngineError> {
         let entry = self.entry(model)?;
         let loaded = self.slot(entry).is_none();
         let slot = self.load_entry(entry, None)?;
-        let backend = slot.backend.to_string();
-        let c = slot.m.model.config();
-        // A prompt far past the context is refused before it is tokenised (megabytes took the engine thread, and
-        // every stream on it, most of a second): its text alone holds more tokens than the context.
-        let (bytes, field) = prompt_bytes(prompt);
-        let fewest = slot.m.tokenizer.fewest_tokens(bytes);
-        if fewest >= c.max_position {
-            return Err(EngineError::bad_field(
-                field,
-                format!(
-                    "the prompt is {bytes} bytes, at least {fewest} tokens for this model; its context is {}",
-                    c.max_position
-                ),
-            ));
-        }
-        let (text, tokens) = render(&slot.m, model, prompt)?;
-        Ok(Prepared {
-            prompt_tokens: tokens.len(),
-            tokens,
-            text,
-            context: c.max_position,
-            vocab: c.vocab_size,
-            backend,
-            model: model.to_string(),
-            loaded,
-        })
+        Ok(ReaderFor { reader: slot.reader.clone(), loaded })
     }
 
     fn budget(&self, model: &str) -> usize {

@@ -119,6 +119,8 @@ pub struct Waiting {
     pub arrived: Instant,
     /// Tokens it may hold at most (prompt + max_tokens), once the engine has read its prompt; None before.
     pub reserve: Option<usize>,
+    /// Its prompt is being read, off the engine thread: the batch steps on meanwhile.
+    pub reading: bool,
 }
 
 /// Where a running reply is.
@@ -247,7 +249,7 @@ impl Scheduler {
         }
         let id = self.next_id;
         self.next_id += 1;
-        self.waiting.push(Waiting { id, account: account.into(), kind, arrived: now, reserve: None });
+        self.waiting.push(Waiting { id, account: account.into(), kind, arrived: now, reserve: None, reading: false });
         Ok(id)
     }
 
@@ -263,10 +265,19 @@ impl Scheduler {
         self.waiting[..end].iter().min_by_key(|w| self.served.get(&w.account).copied().unwrap_or(0))
     }
 
+    /// Records that a generation's prompt is being read (off the engine thread): until it is, the running
+    /// replies step and nothing passes it in the line.
+    pub fn reading(&mut self, id: JobId) {
+        if let Some(w) = self.waiting.iter_mut().find(|w| w.id == id) {
+            w.reading = true;
+        }
+    }
+
     /// Records the tokens a prepared generation may hold (prompt + max_tokens).
     pub fn prepared(&mut self, id: JobId, reserve: usize) {
         if let Some(w) = self.waiting.iter_mut().find(|w| w.id == id) {
             w.reserve = Some(reserve);
+            w.reading = false;
         }
     }
 
@@ -274,11 +285,13 @@ impl Scheduler {
     pub fn decide(&self, budget: usize) -> Decision {
         if let Some(next) = self.next_in_turn() {
             if self.may_start(next, budget) {
-                return match (&next.kind, next.reserve) {
-                    (Kind::Generate { .. }, None) => Decision::Prepare(next.id),
-                    (Kind::Generate { .. }, Some(_)) => Decision::Join(next.id),
-                    _ => Decision::Exclusive(next.id),
-                };
+                match (&next.kind, next.reserve) {
+                    // Its prompt is being read elsewhere: the running replies step meanwhile.
+                    (Kind::Generate { .. }, None) if next.reading => {}
+                    (Kind::Generate { .. }, None) => return Decision::Prepare(next.id),
+                    (Kind::Generate { .. }, Some(_)) => return Decision::Join(next.id),
+                    _ => return Decision::Exclusive(next.id),
+                }
             }
         }
         match self.step_parts() {

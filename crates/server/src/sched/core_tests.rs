@@ -191,6 +191,33 @@ fn a_long_prompt_is_read_a_chunk_a_pass_while_the_others_write() {
     assert_eq!(works, [Work::Chunk(64), Work::Chunk(64), Work::Chunk(21), Work::Last, Work::Decode]);
 }
 
+/// A prompt being read (off the engine thread) holds its place in the line but not the batch: the running reply
+/// keeps writing, nobody passes it, and once read it joins.
+#[test]
+fn while_a_prompt_is_read_elsewhere_the_batch_steps_and_nobody_passes_it() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(limits());
+    let a = s.submit("a", gen("m"), t).unwrap();
+    s.prepared(a, 10);
+    s.start(a, 1);
+    s.stepped(&[Part { id: a, work: Work::Last }]);
+    let b = s.submit("b", gen("m"), t).unwrap();
+    let c = s.submit("c", gen("m"), t).unwrap();
+    assert_eq!(s.decide(1000), Decision::Prepare(b));
+    s.reading(b);
+    for _ in 0..3 {
+        let d = s.decide(1000);
+        assert_eq!(d, Decision::Step(vec![vec![Part { id: a, work: Work::Decode }]]), "c is not read before b");
+        s.stepped(&[Part { id: a, work: Work::Decode }]);
+    }
+    s.prepared(b, 10);
+    assert_eq!(s.decide(1000), Decision::Join(b));
+    s.remove(a);
+    s.remove(b);
+    s.reading(c);
+    assert_eq!(s.decide(1000), Decision::Idle, "nothing runs and c is being read: wait for it");
+}
+
 #[test]
 fn below_batch_from_each_reply_takes_its_own_pass() {
     let t = Instant::now();

@@ -10,6 +10,7 @@
 
 pub mod core;
 mod queue;
+mod read;
 pub mod reply;
 mod runner;
 

@@ -6,7 +6,7 @@ use super::{runner, Job};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::Store;
-use kvad_engine::seam::{Memory, ModelInfo};
+use kvad_engine::seam::{Memory, ModelInfo, Prepared};
 use kvad_engine::Engine;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -30,6 +30,8 @@ pub(crate) struct State {
     pub(crate) payloads: HashMap<JobId, Payload>,
     /// Set by [`Queue::stop_all`] at the end of the shutdown timeout: running replies end, waiting ones fail.
     pub(crate) stopping: bool,
+    /// Prompts read off the engine thread, for it to take in ([`super::read`]).
+    pub(crate) read: Vec<(JobId, Result<Prepared, ApiError>)>,
 }
 
 pub(crate) struct Shared {
@@ -114,16 +116,22 @@ impl Queue {
     /// Starts the engine thread.
     pub fn start(engine: Box<dyn Engine>, store: Store, limits: Limits) -> (Queue, std::thread::JoinHandle<()>) {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { core: Scheduler::new(limits), payloads: HashMap::new(), stopping: false }),
+            state: Mutex::new(State {
+                core: Scheduler::new(limits),
+                payloads: HashMap::new(),
+                stopping: false,
+                read: Vec::new(),
+            }),
             wake: Condvar::new(),
             catalog: RwLock::new(engine.catalog()),
             memory: RwLock::new(engine.memory()),
             metrics: Arc::new(Metrics::default()),
         });
         let s = shared.clone();
+        let reads = super::read::start(shared.clone());
         let handle = std::thread::Builder::new()
             .name("kvad-engine".into())
-            .spawn(move || runner::run(engine, store, &s))
+            .spawn(move || runner::run(engine, store, &s, reads))
             .expect("spawning the engine thread");
         (Queue { shared }, handle)
     }

@@ -4,6 +4,7 @@
 
 use super::core::{Decision, JobId, Kind, Scheduler};
 use super::queue::{AdminResult, Payload, Shared, State};
+use super::read::ReadJob;
 use super::reply::{self, Reply, Stop};
 use super::{Done, Event, Job};
 use crate::error::ApiError;
@@ -41,6 +42,8 @@ struct Runner<'a> {
     last_step: Option<Instant>,
     /// The open requests rows of generations admitted and not yet ended.
     rows: HashMap<JobId, i64>,
+    /// The prompt reader thread's line.
+    reads: std::sync::mpsc::Sender<ReadJob>,
 }
 
 /// How often a running reply's row takes its generated count (what a kill would otherwise lose).
@@ -68,7 +71,7 @@ enum Todo {
 }
 
 /// Runs until the process ends.
-pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared) {
+pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared, reads: std::sync::mpsc::Sender<ReadJob>) {
     let mut r = Runner {
         engine,
         store,
@@ -77,11 +80,12 @@ pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared) {
         active: HashMap::new(),
         last_step: None,
         rows: HashMap::new(),
+        reads,
     };
     loop {
         let todo = r.next();
         match todo {
-            Todo::Prepare(id, model, prompt) => r.prepare(id, &model, &prompt),
+            Todo::Prepare(id, model, prompt) => r.prepare(id, &model, prompt),
             Todo::Exclusive(id, kind, tx) => r.exclusive(id, kind, tx),
             Todo::Step(passes) => {
                 for pass in passes {
@@ -103,6 +107,7 @@ impl Runner<'_> {
         let mut st = lock(shared);
         loop {
             self.open_rows(&st);
+            self.take_reads(&mut st);
             self.reap(&mut st);
             let budget = batch_model(&st.core).map_or(usize::MAX, |m| self.engine.budget(&m));
             match st.core.decide(budget) {
@@ -229,25 +234,41 @@ impl Runner<'_> {
         }
     }
 
-    /// Reads a prompt (loading its model when needed) and records what it may hold.
-    fn prepare(&mut self, id: JobId, model: &str, prompt: &kvad_engine::seam::Prompt) {
-        let result = self.engine.prepare(model, prompt).map_err(ApiError::from);
-        if let Some(p) = result.as_ref().ok().filter(|p| p.loaded) {
-            // Loaded by a request: active like a `kvad load`, so autoload puts it back on this backend.
-            let _ = self.store.set_active(&p.model, Some(&p.backend));
-        }
+    /// Hands a prompt to the reader thread, loading its model here first when it is not in memory (a load is the
+    /// engine thread's work); the batch steps on while it is read.
+    fn prepare(&mut self, id: JobId, model: &str, prompt: kvad_engine::seam::Prompt) {
+        let result = self.engine.reader(model).map_err(ApiError::from);
         self.refresh();
         let mut st = lock(self.shared);
-        let checked = result.and_then(|p| match st.payloads.get_mut(&id) {
-            Some(Payload::Generate(job)) => reply::check(job, &p).map(|()| (p, job.params.max_tokens)),
-            _ => Err(ApiError::internal("the job left the line")),
-        });
-        match checked {
-            Ok((p, max_tokens)) => {
-                st.core.prepared(id, p.prompt_tokens + max_tokens);
-                self.prepared.insert(id, p);
+        match result {
+            Ok(r) => {
+                st.core.reading(id);
+                drop(st);
+                let _ = self.reads.send(ReadJob { id, reader: r.reader, prompt, loaded: r.loaded });
             }
             Err(e) => self.fail(&mut st, id, e),
+        }
+    }
+
+    /// Takes in the prompts read since the last look: each records what it may hold, or fails its job (too long
+    /// for the context, a template's refusal).
+    fn take_reads(&mut self, st: &mut State) {
+        for (id, result) in std::mem::take(&mut st.read) {
+            if let Some(p) = result.as_ref().ok().filter(|p| p.loaded) {
+                // Loaded by a request: active like a `kvad load`, so autoload puts it back on this backend.
+                let _ = self.store.set_active(&p.model, Some(&p.backend));
+            }
+            let checked = result.and_then(|p| match st.payloads.get_mut(&id) {
+                Some(Payload::Generate(job)) => reply::check(job, &p).map(|()| (p, job.params.max_tokens)),
+                _ => Err(ApiError::internal("the job left the line")),
+            });
+            match checked {
+                Ok((p, max_tokens)) => {
+                    st.core.prepared(id, p.prompt_tokens + max_tokens);
+                    self.prepared.insert(id, p);
+                }
+                Err(e) => self.fail(st, id, e),
+            }
         }
     }
 

@@ -1,0 +1,110 @@
+//! Reading a prompt for a model in memory: its template renders the messages and its tokenizer turns the text into
+//! ids. It holds copies of both (they are small beside the weights), so the scheduler runs it on a thread of its
+//! own and a megabyte prompt never holds the engine thread, and every stream on it.
+
+use crate::open::OpenedModel;
+use crate::seam::{Prepared, Prompt, Reader};
+use crate::EngineError;
+use kvad_text::{ChatContext, ChatTemplate, Tokenizer};
+
+/// One loaded model's prompt reader.
+pub(super) struct LocalReader {
+    model: String,
+    tokenizer: Tokenizer,
+    template: Option<ChatTemplate>,
+    context: usize,
+    vocab: usize,
+    backend: String,
+}
+
+impl LocalReader {
+    /// A reader for `m`, loaded as `model`.
+    pub(super) fn new(model: &str, m: &OpenedModel) -> Self {
+        let c = m.model.config();
+        LocalReader {
+            model: model.to_string(),
+            tokenizer: m.tokenizer.clone(),
+            template: m.template.clone(),
+            context: c.max_position,
+            vocab: c.vocab_size,
+            backend: m.backend.to_string(),
+        }
+    }
+
+    /// The prompt's text and ids.
+    fn render(&self, prompt: &Prompt) -> Result<(String, Vec<u32>), EngineError> {
+        let tok = &self.tokenizer;
+        match prompt {
+            Prompt::Chat { messages, tools } => {
+                let Some(t) = &self.template else {
+                    return Err(EngineError::bad_field(
+                        "model",
+                        format!("model {} has no chat template; use /v1/completions with a plain prompt", self.model),
+                    ));
+                };
+                let ctx = ChatContext {
+                    messages: messages.clone(),
+                    tools: tools.clone(),
+                    add_generation_prompt: true,
+                    bos_token: tok.bos_token().unwrap_or_default().to_string(),
+                    eos_token: tok.eos_token().unwrap_or_default().to_string(),
+                    extra: Default::default(),
+                };
+                let text = t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?;
+                let ids = tok.encode(&text, false).map_err(|e| EngineError::internal(e.to_string()))?;
+                Ok((text, ids))
+            }
+            Prompt::Text(s) => {
+                let ids = tok.encode(s, true).map_err(|e| EngineError::internal(e.to_string()))?;
+                Ok((s.clone(), ids))
+            }
+        }
+    }
+}
+
+impl Reader for LocalReader {
+    fn read(&self, prompt: &Prompt) -> Result<Prepared, EngineError> {
+        // A prompt far past the context is refused before it is tokenised (a megabyte takes most of a second): its
+        // text alone holds more tokens than the context.
+        let (bytes, field) = prompt_bytes(prompt);
+        let fewest = self.tokenizer.fewest_tokens(bytes);
+        if fewest >= self.context {
+            return Err(EngineError::bad_field(
+                field,
+                format!(
+                    "the prompt is {bytes} bytes, at least {fewest} tokens for this model; its context is {}",
+                    self.context
+                ),
+            ));
+        }
+        let (text, tokens) = self.render(prompt)?;
+        Ok(Prepared {
+            prompt_tokens: tokens.len(),
+            tokens,
+            text,
+            context: self.context,
+            vocab: self.vocab,
+            backend: self.backend.clone(),
+            model: self.model.clone(),
+            loaded: false,
+        })
+    }
+}
+
+/// The bytes of text a prompt certainly renders (its messages' text, or the completion's prompt), and the request
+/// field it came in.
+fn prompt_bytes(prompt: &Prompt) -> (usize, &'static str) {
+    fn text_of(v: &serde_json::Value) -> usize {
+        match v {
+            serde_json::Value::String(s) => s.len(),
+            serde_json::Value::Array(parts) => parts.iter().map(|p| p.get("text").map_or(0, text_of)).sum(),
+            _ => 0,
+        }
+    }
+    match prompt {
+        Prompt::Chat { messages, .. } => {
+            (messages.iter().map(|m| m.get("content").map_or(0, text_of)).sum(), "messages")
+        }
+        Prompt::Text(s) => (s.len(), "prompt"),
+    }
+}

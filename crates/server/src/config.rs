@@ -20,6 +20,8 @@
 //!                                # error shape, code request_too_large)
 //! shutdown_timeout = 30          # KVAD_SHUTDOWN_TIMEOUT: seconds running replies get after SIGINT/SIGTERM; then
 //!                                # they end (finish_reason "length", kvad.shutdown, [DONE]) and the server exits 0
+//! stall_timeout = 60             # KVAD_STALL_TIMEOUT: seconds a streaming client may leave its reply unread (its
+//!                                # socket full) before the reply is stopped; 0: never
 //! greedy_ahead = 8               # KVAD_GREEDY_AHEAD: greedy steps a lone reply runs ahead (unset: the model's own)
 //! step_trace = false             # KVAD_STEP_TRACE=1: each pass's times on stderr
 //!
@@ -79,6 +81,10 @@ pub struct ServerSection {
     /// Seconds running replies (and pulls) get to finish after SIGINT/SIGTERM before they are ended, so a long
     /// stream cannot hold shutdown forever.
     pub shutdown_timeout: u64,
+    /// Seconds a streaming client may leave its reply unread (its socket and the server's buffer full) before the
+    /// reply is stopped, so a client that stopped reading does not have its whole reply written and held for it
+    /// (0: never).
+    pub stall_timeout: u64,
     /// Greedy steps a reply stepping alone runs ahead of its stop checks (None: the model's own count, 8 on a GPU
     /// where it saves the host's wait a step, 1 on the CPU).
     pub greedy_ahead: Option<usize>,
@@ -102,6 +108,7 @@ impl Default for ServerSection {
             allowed_origins: Vec::new(),
             max_body: 2 * 1024 * 1024,
             shutdown_timeout: 30,
+            stall_timeout: 60,
             greedy_ahead: None,
             step_trace: false,
         }
@@ -307,6 +314,10 @@ impl Config {
         if let Some(v) = get("KVAD_SHUTDOWN_TIMEOUT").filter(|v| !v.is_empty()) {
             self.server.shutdown_timeout =
                 v.parse().map_err(|_| format!("KVAD_SHUTDOWN_TIMEOUT = {v:?}: not a whole number of seconds"))?;
+        }
+        if let Some(v) = get("KVAD_STALL_TIMEOUT").filter(|v| !v.is_empty()) {
+            self.server.stall_timeout =
+                v.parse().map_err(|_| format!("KVAD_STALL_TIMEOUT = {v:?}: not a whole number of seconds"))?;
         }
         if let Some(v) = get("KVAD_GREEDY_AHEAD").filter(|v| !v.is_empty()) {
             let n = v.parse().map_err(|_| format!("KVAD_GREEDY_AHEAD = {v:?}: not a whole number"))?;

@@ -155,6 +155,7 @@ fn run(args: Args) -> Result<(), String> {
         chunk,
         batch_from,
         trace_steps: config.server.step_trace,
+        stall: (config.server.stall_timeout > 0).then(|| std::time::Duration::from_secs(config.server.stall_timeout)),
     };
     let tokenizers = engine.tokenizers();
     let (queue, _worker) = Queue::start(engine, store, limits);

@@ -4,7 +4,7 @@
 //! call; `kvad-serve --scripted FILE` serves one, and says so in `/v1/models` (`backend: "scripted"`).
 //!
 //! A script is JSON: `{"models": [{"id", "template": path, "context"?, "delay_ms"?, "read_ms"?, "bytes"?,
-//! "rules": [{"when", "reply"}], "default"}]}`.
+//! "rules": [{"when", "reply"}], "default", "repeat"?}]}`.
 //! The first rule whose `when` occurs in the rendered prompt gives the reply. A "token" is 3 characters.
 //!
 //! Backends are names here, kept as the real engine keeps them: a model loads on `scripted` unless the load names
@@ -47,10 +47,17 @@ struct ScriptModel {
     /// holds no running stream.
     #[serde(default)]
     read_ms: u64,
+    /// The default reply this many times over: a reply long enough to fill a socket that nobody reads.
+    #[serde(default = "once")]
+    repeat: usize,
     /// Bytes it is charged when loaded (memory admission tests).
     #[serde(default)]
     bytes: u64,
     default: String,
+}
+
+fn once() -> usize {
+    1
 }
 
 fn default_context() -> usize {
@@ -102,7 +109,8 @@ impl ScriptedEngine {
         let script: Script = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         let mut models = Vec::new();
-        for spec in script.models {
+        for mut spec in script.models {
+            spec.default = spec.default.repeat(spec.repeat);
             let template = match &spec.template {
                 Some(t) => {
                     let p = base.join(t);

@@ -266,7 +266,7 @@ fn autoload_puts_back_what_was_loaded_on_the_backend_it_was_on() {
 /// prompt and 20 ms a pass; on the engine thread, the read froze the running stream for all of it.
 #[test]
 fn a_prompt_being_read_holds_no_running_stream() {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/slow_read.json");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/streams.json");
     let s = common::start("read", &["--scripted", script.to_str().unwrap()]);
     let body = |stream: bool| {
         json!({"model": "slow-read-scripted", "max_tokens": 400, "stream": stream,
@@ -300,4 +300,41 @@ fn a_prompt_being_read_holds_no_running_stream() {
         times.iter().copied().filter(|t| *t >= sent && *t <= sent + Duration::from_millis(1500)).collect();
     let gaps = during.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(Duration::MAX);
     assert!(during.len() >= 10 && gaps < Duration::from_millis(750), "{} chunks, longest gap {gaps:?}", during.len());
+}
+
+/// A streaming client that stops reading (its socket full) has its reply stopped after `[server] stall_timeout`
+/// rather than written to the end and held in memory for nobody: the row says "stalled", with what was written.
+#[test]
+fn a_reply_nobody_reads_is_stopped_after_the_stall_timeout() {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/streams.json");
+    let s = common::start_env("stall", &["--scripted", script.to_str().unwrap()], &[("KVAD_STALL_TIMEOUT", "1")]);
+    let body =
+        json!({"model": "endless-scripted", "max_tokens": 90000, "stream": true, "logprobs": true, "top_logprobs": 20,
+                      "messages": [{"role": "user", "content": "go"}]})
+        .to_string();
+    let mut sock = std::net::TcpStream::connect(s.url.trim_start_matches("http://")).unwrap();
+    write!(
+        sock,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    // Read nothing; the connection stays open.
+    until("the reply to start", || get_json(&s, "/api/queue")["running"].as_array().is_some_and(|r| !r.is_empty()));
+    until("the unread reply to stop", || get_json(&s, "/api/queue")["running"].as_array().is_some_and(Vec::is_empty));
+    let r = rows(&s);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].1, "stalled", "{r:?}");
+    assert!(r[0].2 > 0 && r[0].2 < 80000, "stopped part way: {r:?}");
+    // The server goes on answering, and a reader's reply is unaffected.
+    let (code, _, b) = post_as(
+        &s.url,
+        "b",
+        "/v1/chat/completions",
+        &json!({"model": "slow-read-scripted",
+        "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert_eq!(code, 200, "{b}");
+    drop(sock);
 }

@@ -239,7 +239,7 @@ async fn timed(
     max_tokens: usize,
     round: usize,
 ) -> Result<Sample, ApiError> {
-    let (events, mut rx) = unbounded_channel();
+    let (events, mut rx) = crate::sched::events::channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let params = GenParams {
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },

@@ -25,7 +25,6 @@ use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// The router. Every `.route` here must be in [`table::ROUTES`] (a test reads this file).
 pub fn router(state: AppState) -> Router {
@@ -142,7 +141,7 @@ pub async fn respond(
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down", None));
     }
-    let (tx, mut rx) = unbounded_channel();
+    let (tx, mut rx) = crate::sched::events::channel();
     let cancel = Arc::new(AtomicBool::new(false));
     let guard = CancelOnDrop(cancel.clone());
     state.queue.submit(Job {
@@ -253,7 +252,7 @@ fn tool_call_json(index: usize, id: &str, c: &kvad_text::stream::ToolCall) -> Va
 }
 
 /// Collects the whole reply into one object.
-async fn whole(meta: Meta, mut rx: UnboundedReceiver<Event>, _guard: CancelOnDrop) -> Result<Response, ApiError> {
+async fn whole(meta: Meta, mut rx: crate::sched::events::EventsRx, _guard: CancelOnDrop) -> Result<Response, ApiError> {
     let mut all = Delta::default();
     let done = loop {
         match rx.recv().await {
@@ -309,7 +308,7 @@ async fn whole(meta: Meta, mut rx: UnboundedReceiver<Event>, _guard: CancelOnDro
 
 struct StreamState {
     meta: Meta,
-    rx: UnboundedReceiver<Event>,
+    rx: crate::sched::events::EventsRx,
     _guard: CancelOnDrop,
     include_usage: bool,
     sent_role: bool,
@@ -382,7 +381,7 @@ impl StreamState {
 /// Server-sent events: one `data:` JSON chunk per delta, the finish reason, usage when asked, then `[DONE]`.
 fn sse(
     meta: Meta,
-    rx: UnboundedReceiver<Event>,
+    rx: crate::sched::events::EventsRx,
     guard: CancelOnDrop,
     include_usage: bool,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {

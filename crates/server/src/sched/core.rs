@@ -72,11 +72,23 @@ pub struct Limits {
     pub batch_from: usize,
     /// Each step's engine time and the gap between steps on stderr (`[server] step_trace`).
     pub trace_steps: bool,
+    /// How long a streaming client may leave its reply unread before the reply is stopped (`[server]
+    /// stall_timeout`; None: never).
+    pub stall: Option<Duration>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { queue: 16, per_account: 4, per_minute: None, batch: 4, chunk: 64, batch_from: 2, trace_steps: false }
+        Limits {
+            queue: 16,
+            per_account: 4,
+            per_minute: None,
+            batch: 4,
+            chunk: 64,
+            batch_from: 2,
+            trace_steps: false,
+            stall: Some(Duration::from_secs(60)),
+        }
     }
 }
 

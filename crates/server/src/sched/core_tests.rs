@@ -7,7 +7,7 @@ fn gen(model: &str) -> Kind {
 }
 
 fn limits() -> Limits {
-    Limits { queue: 16, per_account: 4, per_minute: None, batch: 4, chunk: 64, batch_from: 2, trace_steps: false }
+    Limits { batch: 4, chunk: 64, batch_from: 2, ..Limits::default() }
 }
 
 /// Runs the scheduler the way the engine thread does, with every prompt `prompt` tokens (none cached) and every

@@ -9,6 +9,7 @@
 //! step, and its cache is freed.
 
 pub mod core;
+pub mod events;
 mod queue;
 mod read;
 pub mod reply;
@@ -23,7 +24,6 @@ use kvad_text::stream::ToolCall;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc::UnboundedSender;
 
 /// From how many parts one pass beats a pass per part, and how many prompt tokens a pass reads while others write,
 /// per backend. On the CPU one pass wins from two parts at every format: decode is memory-bound and the few-row GEMV
@@ -64,7 +64,7 @@ pub struct Job {
     /// Set when the client went away.
     pub cancel: Arc<AtomicBool>,
     /// Where events go.
-    pub events: UnboundedSender<Event>,
+    pub events: events::Events,
     /// When it was queued.
     pub queued_at: Instant,
 }

@@ -59,6 +59,8 @@ pub enum Stop {
     Cancelled,
     /// The server's shutdown timeout passed: the reply ends here, as cut short as by `max_tokens`.
     Shutdown,
+    /// The client left its streamed reply unread for `[server] stall_timeout`.
+    Stalled,
 }
 
 /// A reply's parsers and counts.
@@ -138,8 +140,10 @@ impl Reply {
 
     /// Sends what the parsers held back (`rest`: what the decoder held) and names the finish reason.
     pub fn finish(&mut self, job: &Job, rest: String, why: Stop) -> &'static str {
-        if why == Stop::Cancelled {
-            return "cancelled";
+        match why {
+            Stop::Cancelled => return "cancelled",
+            Stop::Stalled => return "stalled",
+            _ => {}
         }
         if !rest.is_empty() && !self.stop.stopped() {
             self.piece(job, Piece { text: rest, logprob: None });

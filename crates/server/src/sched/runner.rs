@@ -46,6 +46,9 @@ struct Runner<'a> {
     reads: std::sync::mpsc::Sender<ReadJob>,
 }
 
+/// How long the engine thread waits for a prompt it handed to the reader before it steps the running replies.
+const READ_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// How often a running reply's row takes its generated count (what a kill would otherwise lose).
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -182,6 +185,13 @@ impl Runner<'_> {
         for id in stopped {
             self.finish(st, id, Stop::Cancelled);
         }
+        if let Some(after) = st.core.limits().stall {
+            let stalled: Vec<JobId> =
+                self.active.iter().filter(|(_, a)| a.job.events.stalled(after)).map(|(id, _)| *id).collect();
+            for id in stalled {
+                self.finish(st, id, Stop::Stalled);
+            }
+        }
     }
 
     /// Opens a row for every generation admitted since the last look (a kill then loses none).
@@ -245,6 +255,17 @@ impl Runner<'_> {
                 st.core.reading(id);
                 drop(st);
                 let _ = self.reads.send(ReadJob { id, reader: r.reader, prompt, loaded: r.loaded });
+                // A usual prompt reads in well under a millisecond: waiting that long lets it join the very next
+                // pass, as it did when it was read here; a long one stalls the running replies READ_WAIT at most.
+                let deadline = Instant::now() + READ_WAIT;
+                let mut st = lock(self.shared);
+                while st.read.is_empty() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    st = self.shared.wake.wait_timeout(st, left).map_or_else(|e| e.into_inner().0, |(g, _)| g);
+                }
             }
             Err(e) => self.fail(&mut st, id, e),
         }
@@ -362,7 +383,8 @@ impl Runner<'_> {
     /// Ends a reply: its cache set aside (or freed), its row written, `Done` sent.
     fn finish(&mut self, st: &mut State, id: JobId, why: Stop) {
         let Some(mut a) = self.active.remove(&id) else { return };
-        let ended = self.engine.end(id, !a.job.fresh && !matches!(why, Stop::Cancelled | Stop::Shutdown));
+        let ended =
+            self.engine.end(id, !a.job.fresh && !matches!(why, Stop::Cancelled | Stop::Shutdown | Stop::Stalled));
         st.core.remove(id);
         let reason = a.reply.finish(&a.job, ended.rest, why);
         a.row.generated_tokens = a.reply.tokens;
@@ -371,6 +393,19 @@ impl Runner<'_> {
         self.shared.metrics.generated(a.reply.tokens);
         // The row lands before the client hears the end, so whoever reads the table after a reply finds it.
         self.record(id, &a.row);
+        if why == Stop::Stalled {
+            let after = st.core.limits().stall.unwrap_or_default().as_secs();
+            let e = ApiError::unavailable(
+                format!(
+                    "the reply was stopped after {} tokens: the client read none of it for {after} s ([server] \
+                     stall_timeout)",
+                    a.reply.tokens
+                ),
+                None,
+            );
+            let _ = a.job.events.send(Event::Failed(e));
+            return;
+        }
         let _ = a.job.events.send(Event::Done(Done {
             finish_reason: reason,
             prompt_tokens: a.prepared.prompt_tokens,

@@ -41,24 +41,38 @@ pub async fn health(State(state): State<AppState>) -> Response {
     (status, body).into_response()
 }
 
-/// The OpenAPI document, from the route table.
+/// The OpenAPI document: the route table's paths and summaries, with each route's request body, parameters and
+/// answers from [`super::schema`].
 pub fn openapi_doc() -> Value {
     let mut paths = Map::new();
     for r in ROUTES {
         let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
-        entry[r.method.to_ascii_lowercase()] = json!({
+        let mut op = json!({
             "summary": r.summary,
+            "operationId": format!("{} {}", r.method, r.path),
             "tags": [r.tag],
-            "responses": {
-                "200": {"description": "success"},
-                "4XX": {"description": "the request is wrong: {\"error\": {message, type, param, code}}"},
-            },
         });
+        let detail = super::schema::operation(r.method, r.path).unwrap_or_else(|| json!({"responses": {}}));
+        for (k, v) in detail.as_object().into_iter().flatten() {
+            op[k] = v.clone();
+        }
+        for (code, e) in super::schema::errors().as_object().into_iter().flatten() {
+            op["responses"][code] = e.clone();
+        }
+        entry[r.method.to_ascii_lowercase()] = op;
     }
     json!({
         "openapi": "3.1.0",
         "info": {"title": "kvad", "version": env!("CARGO_PKG_VERSION")},
         "paths": paths,
+        "components": {
+            "schemas": super::schema::components(),
+            "securitySchemes": {
+                "apiKey": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer kvad_..."},
+                "basic": {"type": "http", "scheme": "basic", "description": "[auth] mode = basic"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "kvad_session"},
+            },
+        },
     })
 }
 

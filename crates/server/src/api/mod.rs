@@ -9,6 +9,7 @@ pub mod conversations;
 pub mod misc;
 pub mod pull;
 pub mod request;
+pub mod schema;
 pub mod table;
 pub mod web;
 

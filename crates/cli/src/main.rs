@@ -68,7 +68,13 @@ fn main() -> std::process::ExitCode {
             Target::Local { .. } => hub_cmds::ls(a),
         }),
         args::Command::Rm(a) => hub_cmds::rm(a),
-        args::Command::Use(a) => hub_cmds::use_model(a),
+        // Here, and on the server when one answers (its default model: offered first, kept across its restarts).
+        args::Command::Use(a) => {
+            hub_cmds::use_model(a).and_then(|name| match client::choose(c.remote.as_deref(), c.local)? {
+                Target::Remote { url, .. } => client::admin::use_model(&url, &name),
+                Target::Local { .. } => Ok(()),
+            })
+        }
         args::Command::Info(a) => hub_cmds::info(a),
         args::Command::Search(a) => hub_cmds::search(a),
         args::Command::Models(a) => hub_cmds::models(a),

@@ -328,3 +328,19 @@ fn auth_login_keeps_a_key_every_command_sends_it_and_logout_revokes_it() {
     let (ok, _, err) = run(&admin, &["users", "rm", "bob"], "");
     assert!(ok, "{err}");
 }
+
+/// `kvad use` with a server answering sets its default model too (kept by the server), beside this machine's.
+#[test]
+fn use_sets_the_servers_default_model_too() {
+    let s = scripted("use");
+    let data = temp("use-data");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama").canonicalize().unwrap();
+    let model = model.to_str().unwrap();
+    let o = kvad(&data, &["--remote", &s.1, "use", model]);
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(&format!("{}'s default model is now {model}", s.1)), "{err}");
+    assert_eq!(std::fs::read_to_string(data.join("config/default-model")).unwrap().trim(), model);
+    let v: serde_json::Value = ureq::get(&format!("{}/api/settings", s.1)).call().unwrap().into_json().unwrap();
+    assert_eq!(v["server"]["default_model"], model, "{v}");
+}

@@ -43,6 +43,9 @@ pub enum EngineError {
         /// The names there are.
         known: Vec<String>,
     },
+    /// A model named for a load on request is not on this machine (the hub's words: where it looked).
+    #[error("{0}")]
+    NotOnDisk(String),
     /// A load does not fit beside what is in memory (the message names what holds it).
     #[error("{0}")]
     InsufficientMemory(String),

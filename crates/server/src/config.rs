@@ -253,7 +253,7 @@ impl Config {
             return Err("[server] generations_per_minute = 0: at least 1 (leave it unset for no limit)".into());
         }
         for o in &s.allowed_origins {
-            crate::auth::origin::check_origin(o)?;
+            check_origin(o)?;
         }
         if s.context == Some(0) {
             return Err("[server] context = 0: must be at least 1 token (leave it unset for the model's)".into());
@@ -353,6 +353,24 @@ pub fn admin_password() -> Option<String> {
     std::env::var("KVAD_ADMIN_PASSWORD").ok()
 }
 
+/// Checks an `allowed_origins` entry: `scheme://host[:port]`, nothing after it, so a typo is named at start
+/// rather than silently never matching.
+pub fn check_origin(entry: &str) -> Result<(), String> {
+    let rest = entry.strip_prefix("http://").or_else(|| entry.strip_prefix("https://"));
+    let ok = rest.is_some_and(|r| {
+        let host = r.trim_end_matches('/');
+        !host.is_empty() && !host.contains('/')
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "[server] allowed_origins: {entry:?} is not a web origin: scheme://host[:port] with no path, e.g. \
+             \"http://localhost:3000\""
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +435,16 @@ mod tests {
         assert!(c.check().is_ok());
         let c = Config::parse("[auth]\nsession_days = 0\n").unwrap();
         assert!(c.check().unwrap_err().contains("session_days = 0"));
+    }
+
+    #[test]
+    fn allowed_origin_entries_are_origins() {
+        for ok in ["http://localhost:3000", "https://app.example", "https://app.example/"] {
+            assert!(check_origin(ok).is_ok(), "{ok}");
+        }
+        for bad in ["*", "localhost:3000", "http://", "https://app.example/path", "ftp://x"] {
+            let e = check_origin(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
     }
 }

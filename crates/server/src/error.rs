@@ -226,6 +226,7 @@ impl From<kvad_engine::EngineError> for ApiError {
             E::BadField { field, message } => ApiError::bad_field(&field, message),
             E::Unsupported { field, message } => ApiError::unsupported(&field, message),
             E::ModelNotFound { model, known } => ApiError::model_not_found(&model, &known),
+            E::NotOnDisk(message) => ApiError { message, ..ApiError::model_not_found("", &[]) },
             E::InsufficientMemory(m) => ApiError::insufficient_memory(m),
             E::Conflict { field, message } => ApiError::conflict(&field, message),
             other => ApiError::internal(other.to_string()),

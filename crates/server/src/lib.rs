@@ -45,28 +45,51 @@ pub struct AppState {
     pub bench: api::bench::Benches,
     /// The configuration the server started with (`GET /api/settings`; live limits are the queue's).
     pub config: Arc<config::Config>,
+    /// The model offered first (`kvad use` against the server; kept in kvad.db), else the engine's first.
+    pub default_model: Arc<std::sync::RwLock<Option<String>>>,
 }
 
 impl AppState {
-    /// The model's entry, or a 404 naming the models there are.
+    /// The model's entry, or a 404 naming the models there are. A model on this machine that the catalog does not
+    /// list yet (pulled since, by this server or `kvad pull`) is taken too: a request naming a model on disk loads
+    /// it (the seed's third memory rule). A path is taken only from an administrator ([`Self::model_info_as`]).
     pub fn model_info(&self, id: &str) -> Result<ModelInfo, ApiError> {
+        self.model_info_as(id, false)
+    }
+
+    /// [`Self::model_info`], with `admin`: whether the caller may name a path on the server's disk.
+    pub fn model_info_as(&self, id: &str, admin: bool) -> Result<ModelInfo, ApiError> {
         let all = self.queue.catalog();
-        all.iter()
-            .find(|m| m.id == id)
-            .cloned()
-            .ok_or_else(|| ApiError::model_not_found(id, &all.iter().map(|m| m.id.clone()).collect::<Vec<_>>()))
+        if let Some(m) = all.iter().find(|m| m.id == id) {
+            return Ok(m.clone());
+        }
+        let ids: Vec<String> = all.iter().map(|m| m.id.clone()).collect();
+        // Paths are the administrator's to name; anyone else learns nothing of the disk (the same 404).
+        let path = id.starts_with(['/', '.', '~']) || id.ends_with(".gguf");
+        if path && !admin {
+            return Err(ApiError::model_not_found(id, &ids));
+        }
+        match kvad_engine::local::on_disk_info(id) {
+            Ok(info) => {
+                self.queue.rescan();
+                Ok(info)
+            }
+            Err(kvad_engine::EngineError::ModelNotFound { .. }) => Err(ApiError::model_not_found(id, &ids)),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// A model named as `kvad ps` names it, `NAME@backend` (the seed's form), or by its id alone: the model, and
-    /// the backend when one was named. An id that itself holds an `@` is taken whole first.
+    /// the backend when one was named. An id that itself holds an `@` is taken whole first. For the administrator's
+    /// routes (load, unload): a path on the server's disk may be named.
     pub fn model_at(&self, name: &str) -> Result<(ModelInfo, Option<String>), ApiError> {
-        let whole = self.model_info(name);
+        let whole = self.model_info_as(name, true);
         if whole.is_ok() {
             return whole.map(|m| (m, None));
         }
         match name.rsplit_once('@') {
             Some((id, b)) if b.parse::<kvad_engine::BackendKind>().is_ok() => {
-                self.model_info(id).map(|m| (m, Some(b.to_string())))
+                self.model_info_as(id, true).map(|m| (m, Some(b.to_string())))
             }
             _ => whole.map(|m| (m, None)),
         }

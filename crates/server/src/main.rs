@@ -158,6 +158,9 @@ fn run(args: Args) -> Result<(), String> {
         stall: (config.server.stall_timeout > 0).then(|| std::time::Duration::from_secs(config.server.stall_timeout)),
     };
     let tokenizers = engine.tokenizers();
+    // The default model: the one `kvad use` set on this server, else the first it offers ([server] models' first).
+    let first_offered = engine.catalog().first().map(|m| m.id.clone());
+    let default_model = store.default_model().map_err(|e| e.to_string())?.or(first_offered);
     let (queue, _worker) = Queue::start(engine, store, limits);
     // Autoload: a job on the same queue, so a request that turns up meanwhile waits for it.
     // Each on the backend it was on (a row from before that was recorded: [server] backend).
@@ -177,6 +180,7 @@ fn run(args: Args) -> Result<(), String> {
         tokenizers,
         bench: api::bench::Benches::default(),
         config: Arc::new(config.clone()),
+        default_model: Arc::new(std::sync::RwLock::new(default_model)),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

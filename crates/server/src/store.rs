@@ -54,6 +54,8 @@ const MIGRATIONS: &[&str] = &[
     // Rows are opened at admission (created_at) and closed at the end: when, and in what order (ids follow
     // admission; times of replies ending in one pass tie).
     "ALTER TABLE requests ADD COLUMN ended_at TEXT; ALTER TABLE requests ADD COLUMN ended_seq INTEGER",
+    // What the server keeps of its own choices across restarts: the default model (`kvad use` against it).
+    "CREATE TABLE server_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 ];
 
 /// One completion's row.
@@ -221,6 +223,24 @@ impl Store {
             "INSERT INTO model_backends (model, backend) VALUES (?1, ?2)
              ON CONFLICT (model) DO UPDATE SET backend = excluded.backend",
             params![model, backend],
+        )?;
+        Ok(())
+    }
+
+    /// The server's default model (`kvad use` against it, `PATCH /api/settings`), when one was set.
+    pub fn default_model(&self) -> rusqlite::Result<Option<String>> {
+        use rusqlite::OptionalExtension;
+        self.conn
+            .query_row("SELECT value FROM server_settings WHERE key = 'default_model'", [], |r| r.get(0))
+            .optional()
+    }
+
+    /// Keeps the server's default model across restarts.
+    pub fn set_default_model(&self, model: &str) -> rusqlite::Result<()> {
+        self.conn.execute(
+            "INSERT INTO server_settings (key, value) VALUES ('default_model', ?1)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            rusqlite::params![model],
         )?;
         Ok(())
     }

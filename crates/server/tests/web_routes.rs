@@ -233,3 +233,26 @@ fn ui_paths_are_the_uis_and_api_paths_stay_the_apis() {
     assert_eq!(code, 200);
     assert!(page.contains("<code>/api/conversations/{id}</code>"), "{page}");
 }
+
+/// The server's default model (what `kvad use` sends): offered first in /v1/models and marked, shown in the
+/// settings, kept across a restart; a model the server cannot load is a 404 naming the field.
+#[test]
+fn the_default_model_is_offered_first_and_kept_across_restarts() {
+    let s = common::scripted("default-model", &[]);
+    let first = |s: &common::Server| {
+        let (_, v) = s.get("/v1/models");
+        let v: Value = serde_json::from_str(&v).unwrap();
+        let d = &v["data"];
+        (d[0]["id"].as_str().unwrap().to_string(), d[0]["default"] == true, d[1]["default"] == true)
+    };
+    assert_eq!(first(&s), ("qwen2.5-scripted".to_string(), true, false), "[server] models' first, at start");
+    let (code, v) = s.call("PATCH", "/api/settings", &json!({"default_model": "qwen3-scripted"}).to_string());
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["server"]["default_model"], "qwen3-scripted");
+    assert_eq!(first(&s), ("qwen3-scripted".to_string(), true, false));
+    let (code, e) = s.call("PATCH", "/api/settings", &json!({"default_model": "nope"}).to_string());
+    assert_eq!((code, e["error"]["param"].as_str()), (404, Some("model")), "{e}");
+    let script = common::script();
+    let s = s.restart(&["--scripted", script.to_str().unwrap()]);
+    assert_eq!(first(&s), ("qwen3-scripted".to_string(), true, false), "kept in kvad.db");
+}

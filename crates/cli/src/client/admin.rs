@@ -113,6 +113,16 @@ pub fn load(url: &str, model: &str, backend: Option<&str>, json_out: bool) -> Re
     Ok(())
 }
 
+/// `kvad use MODEL` with a server answering: its default model too.
+pub fn use_model(url: &str, model: &str) -> Result<()> {
+    let r = super::with_auth(url, ureq::request("PATCH", &format!("{url}/api/settings")))
+        .send_json(json!({"default_model": model}))
+        .map_err(http_error)?;
+    let v: Value = r.into_json()?;
+    eprintln!("kvad: {url}'s default model is now {}", v["server"]["default_model"].as_str().unwrap_or(model));
+    Ok(())
+}
+
 /// `kvad unload [MODEL]`.
 pub fn unload(url: &str, model: Option<&str>, json_out: bool) -> Result<()> {
     let body = model.map_or_else(|| json!({"all": true}), |m| json!({"model": m}));

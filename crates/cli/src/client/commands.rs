@@ -27,6 +27,7 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("DELETE", "/api/users/{name}", "kvad users rm NAME"),
     ("GET", "/api/sessions", "kvad sessions list"),
     ("DELETE", "/api/sessions/{id}", "kvad sessions rm ID"),
+    ("PATCH", "/api/settings", "kvad use MODEL (the default model); the limits from the web UI's Settings page"),
 ];
 
 /// `(method, path, why no command sends it)`.
@@ -46,11 +47,6 @@ pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api/models", "the web UI's Models page; kvad ls reads the same cache in process (kvad api /api/models)"),
     ("GET", "/api/requests", "the web UI's Dashboard; kvad metrics usage adds the same rows up by account"),
     ("GET", "/api/settings", "the web UI's Settings page; kvad queue shows the limits in force"),
-    (
-        "PATCH",
-        "/api/settings",
-        "the web UI's Settings page; not yet a command (kvad api /api/settings -X PATCH -d JSON)",
-    ),
     ("GET", "/api/bench", "the web UI's Benchmarks page; kvad bench runs in process"),
     ("POST", "/api/bench", "the web UI's Benchmarks page; kvad bench runs the same protocol in process"),
     ("GET", "/api/conversations", "the web UI's Chat page keeps its conversations; kvad chat keeps none"),

@@ -72,6 +72,10 @@ pub struct LocalEngine {
     settings: LocalSettings,
     slots: Vec<Slot>,
     seqs: HashMap<SeqId, Seq>,
+    /// `[server] backend`, for models found later.
+    backend: Option<BackendKind>,
+    /// The backends loads chose per model (kept across restarts by the server).
+    chosen: HashMap<String, BackendKind>,
 }
 
 /// Reads a model's chat template without loading its weights (GGUF metadata is mapped, not read whole).
@@ -86,6 +90,31 @@ fn probe_template(path: &Path) -> Result<Option<ChatTemplate>, String> {
     }
 }
 
+/// What the catalog says of a model whose files are at `path`: its template's capabilities, not loaded.
+fn info_for(name: &str, path: &Path, default: BackendKind) -> Result<ModelInfo, String> {
+    let tpl = probe_template(path)?;
+    Ok(ModelInfo {
+        id: name.to_string(),
+        chat: tpl.is_some(),
+        tools: tpl.as_ref().is_some_and(ChatTemplate::supports_tools),
+        reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
+        loaded: false,
+        backend: default.to_string(),
+        default_backend: default.to_string(),
+    })
+}
+
+/// A model on this machine that no engine offers yet, described without loading it, for the server to take a
+/// request naming it (the engine then finds it, under the memory rule). Never asks the network.
+pub fn on_disk_info(name: &str) -> Result<ModelInfo, EngineError> {
+    let r = kvad_hub::resolve_on_disk(name).map_err(|e| match e {
+        kvad_hub::HubError::Unknown(_) => EngineError::model_not_found(name, &[]),
+        e => EngineError::NotOnDisk(e.to_string()),
+    })?;
+    let default = default_backend_for(&r.path.to_string_lossy()).0;
+    info_for(name, &r.path, default).map_err(|e| EngineError::bad_field("model", format!("{name}: {e}")))
+}
+
 impl LocalEngine {
     /// Resolves every name (fetching the default alias when needed) and reads each template's capabilities.
     /// Each model's default backend is its remembered choice (`chosen`: the backend its last load named, kept by
@@ -97,27 +126,47 @@ impl LocalEngine {
         chosen: &HashMap<String, BackendKind>,
         settings: LocalSettings,
     ) -> Result<Self, String> {
-        let mut entries = Vec::new();
+        let mut engine = LocalEngine {
+            entries: Vec::new(),
+            settings,
+            slots: Vec::new(),
+            seqs: HashMap::new(),
+            backend,
+            chosen: chosen.clone(),
+        };
         for name in names {
             let r = kvad_hub::resolve(name).map_err(|e| e.to_string())?;
-            let tpl = probe_template(&r.path).map_err(|e| format!("{name}: {e}"))?;
-            let default = match (chosen.get(name), backend) {
-                (Some(&b), _) | (None, Some(b)) => b,
-                // The files are here (resolved above): their family decides, nothing is asked of the Hub.
-                (None, None) => default_backend_for(&r.path.to_string_lossy()).0,
-            };
-            let info = ModelInfo {
-                id: name.clone(),
-                chat: tpl.is_some(),
-                tools: tpl.as_ref().is_some_and(ChatTemplate::supports_tools),
-                reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
-                loaded: false,
-                backend: default.to_string(),
-                default_backend: default.to_string(),
-            };
-            entries.push(Entry { info, path: r.path, default });
+            let e = engine.describe(name, r.path).map_err(|e| format!("{name}: {e}"))?;
+            engine.entries.push(e);
         }
-        Ok(LocalEngine { entries, settings, slots: Vec::new(), seqs: HashMap::new() })
+        engine.rescan();
+        Ok(engine)
+    }
+
+    /// A model's entry: its capabilities from its template (read without its weights) and its default backend.
+    fn describe(&self, name: &str, path: PathBuf) -> Result<Entry, String> {
+        let default = match (self.chosen.get(name), self.backend) {
+            (Some(&b), _) | (None, Some(b)) => b,
+            // The files are here: their family decides, nothing is asked of the Hub.
+            (None, None) => default_backend_for(&path.to_string_lossy()).0,
+        };
+        let info = info_for(name, &path, default)?;
+        Ok(Entry { info, path, default })
+    }
+
+    /// The entry for `model`, adding one when it names a model on this machine that is not offered yet (the
+    /// seed's third memory rule: a request naming a model on disk loads it). Nothing is downloaded here.
+    fn find(&mut self, model: &str) -> Result<usize, EngineError> {
+        if let Ok(i) = self.entry(model) {
+            return Ok(i);
+        }
+        let r = kvad_hub::resolve_on_disk(model).map_err(|e| match e {
+            kvad_hub::HubError::Unknown(_) => self.entry(model).unwrap_err(),
+            e => EngineError::NotOnDisk(e.to_string()),
+        })?;
+        let e = self.describe(model, r.path).map_err(|e| EngineError::bad_field("model", format!("{model}: {e}")))?;
+        self.entries.push(e);
+        Ok(self.entries.len() - 1)
     }
 
     fn entry(&self, model: &str) -> Result<usize, EngineError> {
@@ -208,7 +257,7 @@ impl Engine for LocalEngine {
     }
 
     fn reader(&mut self, model: &str) -> Result<ReaderFor, EngineError> {
-        let entry = self.entry(model)?;
+        let entry = self.find(model)?;
         let loaded = self.slot(entry).is_none();
         let slot = self.load_entry(entry, None)?;
         Ok(ReaderFor { reader: slot.reader.clone(), loaded })
@@ -276,7 +325,7 @@ impl Engine for LocalEngine {
     }
 
     fn load(&mut self, model: &str, backend: Option<&str>) -> Result<String, EngineError> {
-        let entry = self.entry(model)?;
+        let entry = self.find(model)?;
         let backend = backend
             .map(|b| b.parse::<BackendKind>().map_err(|e| EngineError::bad_field("backend", e.to_string())))
             .transpose()?;
@@ -323,6 +372,19 @@ impl Engine for LocalEngine {
                     held: s.kept.held(),
                 })
                 .collect(),
+        }
+    }
+
+    fn rescan(&mut self) {
+        for d in kvad_hub::on_disk() {
+            let known = self.entries.iter().any(|e| e.info.id == d.name || e.path == d.path);
+            if known {
+                continue;
+            }
+            match self.describe(&d.name, d.path) {
+                Ok(e) => self.entries.push(e),
+                Err(why) => eprintln!("kvad: {} is on disk but not offered: {why}", d.name),
+            }
         }
     }
 

@@ -23,15 +23,23 @@ impl LocalTokenizers {
     }
 
     fn get(&self, model: &str) -> Result<Arc<Tokenizer>, EngineError> {
-        let Some((_, path)) = self.paths.iter().find(|(id, _)| id == model) else {
-            let ids: Vec<String> = self.paths.iter().map(|(id, _)| id.clone()).collect();
-            return Err(EngineError::model_not_found(model, &ids));
+        let path = match self.paths.iter().find(|(id, _)| id == model) {
+            Some((_, p)) => p.clone(),
+            // A model on disk the engine found after start (a pull): its files are where the hub says.
+            None => match kvad_hub::resolve_on_disk(model) {
+                Ok(r) => r.path,
+                Err(kvad_hub::HubError::Unknown(_)) => {
+                    let ids: Vec<String> = self.paths.iter().map(|(id, _)| id.clone()).collect();
+                    return Err(EngineError::model_not_found(model, &ids));
+                }
+                Err(e) => return Err(EngineError::NotOnDisk(e.to_string())),
+            },
         };
         let mut read = self.read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(t) = read.get(model) {
             return Ok(t.clone());
         }
-        let tok = Arc::new(open(path).map_err(|e| EngineError::internal(format!("{model}'s tokenizer: {e}")))?);
+        let tok = Arc::new(open(&path).map_err(|e| EngineError::internal(format!("{model}'s tokenizer: {e}")))?);
         read.insert(model.to_string(), tok.clone());
         Ok(tok)
     }

@@ -9,17 +9,21 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-/// `GET /v1/models`.
+/// `GET /v1/models`: every model this server can load without the network (those `[server] models` names and the
+/// ones on its disk), loaded or not; the default model (`kvad use`) first and marked.
 pub async fn models(State(state): State<AppState>) -> Json<Value> {
-    let data: Vec<Value> = state
-        .queue
-        .catalog()
+    let default = state.default_model.read().ok().and_then(|d| d.clone());
+    let mut all = state.queue.catalog();
+    // Stable: the default first, the rest as the engine lists them.
+    all.sort_by_key(|m| Some(&m.id) != default.as_ref());
+    let data: Vec<Value> = all
         .into_iter()
         .map(|m| {
             json!({
                 "id": m.id, "object": "model", "created": 0, "owned_by": "kvad",
                 "capabilities": {"chat": m.chat, "tools": m.tools, "reasoning": m.reasoning},
                 "loaded": m.loaded, "backend": m.backend, "default_backend": m.default_backend,
+                "default": Some(&m.id) == default.as_ref(),
             })
         })
         .collect();

@@ -115,7 +115,7 @@ pub fn hub_error(e: HubError) -> ApiError {
         HubError::Refused { .. } => {
             (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request_error", Some("model".into()), Some("model_refused"))
         }
-        HubError::NotFound { .. } | HubError::NotCached { .. } => {
+        HubError::NotFound { .. } | HubError::NotCached { .. } | HubError::NotOnDisk { .. } => {
             (StatusCode::NOT_FOUND, "not_found_error", Some("model".into()), Some("model_not_found"))
         }
         HubError::Gated { .. } => (StatusCode::FORBIDDEN, "permission_error", Some("model".into()), Some("gated")),
@@ -162,8 +162,13 @@ pub async fn handler(State(state): State<AppState>, _: Admin, body: Bytes) -> Re
     }
     let claim = state.pulls.claim(&source.key(), &model)?;
     let (tx, rx) = unbounded_channel();
+    let queue = state.queue.clone();
     tokio::task::spawn_blocking(move || {
         let last = download(&source, &model, &tx);
+        if matches!(last, PullEvent::Done { .. }) {
+            // The model is on disk now: offered (in /v1/models) before the client hears the end.
+            queue.rescan_and_wait(std::time::Duration::from_secs(10));
+        }
         // The claim goes before the last event, so a client that pulls again on hearing it is not refused.
         drop(claim);
         let _ = tx.send(last);

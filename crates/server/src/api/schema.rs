@@ -139,6 +139,7 @@ pub fn components() -> Value {
         ("capabilities", json!({"type": "object"})),
         ("loaded", boolean()),
         ("backend", string()),
+        ("default", boolean()),
     ]);
     let key_row = answer(&[("id", string()), ("name", string()), ("prefix", string()), ("account", string())]);
     let account = answer(&[("name", string()), ("role", string()), ("created", string())]);
@@ -277,7 +278,7 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
             ("server", json!({"type": "object"})), ("live", array(string()))]))}}),
         ("PATCH", "/api/settings") => json!({
             "requestBody": json_body(body(&[("queue", int()), ("queue_per_account", int()),
-                ("generations_per_minute", nullable("integer")), ("batch", int())], &[])),
+                ("generations_per_minute", nullable("integer")), ("batch", int()), ("default_model", string())], &[])),
             "responses": {"200": ok(answer(&[("server", json!({"type": "object"})), ("live", array(string()))]))},
         }),
         ("GET", "/api/bench") => json!({"responses": {"200": ok(json!({"type": ["object", "null"]}))}}),

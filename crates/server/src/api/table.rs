@@ -33,7 +33,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "GET",
         path: "/v1/models",
-        summary: "The models this server offers, with capabilities (chat, tools, reasoning) and whether each is loaded",
+        summary: "The models this server can load without the network ([server] models and every model on its \
+                  disk), with capabilities (chat, tools, reasoning), whether each is loaded, and the default first",
         tag: "openai",
     },
     Route {
@@ -224,7 +225,8 @@ pub const ROUTES: &[Route] = &[
         method: "PATCH",
         path: "/api/settings",
         summary: "Change the live limits now, for this run ({queue?, queue_per_account?, generations_per_minute?, \
-                  batch?}); any other key is refused by name",
+                  batch?}), or the default model ({default_model}: offered first, kept across restarts; what `kvad \
+                  use` sends); any other key is refused by name",
         tag: "web",
     },
     Route {

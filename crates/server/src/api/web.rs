@@ -60,7 +60,7 @@ pub async fn disk(State(state): State<AppState>, _who: Caller) -> Result<Json<Va
 
 /// The `[server]` keys `PATCH /api/settings` can change while the server runs (the scheduler's limits); the rest
 /// are read at start and need a restart.
-pub const LIVE: &[&str] = &["queue", "queue_per_account", "generations_per_minute", "batch"];
+pub const LIVE: &[&str] = &["queue", "queue_per_account", "generations_per_minute", "batch", "default_model"];
 
 fn settings_json(state: &AppState) -> Value {
     let s = &state.config.server;
@@ -75,6 +75,7 @@ fn settings_json(state: &AppState) -> Value {
             "generations_per_minute": l.generations_per_minute, "batch": l.batch, "context": s.context,
             "memory": s.memory, "autoload": s.autoload, "models": models, "backend": backend,
             "shutdown_timeout": s.shutdown_timeout, "max_body": s.max_body,
+            "default_model": state.default_model.read().ok().and_then(|d| d.clone()),
         },
         "live": LIVE,
     })
@@ -85,8 +86,9 @@ pub async fn settings(State(state): State<AppState>, _who: Caller) -> Result<Jso
     Ok(Json(settings_json(&state)))
 }
 
-/// `PATCH /api/settings {queue?, queue_per_account?, generations_per_minute?, batch?}`: changes the scheduler's
-/// limits now, for this run of the server (kvad.toml is not rewritten). `generations_per_minute: null` lifts the
+/// `PATCH /api/settings {queue?, queue_per_account?, generations_per_minute?, batch?, default_model?}`: changes
+/// the scheduler's limits now, for this run of the server (kvad.toml is not rewritten); the default model (`kvad
+/// use` against the server) is kept in kvad.db. `generations_per_minute: null` lifts the
 /// limit. Any other key is refused by name, saying it needs a restart.
 pub async fn change(State(state): State<AppState>, Admin(_who): Admin, body: Bytes) -> Result<Json<Value>, ApiError> {
     let obj = parse_body(&body)?;
@@ -104,7 +106,21 @@ pub async fn change(State(state): State<AppState>, Admin(_who): Admin, body: Byt
         None
     };
     let batch = f.opt_int("batch", 1, 64)?;
+    let default_model = f.opt_string("default_model")?.map(str::to_string);
     f.finish()?;
+    if let Some(m) = default_model {
+        // A model this server offers or has on disk (a 404 naming what there is otherwise), kept across restarts.
+        let id = state.model_info_as(&m, true)?.id;
+        let db = state.db.clone();
+        let keep = id.clone();
+        tokio::task::spawn_blocking(move || crate::store::Store::open(&db).and_then(|s| s.set_default_model(&keep)))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("keeping the default model: {e}")))?;
+        if let Ok(mut d) = state.default_model.write() {
+            *d = Some(id);
+        }
+    }
     state.queue.set_limits(|l| {
         if let Some(q) = queue {
             l.queue = q as usize;

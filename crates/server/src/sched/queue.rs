@@ -32,6 +32,10 @@ pub(crate) struct State {
     pub(crate) stopping: bool,
     /// Prompts read off the engine thread, for it to take in ([`super::read`]).
     pub(crate) read: Vec<(JobId, Result<Prepared, ApiError>)>,
+    /// Set by [`Queue::rescan`]: the engine looks at the disk again before its next decision.
+    pub(crate) rescan: bool,
+    /// How many times it has looked (so a caller can wait for the look it asked for).
+    pub(crate) rescanned: u64,
 }
 
 pub(crate) struct Shared {
@@ -121,6 +125,8 @@ impl Queue {
                 payloads: HashMap::new(),
                 stopping: false,
                 read: Vec::new(),
+                rescan: false,
+                rescanned: 0,
             }),
             wake: Condvar::new(),
             catalog: RwLock::new(engine.catalog()),
@@ -128,12 +134,35 @@ impl Queue {
             metrics: Arc::new(Metrics::default()),
         });
         let s = shared.clone();
-        let reads = super::read::start(shared.clone());
         let handle = std::thread::Builder::new()
             .name("kvad-engine".into())
-            .spawn(move || runner::run(engine, store, &s, reads))
+            .spawn(move || runner::run(engine, store, s))
             .expect("spawning the engine thread");
         (Queue { shared }, handle)
+    }
+
+    /// Asks the engine to look at the disk again (a model named that is on disk and not listed): models that
+    /// arrived join the catalog. Returns at once; `/v1/models` shows them once the engine thread has looked.
+    pub fn rescan(&self) {
+        self.lock().rescan = true;
+        self.shared.wake.notify_all();
+    }
+
+    /// [`Self::rescan`], waiting (on a blocking thread: a pull's) until the engine thread has looked, or `limit`
+    /// has passed (it looks between passes), so a pull's last event comes after `/v1/models` lists its model.
+    pub fn rescan_and_wait(&self, limit: std::time::Duration) {
+        let mut st = self.lock();
+        let seen = st.rescanned;
+        st.rescan = true;
+        self.shared.wake.notify_all();
+        let deadline = Instant::now() + limit;
+        while st.rescanned == seen {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            st = self.shared.wake.wait_timeout(st, left).map_or_else(|e| e.into_inner().0, |(g, _)| g);
+        }
     }
 
     /// Shutdown's last word: every running reply ends within a step, cleanly (its final chunk, finish reason

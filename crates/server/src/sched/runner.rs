@@ -73,8 +73,10 @@ enum Todo {
     Step(Vec<Vec<super::Part>>),
 }
 
-/// Runs until the process ends.
-pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: &Shared, reads: std::sync::mpsc::Sender<ReadJob>) {
+/// Runs until the process ends, with the prompt reader's thread ([`super::read`]) beside it.
+pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: std::sync::Arc<Shared>) {
+    let reads = super::read::start(shared.clone());
+    let shared: &Shared = &shared;
     let mut r = Runner {
         engine,
         store,
@@ -109,6 +111,12 @@ impl Runner<'_> {
         let shared = self.shared;
         let mut st = lock(shared);
         loop {
+            if std::mem::take(&mut st.rescan) {
+                self.engine.rescan();
+                self.refresh();
+                st.rescanned += 1;
+                shared.wake.notify_all();
+            }
             self.open_rows(&st);
             self.take_reads(&mut st);
             self.reap(&mut st);

@@ -59,7 +59,7 @@ pub enum Command {
     /// Search the Hugging Face Hub; each result says whether this build can run it.
     Search(crate::hub_cmds::SearchArgs),
     /// The model index: supported models, draft candidates, related repos; `update` fetches it again.
-    Models(crate::hub_cmds::ModelsArgs),
+    Models(crate::hub_models::ModelsArgs),
     /// Start the server (hands over to kvad-serve; its flags follow, e.g. --bind, --model).
     #[command(disable_help_flag = true)]
     Serve {

@@ -2,12 +2,12 @@
 //! `run`/`chat` with the import's checks wired into the download (a refused model costs one small download).
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use kvad_engine::checks::checks;
 use kvad_hub::events::{PullEvent, Recorder};
 use kvad_hub::plan::{self, WeightRule};
-use kvad_hub::{index, HfCache, Hub, PlannedFile, Progress, RepoRef};
+use kvad_hub::{HfCache, Hub, PlannedFile, Progress, RepoRef};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -65,49 +65,10 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
-/// `kvad models`.
-#[derive(Args, Debug, Clone)]
-pub struct ModelsArgs {
-    #[command(subcommand)]
-    pub command: ModelsCommand,
-}
-
-/// What `kvad models` does.
-#[derive(Subcommand, Debug, Clone)]
-pub enum ModelsCommand {
-    /// The index's models this build runs (`--all`: every model, with why not).
-    Supported {
-        #[arg(long)]
-        all: bool,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Draft-model candidates the index knows for a repo.
-    Drafts {
-        repo: String,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Repos related to one: fine-tunes, quantisations, base/instruct twins.
-    Related {
-        repo: String,
-        #[arg(long)]
-        finetunes: bool,
-        #[arg(long)]
-        quantizations: bool,
-        #[arg(long)]
-        twins: bool,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Fetch the index again (from KVAD_INDEX_URL).
-    Update,
-}
-
 // ---------------------------------------------------------------- checks and progress
 
 /// Whether this build implements an architecture class: asked of the loader itself, so there is one list.
-fn arch_supported(name: &str) -> bool {
+pub(crate) fn arch_supported(name: &str) -> bool {
     kvad_models::arch::registry::by_hf_class(name).is_some()
 }
 
@@ -490,76 +451,6 @@ pub fn search(a: SearchArgs) -> Result<()> {
     }
     for h in &hits {
         println!("{:<50} {}", h.id, status(h, mem).1);
-    }
-    Ok(())
-}
-
-/// `kvad models …`.
-pub fn models(a: ModelsArgs) -> Result<()> {
-    match a.command {
-        ModelsCommand::Update => {
-            let idx = index::update()?;
-            eprintln!(
-                "kvad: the model index ({} models) is now {}",
-                idx.models.len(),
-                index::downloaded_path().display()
-            );
-        }
-        ModelsCommand::Supported { all, json } => {
-            let idx = index::load();
-            let rows: Vec<(&index::Entry, bool)> =
-                idx.models.iter().map(|m| (m, arch_supported(&m.architecture))).filter(|(_, ok)| all || *ok).collect();
-            if json {
-                let v: Vec<Value> = rows.iter().map(|(m, ok)| json!({"repo": m.repo, "architecture": m.architecture, "kind": m.kind, "params": m.params, "runs": ok})).collect();
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                for (m, ok) in rows {
-                    let params = m.params.map(|p| format!("{:.2} B params", p as f64 / 1e9)).unwrap_or_default();
-                    let why = if ok { String::new() } else { format!("  (not in this build: {})", m.architecture) };
-                    println!("{:<45} {:<11} {:<34} {params}{why}", m.repo, m.kind, m.architecture);
-                }
-                eprintln!("kvad: index: {}", idx.source);
-            }
-        }
-        ModelsCommand::Drafts { repo, json } => {
-            let idx = index::load();
-            let e =
-                idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&e.drafts)?);
-            } else if e.drafts.is_empty() {
-                println!("{repo}: the index knows no draft candidate");
-            } else {
-                for d in &e.drafts {
-                    println!("{d}");
-                }
-            }
-        }
-        ModelsCommand::Related { repo, finetunes, quantizations, twins, json } => {
-            let idx = index::load();
-            let e =
-                idx.get(&repo).with_context(|| format!("repo = {repo:?}: not in the model index ({})", idx.source))?;
-            let every = !(finetunes || quantizations || twins);
-            let mut v = serde_json::Map::new();
-            if every || finetunes {
-                v.insert("finetunes".into(), json!(e.related.finetunes));
-            }
-            if every || quantizations {
-                v.insert("quantizations".into(), json!(e.related.quantizations));
-            }
-            if every || twins {
-                v.insert("twins".into(), json!(e.related.twins));
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                for (k, list) in v {
-                    for r in list.as_array().into_iter().flatten() {
-                        println!("{k:<14} {}", r.as_str().unwrap_or_default());
-                    }
-                }
-            }
-        }
     }
     Ok(())
 }

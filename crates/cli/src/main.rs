@@ -11,6 +11,7 @@ mod client;
 mod config;
 mod generate;
 mod hub_cmds;
+mod hub_models;
 mod serve;
 
 use clap::Parser;
@@ -77,7 +78,7 @@ fn main() -> std::process::ExitCode {
         }
         args::Command::Info(a) => hub_cmds::info(a),
         args::Command::Search(a) => hub_cmds::search(a),
-        args::Command::Models(a) => hub_cmds::models(a),
+        args::Command::Models(a) => hub_models::models(a),
         args::Command::Serve { args } => serve::serve(args),
         args::Command::Api { path, method, data } => client::remote_only(&c, "api")
             .and_then(|url| client::remote::api(&url, path.as_deref(), method.as_deref(), data.as_deref(), c.json)),

@@ -270,10 +270,60 @@ fn models_index_lists_supported_drafts_and_related_and_update_needs_an_address()
     assert_eq!(d.trim(), "Qwen/Qwen3-0.6B");
     let (r, _) = env.ok(&["models", "related", "HuggingFaceTB/SmolLM2-135M-Instruct", "--quantizations"]);
     assert!(r.contains("ollama:smollm2:135m-instruct-q8_0") && !r.contains("twins"), "{r}");
-    let e = env.fails(&["models", "drafts", "no/such"]);
-    assert!(e.contains("no/such"), "{e}");
+    let (d, e) = env.ok(&["models", "drafts", "no/such"]);
+    assert!(d.contains("no/such: no draft candidate") && e.contains("not in the model index"), "{d}{e}");
+    let (s, _) = env.ok(&["models", "search", "qwen3", "moe"]);
+    assert!(s.contains("Qwen/Qwen3-30B-A3B") && !s.contains("Qwen/Qwen3-8B"), "{s}");
+    let (i, _) = env.ok(&["models", "info", "Qwen/Qwen3-8B", "--json"]);
+    let i: serde_json::Value = serde_json::from_str(&i).unwrap();
+    assert_eq!(
+        (i["architecture"].as_str(), i["drafts"][0].as_str()),
+        (Some("Qwen3ForCausalLM"), Some("Qwen/Qwen3-0.6B"))
+    );
     let e = env.fails(&["models", "update"]);
     assert!(e.contains("KVAD_INDEX_URL"), "{e}");
+}
+
+/// For a repo the index lacks, `models drafts|related|info` ask the Hub: drafts are the author's smaller models of
+/// the same family and model type (unquantised, smallest first); relatives are the cards naming the repo as their
+/// base (fine-tunes, quantisations) and the twin that exists.
+#[test]
+fn models_verbs_ask_the_hub_for_a_repo_the_index_lacks() {
+    let env = Env::new();
+    let repo = |params: u64, card: &str, model_type: &str| {
+        let mut f = tiny_llama_files();
+        let mut cfg: serde_json::Value = serde_json::from_slice(&f[0].1).unwrap();
+        cfg["model_type"] = serde_json::json!(model_type);
+        f[0].1 = cfg.to_string().into_bytes();
+        f.push(("params.json".into(), format!(r#"{{"BF16": {params}}}"#).into_bytes()));
+        f.retain(|(n, _)| n != "README.md");
+        f.push(("README.md".into(), format!("---\n{card}---\n# card").into_bytes()));
+        f
+    };
+    env.fake.add_repo("fam/Fam-7B", C1, repo(7_000_000_000, "", "llama"), &["main"]);
+    env.fake.add_repo("fam/Fam-1B", C1, repo(1_000_000_000, "", "llama"), &["main"]);
+    env.fake.add_repo("fam/Fam-0.5B", C1, repo(500_000_000, "", "llama"), &["main"]);
+    env.fake.add_repo("fam/Fam-0.5B-GGUF", C1, repo(500_000_000, "", "llama"), &["main"]);
+    env.fake.add_repo("fam/Fam-3B", C1, repo(3_000_000_000, "", "other"), &["main"]);
+    env.fake.add_repo("fam/Fam-7B-Instruct", C1, repo(7_000_000_000, "", "llama"), &["main"]);
+    let ft = "base_model: fam/Fam-7B\nbase_model_relation: finetune\n";
+    env.fake.add_repo("you/Fam-7B-tuned", C1, repo(7_000_000_000, ft, "llama"), &["main"]);
+    let q = "base_model: fam/Fam-7B\nbase_model_relation: quantized\n";
+    env.fake.add_repo("you/Fam-7B-GGUF", C1, repo(7_000_000_000, q, "llama"), &["main"]);
+    let (d, e) = env.ok(&["models", "drafts", "fam/Fam-7B"]);
+    assert!(e.contains("asking the Hub"), "{e}");
+    assert_eq!(d.lines().collect::<Vec<_>>(), ["fam/Fam-0.5B", "fam/Fam-1B"], "smaller, same type, not quantised");
+    let (r, _) = env.ok(&["models", "related", "fam/Fam-7B", "--json"]);
+    let r: serde_json::Value = serde_json::from_str(&r).unwrap();
+    assert_eq!(r["finetunes"], serde_json::json!(["you/Fam-7B-tuned"]));
+    assert_eq!(r["quantizations"], serde_json::json!(["you/Fam-7B-GGUF"]));
+    assert_eq!(r["twins"], serde_json::json!(["fam/Fam-7B-Instruct"]));
+    let (r, _) = env.ok(&["models", "related", "fam/Fam-7B-Instruct", "--twins"]);
+    assert_eq!(r.trim(), "twins          fam/Fam-7B");
+    let (i, _) = env.ok(&["models", "info", "fam/Fam-1B"]);
+    assert!(i.contains("LlamaForCausalLM"), "the Hub's config: {i}");
+    let e = env.cmd(&["models", "drafts", "fam/Fam-7B"]).env("KVAD_OFFLINE", "1").output().unwrap();
+    assert!(!e.status.success() && texts(&e).1.contains("offline"), "{:?}", texts(&e));
 }
 
 /// The venv with Python's huggingface_hub (scripts/test.sh creates it; made here too when absent).

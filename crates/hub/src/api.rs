@@ -129,13 +129,54 @@ pub fn search(client: &Client, endpoint: &str, text: &str, limit: usize) -> Resu
         "{endpoint}/api/models?search={}&limit={limit}&expand[]=config&expand[]=safetensors&expand[]=pipeline_tag&expand[]=downloads&expand[]=gated",
         encode_segment(text)
     );
-    let body = client
-        .get(&url, None, &[], Subject::Other("the Hub's model search"))?
-        .read_limited(API_LIMIT, "search answer")?;
+    list(client, url, "the Hub's model search")
+}
+
+fn list(client: &Client, url: String, what: &'static str) -> Result<Vec<SearchHit>, HubError> {
+    let body = client.get(&url, None, &[], Subject::Other(what))?.read_limited(API_LIMIT, "model list answer")?;
     serde_json::from_slice(&body).map_err(|e| HubError::Invalid {
-        field: "search answer".into(),
+        field: "model list answer".into(),
         value: url,
         why: format!("not the JSON the Hub sends: {e}"),
+    })
+}
+
+/// The models whose cards name `repo` as their base with `relation` (`finetune`, `quantized`, `adapter`,
+/// `merge`): the Hub's `base_model:RELATION:REPO` filter, most downloaded first.
+pub fn derived(
+    client: &Client,
+    endpoint: &str,
+    repo: &str,
+    relation: &str,
+    limit: usize,
+) -> Result<Vec<SearchHit>, HubError> {
+    let filter = encode_segment(&format!("base_model:{relation}:{repo}"));
+    let url = format!("{endpoint}/api/models?filter={filter}&sort=downloads&limit={limit}");
+    list(client, url, "the Hub's model list")
+}
+
+/// An author's models whose names hold `text`, with their config and parameter counts.
+pub fn by_author(
+    client: &Client,
+    endpoint: &str,
+    author: &str,
+    text: &str,
+    limit: usize,
+) -> Result<Vec<SearchHit>, HubError> {
+    let url = format!(
+        "{endpoint}/api/models?author={}&search={}&limit={limit}&expand[]=config&expand[]=safetensors",
+        encode_segment(author),
+        encode_segment(text)
+    );
+    list(client, url, "the Hub's model list")
+}
+
+/// A search hit's parameter count: the Hub's `safetensors.total`, else the sum over its dtypes.
+pub fn params(hit: &SearchHit) -> Option<u64> {
+    let st = hit.safetensors.as_ref()?;
+    st["total"].as_u64().or_else(|| {
+        let per = st["parameters"].as_object()?;
+        Some(per.values().filter_map(Value::as_u64).sum())
     })
 }
 

@@ -291,7 +291,12 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
         return reply(404, "");
     }
     if p == "/api/models" {
-        let q = decode(_query.split('&').find_map(|kv| kv.strip_prefix("search=")).unwrap_or(""));
+        let param = |k: &str| _query.split('&').find_map(|kv| kv.strip_prefix(k)).map(decode);
+        let q = param("search=").unwrap_or_default();
+        // As the Hub: author=OWNER, and filter=base_model:RELATION:REPO read from each card's front matter
+        // (base_model, base_model_relation).
+        let author = param("author=");
+        let filter = param("filter=");
         let mut hits = Vec::new();
         let mut ids: Vec<&String> = s.repos.keys().collect();
         ids.sort();
@@ -299,9 +304,24 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
             if !id.to_lowercase().contains(&q.to_lowercase()) {
                 continue;
             }
+            if author.as_ref().is_some_and(|a| id.split('/').next() != Some(a.as_str())) {
+                continue;
+            }
             let repo = &s.repos[id];
             let Some(commit) = repo.refs.get("main") else { continue };
             let files = &repo.commits[commit];
+            if let Some(f) = &filter {
+                let card =
+                    files.iter().find(|(n, _)| n == "README.md").map(|(_, b)| String::from_utf8_lossy(b).to_string());
+                let field = |k: &str| {
+                    card.as_deref().unwrap_or("").lines().find_map(|l| l.strip_prefix(k)).map(|v| v.trim().to_string())
+                };
+                let (base, relation) = (field("base_model:"), field("base_model_relation:"));
+                let want = format!("base_model:{}:{}", relation.unwrap_or_default(), base.unwrap_or_default());
+                if *f != want {
+                    continue;
+                }
+            }
             let get = |n: &str| {
                 files
                     .iter()

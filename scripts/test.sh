@@ -56,6 +56,13 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
 export KVAD_WEB_TESTS=1 KVAD_CHROMIUM="$(command -v chromium)"
+# zsh and fish, so the completion scripts `kvad completions` writes are parsed by their shells (crates/cli/tests/cli.rs).
+if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then
+  echo "== zsh and fish (Debian's) for the completion tests"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq zsh fish
+fi
 
 echo "== format"; cargo fmt --all -- --check
 echo "== clippy"; cargo clippy --workspace --all-targets --locked -- -D warnings

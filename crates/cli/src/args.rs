@@ -2,9 +2,12 @@
 
 use clap::{Args, Parser, Subcommand};
 
+/// The version and the commit this binary was built from (build.rs), as `--version` prints it.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KVAD_COMMIT"), ")");
+
 /// kvad: a local LLM engine.
 #[derive(Parser, Debug)]
-#[command(name = "kvad", version, about)]
+#[command(name = "kvad", version = VERSION, about)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -60,6 +63,17 @@ pub enum Command {
     Search(crate::hub_cmds::SearchArgs),
     /// The model index: supported models, draft candidates, related repos; `update` fetches it again.
     Models(crate::hub_models::ModelsArgs),
+    /// Print the shell completion script for every verb and flag (e.g. `kvad completions bash >
+    /// ~/.local/share/bash-completion/completions/kvad`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print a manual page (roff): kvad's, or a verb's (`kvad man run | man -l -`).
+    Man {
+        /// A verb (none: kvad's own page, listing every verb).
+        verb: Option<String>,
+    },
     /// Start the server (hands over to kvad-serve; its flags follow, e.g. --bind, --model).
     #[command(disable_help_flag = true)]
     Serve {

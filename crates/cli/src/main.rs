@@ -12,10 +12,20 @@ mod config;
 mod generate;
 mod hub_cmds;
 mod hub_models;
+mod man;
 mod serve;
 
 use clap::Parser;
 use client::Target;
+
+/// Writes to stdout; a reader that closed early (`| head`) is not an error.
+fn print_all(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
 
 fn main() -> std::process::ExitCode {
     let cli = args::Cli::parse();
@@ -79,6 +89,16 @@ fn main() -> std::process::ExitCode {
         args::Command::Info(a) => hub_cmds::info(a),
         args::Command::Search(a) => hub_cmds::search(a),
         args::Command::Models(a) => hub_models::models(a),
+        args::Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut <args::Cli as clap::CommandFactory>::command(),
+                "kvad",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        args::Command::Man { verb } => man::page(verb.as_deref()).and_then(|p| print_all(&p)),
         args::Command::Serve { args } => serve::serve(args),
         args::Command::Api { path, method, data } => client::remote_only(&c, "api")
             .and_then(|url| client::remote::api(&url, path.as_deref(), method.as_deref(), data.as_deref(), c.json)),

@@ -65,3 +65,87 @@ fn bad_arguments_name_the_field_and_value() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+/// The commit `--version` should name: this checkout's HEAD (with `-dirty` allowed), else "unknown".
+fn expected_commit() -> Option<String> {
+    let o = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+/// `kvad --version` and `kvad-serve --version`: the version and the commit the binaries were built from.
+#[test]
+fn versions_name_the_commit_they_were_built_from() {
+    let serve = std::path::Path::new(env!("CARGO_BIN_EXE_kvad")).with_file_name("kvad-serve");
+    for (bin, name) in [(std::path::PathBuf::from(env!("CARGO_BIN_EXE_kvad")), "kvad"), (serve, "kvad-serve")] {
+        let o = Command::new(&bin).arg("--version").output().expect("kvad-serve beside kvad (cargo test --workspace)");
+        let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let want = format!("{name} {} (", env!("CARGO_PKG_VERSION"));
+        assert!(line.starts_with(&want) && line.ends_with(')'), "{line}");
+        let commit = &line[want.len()..line.len() - 1];
+        match expected_commit() {
+            Some(head) => assert!(commit == head || commit == format!("{head}-dirty"), "{line} vs HEAD {head}"),
+            None => assert_eq!(commit, "unknown"),
+        }
+    }
+}
+
+/// Completions from the clap definitions: bash completes verbs and flags, and every script parses in its shell
+/// (scripts/test.sh installs zsh and fish).
+#[test]
+fn completions_complete_verbs_and_flags_and_parse() {
+    let dir = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let o = kvad().args(["completions", shell]).output().unwrap();
+        assert!(o.status.success() && o.stdout.len() > 1000, "{shell}: {}", String::from_utf8_lossy(&o.stderr));
+        let path = dir.path().join(format!("kvad.{shell}"));
+        std::fs::write(&path, &o.stdout).unwrap();
+        if matches!(shell, "bash" | "zsh" | "fish") {
+            let check = Command::new(shell).arg("-n").arg(&path).output();
+            let check = check
+                .unwrap_or_else(|e| panic!("{shell} is needed to check its script ({e}): scripts/test.sh installs it"));
+            assert!(check.status.success(), "{shell} -n: {}", String::from_utf8_lossy(&check.stderr));
+        }
+    }
+    let complete = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let script = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _kvad kvad '{}' '{}'; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            dir.path().join("kvad.bash").display(),
+            words.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" "),
+            words.len() - 1,
+            line.len(),
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let o = Command::new("bash").args(["-c", &script]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(complete("kvad ru"), ["run"]);
+    assert_eq!(complete("kvad run --max-t"), ["--max-tokens"]);
+    assert!(complete("kvad models ").contains(&"drafts".to_string()), "{:?}", complete("kvad models "));
+}
+
+/// Manual pages from the clap definitions: kvad(1) lists every verb, and each verb's page has its flags.
+#[test]
+fn man_pages_list_every_verb_and_its_flags() {
+    let top = kvad().arg("man").output().unwrap();
+    let top = String::from_utf8_lossy(&top.stdout).to_string();
+    assert!(top.starts_with(".ie") && top.contains(".TH kvad 1"), "{}", &top[..200.min(top.len())]);
+    for verb in ["run", "chat", "pull", "ls", "models", "serve", "completions", "man"] {
+        assert!(top.contains(&format!("kvad\\-{verb}(1)")), "kvad(1) lists {verb}");
+    }
+    let run = kvad().args(["man", "run"]).output().unwrap();
+    let run = String::from_utf8_lossy(&run.stdout).to_string();
+    assert!(run.contains(".TH kvad-run 1"), "{run}");
+    for flag in ["max\\-tokens", "temperature", "backend", "logprobs"] {
+        assert!(run.contains(&format!("\\fB\\-\\-{flag}\\fR")), "kvad-run(1) has --{flag}");
+    }
+    let e = kvad().args(["man", "nope"]).output().unwrap();
+    assert!(!e.status.success() && String::from_utf8_lossy(&e.stderr).contains("verb = \"nope\""));
+}

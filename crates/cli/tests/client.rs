@@ -344,3 +344,19 @@ fn use_sets_the_servers_default_model_too() {
     let v: serde_json::Value = ureq::get(&format!("{}/api/settings", s.1)).call().unwrap().into_json().unwrap();
     assert_eq!(v["server"]["default_model"], model, "{v}");
 }
+
+/// `/api/health` reports the version and commit `kvad-serve --version` prints, the same as this `kvad`'s: one
+/// build (the cluster's same-build rule compares them).
+#[test]
+fn health_reports_the_build_kvad_serve_names() {
+    let s = scripted("health-version");
+    let v: serde_json::Value = ureq::get(&format!("{}/api/health", s.1)).call().unwrap().into_json().unwrap();
+    let line = |bin: &Path| {
+        let o = Command::new(bin).arg("--version").output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let served = format!("kvad-serve {} ({})", v["version"].as_str().unwrap(), v["commit"].as_str().unwrap());
+    assert_eq!(served, line(&kvad_serve()), "{v}");
+    let ours = line(Path::new(env!("CARGO_BIN_EXE_kvad")));
+    assert_eq!(ours.trim_start_matches("kvad "), served.trim_start_matches("kvad-serve "));
+}

@@ -19,6 +19,13 @@ pub mod ui;
 
 pub use kvad_engine::Engine;
 
+/// The commit this build is from (`build.rs`: `git rev-parse`, `-dirty` for uncommitted changes, else the
+/// `KVAD_COMMIT` it was given, else "unknown"): `/api/health` and `--version` report it.
+pub const COMMIT: &str = env!("KVAD_COMMIT");
+
+/// The version and commit, as `kvad-serve --version` prints them.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KVAD_COMMIT"), ")");
+
 use error::ApiError;
 use kvad_engine::seam::ModelInfo;
 use std::sync::atomic::AtomicBool;

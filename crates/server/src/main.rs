@@ -23,7 +23,7 @@ use std::time::Duration;
 /// kvad-serve: the OpenAI-compatible server. Settings come from kvad.toml in the data directory, then the
 /// environment (KVAD_BIND, KVAD_QUEUE, KVAD_MODELS, KVAD_BACKEND, KVAD_SHUTDOWN_TIMEOUT, ...), then these flags.
 #[derive(Parser, Debug)]
-#[command(name = "kvad-serve", version)]
+#[command(name = "kvad-serve", version = kvad_server::VERSION)]
 struct Args {
     /// Address to listen on (default 127.0.0.1:5823). A non-loopback address needs [auth] mode local, basic or
     /// oidc (KVAD_AUTH_MODE), or --insecure.

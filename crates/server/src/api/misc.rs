@@ -30,7 +30,7 @@ pub async fn models(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"object": "list", "data": data}))
 }
 
-/// `GET /api/health`: 200 "ok"; 503 "shutting down" from SIGINT/SIGTERM until the listener closes (a load balancer
+/// `GET /api/health`: the version and the commit this build is from; 200 "ok"; 503 "shutting down" from SIGINT/SIGTERM until the listener closes (a load balancer
 /// takes the server out of rotation while its replies finish, rather than seeing refused connections).
 pub async fn health(State(state): State<AppState>) -> Response {
     let loaded: Vec<String> = state.queue.catalog().into_iter().filter(|m| m.loaded).map(|m| m.id).collect();
@@ -38,6 +38,7 @@ pub async fn health(State(state): State<AppState>) -> Response {
     let body = Json(json!({
         "status": if draining { "shutting down" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
+        "commit": crate::COMMIT,
         "queue": state.queue.depth(),
         "loaded": loaded,
     }));

@@ -40,7 +40,8 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "GET",
         path: "/api/health",
-        summary: "Liveness: ok, version, queue depth, the loaded model",
+        summary: "Liveness: ok (503 \"shutting down\" during a drain), the version and the commit of this build, \
+                  queue depth, the loaded models",
         tag: "kvad",
     },
     Route {

@@ -1,12 +1,10 @@
 // Included by the build scripts of kvad (crates/cli) and kvad-serve (crates/server): the commit a binary is built
-// from, for `--version` and `/api/health` (and the cluster's same-build check). `KVAD_COMMIT` in the environment
-// wins (a build from a source tarball, or a wheel's builder, says it); else `git` asks the repository, with
-// `-dirty` when the tree has uncommitted changes; else "unknown" (a tree outside git). Cargo reruns this when HEAD
+// from, for `--version` and `/api/health` (and the cluster's same-build check): `git` asks the repository, with
+// `-dirty` when the tree has uncommitted changes; "unknown" for a tree outside git. Cargo reruns this when HEAD
 // moves or the index changes.
 
 /// Sets `KVAD_COMMIT` for the crate being built.
 fn emit_commit() {
-    println!("cargo:rerun-if-env-changed=KVAD_COMMIT");
     let git = |args: &[&str]| {
         std::process::Command::new("git")
             .args(args)
@@ -15,10 +13,13 @@ fn emit_commit() {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
-    let commit = std::env::var("KVAD_COMMIT").ok().filter(|c| !c.is_empty()).or_else(|| {
-        let head = git(&["rev-parse", "--short=12", "HEAD"])?;
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).map(|head| {
         let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
-        Some(if dirty { format!("{head}-dirty") } else { head })
+        if dirty {
+            format!("{head}-dirty")
+        } else {
+            head
+        }
     });
     if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");

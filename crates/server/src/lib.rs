@@ -19,8 +19,8 @@ pub mod ui;
 
 pub use kvad_engine::Engine;
 
-/// The commit this build is from (`build.rs`: `git rev-parse`, `-dirty` for uncommitted changes, else the
-/// `KVAD_COMMIT` it was given, else "unknown"): `/api/health` and `--version` report it.
+/// The commit this build is from (`build.rs`: `git rev-parse`, `-dirty` for uncommitted changes, "unknown"
+/// outside git): `/api/health` and `--version` report it.
 pub const COMMIT: &str = env!("KVAD_COMMIT");
 
 /// The version and commit, as `kvad-serve --version` prints them.

@@ -56,6 +56,9 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium
 fi
 export KVAD_WEB_TESTS=1 KVAD_CHROMIUM="$(command -v chromium)"
+# The installs as users make them (crates/cli/tests/install.rs): the wheel (scripts/wheel.sh, which installs maturin
+# and zig into .venv-wheel/) into a fresh venv, and `cargo install` into a temporary root; two release builds.
+export KVAD_INSTALL_TESTS=1
 # zsh and fish, so the completion scripts `kvad completions` writes are parsed by their shells (crates/cli/tests/cli.rs).
 if ! command -v zsh >/dev/null 2>&1 || ! command -v fish >/dev/null 2>&1; then
   echo "== zsh and fish (Debian's) for the completion tests"

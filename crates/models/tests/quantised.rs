@@ -156,3 +156,27 @@ fn a_damaged_cache_file_is_detected_and_rebuilt_and_clear_empties_it() {
     assert!(kvad_models::qcache::list(&cache.join("quant")).is_empty());
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// What rounding the weights to bf16 does on its own (the CPU's f32 arithmetic on the rounded weights, against
+/// PyTorch's f32 logits): the part of a bf16 backend's error that no kernel removes, which the GPU's bf16 test
+/// takes as its reference. Bounded like the q8 error above, with the routed fixtures apart for the same reason.
+const TOL_BF16_ROUNDING: f32 = 0.05;
+const TOL_BF16_ROUNDING_ROUTED: f32 = 0.45;
+
+#[test]
+fn bf16_rounded_weights_stay_within_tolerance_of_pytorch_f32() {
+    for name in [&["llama", "mistral", "qwen2", "qwen3", "gpt2"][..], MOE_AND_MLA].concat() {
+        if name.ends_with("-gguf") {
+            continue;
+        }
+        let g = common::golden_json(name);
+        let (dir, files) = common::bf16_rounded_copy(&g, name);
+        let (_, cases) = golden(name);
+        let m = load_model_with(&files, &opts(BackendKind::CpuF32, None, false)).unwrap().model;
+        let err = worst_relative_error(m.as_ref(), &cases);
+        let _ = std::fs::remove_dir_all(&dir);
+        let tol = if MOE_AND_MLA.contains(&name) { TOL_BF16_ROUNDING_ROUTED } else { TOL_BF16_ROUNDING };
+        println!("{name:<16} bf16 weights, f32 arithmetic: worst logit error {err:.4} of the spread");
+        assert!(err <= tol, "{name}: bf16 weights move the logits {err} of the spread, over {tol}");
+    }
+}

@@ -46,3 +46,43 @@ pub fn logits(model: &dyn CausalLm, prompt: &[u32]) -> Vec<f32> {
 pub fn spread(v: &[f32]) -> f32 {
     v.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) - v.iter().fold(f32::INFINITY, |a, &b| a.min(b))
 }
+
+/// A copy of a golden's safetensors model (in a fresh folder under the temp dir, which the caller removes) with
+/// every f32 tensor rounded to bf16, to the nearest even, as the GPU's bf16 backend holds its weights. The CPU's
+/// f32 arithmetic on it is a bf16 backend with no arithmetic error of its own: against PyTorch's f32 it measures
+/// what rounding the weights alone does (in the routed fixtures, a router near a tie takes another expert), and
+/// against a bf16 backend it measures that backend's kernels alone.
+pub fn bf16_rounded_copy(g: &Value, tag: &str) -> (PathBuf, ModelFiles) {
+    use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+    let ModelFiles::HfDir(src) = golden_files(g) else { panic!("{tag}: a safetensors golden") };
+    let dir = std::env::temp_dir().join(format!("kvad-bf16-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            let bytes = std::fs::read(&path).unwrap();
+            let st = SafeTensors::deserialize(&bytes).unwrap();
+            let mut out: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+            for (name, t) in st.tensors() {
+                let (dtype, data) = match t.dtype() {
+                    Dtype::F32 => (
+                        Dtype::BF16,
+                        t.data()
+                            .chunks_exact(4)
+                            .flat_map(|c| half::bf16::from_f32(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes())
+                            .collect(),
+                    ),
+                    d => (d, t.data().to_vec()),
+                };
+                out.push((name, dtype, t.shape().to_vec(), data));
+            }
+            let views: Vec<(String, TensorView<'_>)> =
+                out.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+            safetensors::serialize_to_file(views, None, &dir.join(path.file_name().unwrap())).unwrap();
+        } else if path.is_file() {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    (dir.clone(), ModelFiles::HfDir(dir))
+}

@@ -47,8 +47,10 @@ pub fn spread(v: &[f32]) -> f32 {
     v.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) - v.iter().fold(f32::INFINITY, |a, &b| a.min(b))
 }
 
-/// A copy of a golden's safetensors model (in a fresh folder under the temp dir, which the caller removes) with
-/// every f32 tensor rounded to bf16, to the nearest even, as the GPU's bf16 backend holds its weights. The CPU's
+/// A copy of a golden's safetensors model (in a fresh folder under the temp dir, which the caller removes) with its
+/// f32 matrices rounded to bf16, to the nearest even, as the GPU's bf16 backend holds its weights: vectors (norms,
+/// biases, a router's choice bias) and routers (`mlp.gate.weight`, computed in f32 so that the CPU and the GPU
+/// choose alike) stay f32. The CPU's
 /// f32 arithmetic on it is a bf16 backend with no arithmetic error of its own: against PyTorch's f32 it measures
 /// what rounding the weights alone does (in the routed fixtures, a router near a tie takes another expert), and
 /// against a bf16 backend it measures that backend's kernels alone.
@@ -65,8 +67,9 @@ pub fn bf16_rounded_copy(g: &Value, tag: &str) -> (PathBuf, ModelFiles) {
             let st = SafeTensors::deserialize(&bytes).unwrap();
             let mut out: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
             for (name, t) in st.tensors() {
+                let matrix = t.shape().len() >= 2 && !name.ends_with("mlp.gate.weight");
                 let (dtype, data) = match t.dtype() {
-                    Dtype::F32 => (
+                    Dtype::F32 if matrix => (
                         Dtype::BF16,
                         t.data()
                             .chunks_exact(4)

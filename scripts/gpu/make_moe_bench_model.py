@@ -5,16 +5,14 @@ BF16 GGUF in llama.cpp's `qwen3moe` layout (stacked `ffn_*_exps`) tensor by tens
 24 layers, which no one torch model of this size would fit beside on the device's disk and memory budget.
 
     python3 scripts/gpu/make_moe_bench_model.py OUT.gguf TOKENIZER.gguf [LAYERS]
-TOKENIZER.gguf is scripts/gpu/prepare.sh's tensor-less SmolLM2 tokenizer. Needs torch (a GPU makes it quick) and
-the gguf package.
+TOKENIZER.gguf is scripts/gpu/prepare.sh's tensor-less SmolLM2 tokenizer. Needs the gguf package and numpy; torch
+and a GPU make it quick (random_weights.py).
 """
 import sys
-import time
 
 import gguf
-import numpy as np
-import torch
 
+import random_weights  # beside this script
 from tokenizer_gguf import copy_fields  # beside this script
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 4, 128
@@ -43,11 +41,9 @@ def tensors(layers):
     yield "output.weight", (VOCAB, HIDDEN), "w"
 
 
-@torch.no_grad()
 def main():
     out, tok = sys.argv[1], sys.argv[2]
     layers = int(sys.argv[3]) if len(sys.argv) > 3 else 24
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
     w = gguf.GGUFWriter(out, "qwen3moe")
     w.add_name("kvad-bench-qwen3-30b-a3b-shape")
     w.add_context_length(CONTEXT)
@@ -66,29 +62,8 @@ def main():
     w.add_vocab_size(VOCAB)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     copy_fields(gguf.GGUFReader(tok), w, lambda n: n.startswith("tokenizer."))
-    plan = list(tensors(layers))
-    for name, shape, kind in plan:
-        if kind == "w":
-            w.add_tensor_info(name, shape, np.dtype(np.uint16), int(np.prod(shape)) * 2, gguf.GGMLQuantizationType.BF16)
-        else:
-            w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    g = torch.Generator(device=dev).manual_seed(0)
-    t0, n = time.time(), 0
-    for name, shape, kind in plan:
-        if kind == "norm":
-            w.write_tensor_data(np.ones(shape, dtype=np.float32))
-            continue
-        t = torch.randn(shape, generator=g, device=dev, dtype=torch.float32).mul_(0.02)
-        if kind == "router":
-            w.write_tensor_data(t.cpu().numpy())
-        else:
-            w.write_tensor_data(t.to(torch.bfloat16).view(torch.int16).cpu().numpy().view(np.uint16))
-        n += t.numel()
-    w.close()
-    print(f"{out}: {layers} layers, {n / 1e9:.2f} B parameters in {time.time() - t0:.0f}s", flush=True)
+    n, secs = random_weights.write(w, list(tensors(layers)))
+    print(f"{out}: {layers} layers, {n / 1e9:.2f} B parameters in {secs:.0f}s", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
+#[path = "install/config.rs"]
+mod config;
+
 /// One release build at a time: they share `target/install` and two cores.
 static BUILD: Mutex<()> = Mutex::new(());
 
@@ -21,7 +24,7 @@ fn repo() -> PathBuf {
 }
 
 fn enabled(test: &str) -> bool {
-    let on = std::env::var("KVAD_INSTALL_TESTS").is_ok_and(|v| v == "1");
+    let on = config::install_tests();
     if !on {
         eprintln!("{test}: off (KVAD_INSTALL_TESTS=1 turns it on; scripts/test.sh sets it)");
     }
@@ -118,7 +121,8 @@ fn check_installed(bin: &Path) {
     );
 }
 
-/// `scripts/wheel.sh` builds a manylinux_2_28 wheel that installs, with nothing else, into a fresh venv.
+/// `scripts/wheel.sh` builds a manylinux_2_28 wheel that installs, with nothing else, into a fresh venv, and with
+/// `uv tool install` and `pipx install`.
 #[test]
 fn wheel_installs_into_a_fresh_venv_and_runs() {
     if !enabled("wheel_installs_into_a_fresh_venv_and_runs") {
@@ -155,6 +159,36 @@ fn wheel_installs_into_a_fresh_venv_and_runs() {
     assert!(installed.contains(&"kvad"), "{listed}");
     assert!(installed.iter().all(|p| ["kvad", "pip", "setuptools"].contains(p)), "nothing else: {listed}");
     check_installed(&venv.join("bin"));
+
+    // The tool installers, each into folders of its own: their `kvad` is a link in a bin folder to the binary in
+    // a venv of theirs, and `kvad serve` still finds the kvad-serve beside the binary.
+    let tools = tmp.path().join("tools");
+    run(Command::new("python3").args(["-m", "venv"]).arg(&tools), "python3 -m venv (tools)");
+    run(
+        Command::new(tools.join("bin/python")).args(["-m", "pip", "install", "--quiet", "uv==0.13.9", "pipx==1.18.4"]),
+        "pip install uv pipx",
+    );
+    let uv_bin = tmp.path().join("uv-bin");
+    run(
+        Command::new(tools.join("bin/uv"))
+            .args(["tool", "install", "--no-index"])
+            .arg(&wheel[0])
+            .env("UV_TOOL_DIR", tmp.path().join("uv-tools"))
+            .env("UV_TOOL_BIN_DIR", &uv_bin),
+        "uv tool install",
+    );
+    check_installed(&uv_bin);
+    let pipx_bin = tmp.path().join("pipx-bin");
+    run(
+        Command::new(tools.join("bin/pipx"))
+            .arg("install")
+            .arg(&wheel[0])
+            .env("PIPX_HOME", tmp.path().join("pipx-home"))
+            .env("PIPX_BIN_DIR", &pipx_bin)
+            .env("PIPX_MAN_DIR", tmp.path().join("pipx-man")),
+        "pipx install",
+    );
+    check_installed(&pipx_bin);
 }
 
 /// `cargo install --locked --path crates/cli` and `--path crates/server` into one root.

@@ -114,10 +114,11 @@ fn batched_replies_equal_alone(s: &common::Server, backend: &str) -> Vec<String>
     alone
 }
 
-/// At cpu-q8 with i16 activations (`KVAD_NO_VNNI=1`, and every processor without AVX-VNNI) a step of several
+/// At cpu-q8 with i16 activations (`KVAD_NO_VNNI=1`, and every processor without VNNI) a step of several
 /// replies runs the few-row GEMV whose every row is the one-row GEMV's bits, and a joining prompt is read in a pass
-/// of its own: batching must not change a reply, bit for bit. (With AVX-VNNI, passes of several replies take 8-bit
-/// activations and may differ from replies alone, as the seed allows for i8mm; that kernel's error is bounded in
+/// of its own: batching must not change a reply, bit for bit. (With VNNI, AVX-VNNI or AVX-512 VNNI, passes of
+/// several replies take 8-bit activations and may differ from replies alone, as the seed allows for i8mm; that
+/// kernel's error is bounded in
 /// `kvad_tensor::cpu::gemv_rows8`'s tests.)
 #[test]
 fn smollm2_batched_replies_equal_alone_at_q8() {

@@ -1,5 +1,6 @@
 //! Prefill's product for quantised weights: i16 activations against i16-widened weights in integer pair products
-//! (`vpdpwssd` where the processor has AVX-VNNI, `vpmaddwd` and an add elsewhere), scaled once per block of 32.
+//! (`vpdpwssd` where the processor has AVX-VNNI or AVX-512 VNNI, `vpmaddwd` and an add elsewhere), scaled once per
+//! block of 32.
 //!
 //! The f32 panel GEMM (`gemm.rs`) runs at the FMA units' peak, 16 multiply-adds a cycle a core; an integer pair
 //! product does 16 an instruction, two instructions a cycle. Activations are quantised as decode quantises them
@@ -141,7 +142,7 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let (m, k, t) = (w.rows(), w.cols(), w.qtype());
     let nb = k / BLOCK;
     let acts = quantize_rows(x, n, k);
-    let vnni = super::features::has_vnni();
+    let vnni = super::features::vnni();
     let o = SyncPtr(out.as_mut_ptr());
     pool::parallel_for(m.div_ceil(NR), |p| {
         SCRATCH.with_borrow_mut(|sc| {
@@ -173,7 +174,7 @@ fn avx_gemm(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
                         ldc,
                         first: b0 == 0,
                     };
-                    // SAFETY: AVX2/FMA present (and AVX-VNNI when `vnni`); the pointers cover `rows` rows of
+                    // SAFETY: AVX2/FMA present (and the VNNI form `vnni` names); the pointers cover `rows` rows of
                     // `nblk` blocks (slices above), and `c` rows i0.. of this panel's 16 columns, which only this
                     // task writes.
                     unsafe { avx::tile(&a, rows, vnni) };
@@ -251,56 +252,70 @@ mod avx {
         }
     }
 
-    /// Dispatches the tile on its row count and on AVX-VNNI.
+    /// The integer product a tile is compiled with: `vpmaddwd` and an add, or one `vpdpwssd` in either encoding.
+    const MADD: u8 = 0;
+    const DP_AVX: u8 = 1;
+    const DP_AVX512: u8 = 2;
+
+    /// Dispatches the tile on its row count and on the VNNI form.
     ///
     /// # Safety
-    /// AVX2 and FMA present (AVX-VNNI when `vnni`); `a`'s pointers valid for `rows` rows of `a.nblk` blocks.
-    pub(super) unsafe fn tile(a: &TileArgs, rows: usize, vnni: bool) {
+    /// AVX2 and FMA present (and the VNNI form `vnni` names); `a`'s pointers valid for `rows` rows of `a.nblk`
+    /// blocks.
+    pub(super) unsafe fn tile(a: &TileArgs, rows: usize, vnni: Option<super::super::features::Vnni>) {
+        use super::super::features::Vnni;
         match (a.ms.is_some(), vnni) {
-            (false, true) => rows_of::<true, false>(a, rows),
-            (true, true) => rows_of::<true, true>(a, rows),
-            (false, false) => rows_of::<false, false>(a, rows),
-            (true, false) => rows_of::<false, true>(a, rows),
+            (false, Some(Vnni::Avx)) => rows_of::<DP_AVX, false>(a, rows),
+            (true, Some(Vnni::Avx)) => rows_of::<DP_AVX, true>(a, rows),
+            (false, Some(Vnni::Avx512)) => rows_of::<DP_AVX512, false>(a, rows),
+            (true, Some(Vnni::Avx512)) => rows_of::<DP_AVX512, true>(a, rows),
+            (false, None) => rows_of::<MADD, false>(a, rows),
+            (true, None) => rows_of::<MADD, true>(a, rows),
         }
     }
 
     /// The row count made a constant (the accumulators live in registers only when their number is known).
     #[inline(always)]
-    unsafe fn rows_of<const VNNI: bool, const MINS: bool>(a: &TileArgs, rows: usize) {
+    unsafe fn rows_of<const DP: u8, const MINS: bool>(a: &TileArgs, rows: usize) {
         match rows {
-            6 => tile_at::<6, VNNI, MINS>(a),
-            5 => tile_at::<5, VNNI, MINS>(a),
-            4 => tile_at::<4, VNNI, MINS>(a),
-            3 => tile_at::<3, VNNI, MINS>(a),
-            2 => tile_at::<2, VNNI, MINS>(a),
-            _ => tile_at::<1, VNNI, MINS>(a),
+            6 => tile_at::<6, DP, MINS>(a),
+            5 => tile_at::<5, DP, MINS>(a),
+            4 => tile_at::<4, DP, MINS>(a),
+            3 => tile_at::<3, DP, MINS>(a),
+            2 => tile_at::<2, DP, MINS>(a),
+            _ => tile_at::<1, DP, MINS>(a),
         }
     }
 
     /// The tile compiled with the instructions it uses.
     #[inline(always)]
-    unsafe fn tile_at<const R: usize, const VNNI: bool, const MINS: bool>(a: &TileArgs) {
-        if VNNI {
-            tile_vnni::<R, MINS>(a)
-        } else {
-            tile_madd::<R, MINS>(a)
+    unsafe fn tile_at<const R: usize, const DP: u8, const MINS: bool>(a: &TileArgs) {
+        match DP {
+            DP_AVX => tile_vnni::<R, MINS>(a),
+            DP_AVX512 => tile_vnni512::<R, MINS>(a),
+            _ => tile_madd::<R, MINS>(a),
         }
     }
 
     #[target_feature(enable = "avx2,fma,avxvnni")]
     unsafe fn tile_vnni<const R: usize, const MINS: bool>(a: &TileArgs) {
-        tile_body::<R, true, MINS>(a)
+        tile_body::<R, DP_AVX, MINS>(a)
+    }
+
+    #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+    unsafe fn tile_vnni512<const R: usize, const MINS: bool>(a: &TileArgs) {
+        tile_body::<R, DP_AVX512, MINS>(a)
     }
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn tile_madd<const R: usize, const MINS: bool>(a: &TileArgs) {
-        tile_body::<R, false, MINS>(a)
+        tile_body::<R, MADD, MINS>(a)
     }
 
     /// R rows × 16 columns over `a.nblk` blocks: per block, integer pair products into 2R accumulators, then
     /// `c += f32(acc) · (d_w · d_x)` (and `+ m_w · Σx` for Q4_1).
     #[inline(always)]
-    unsafe fn tile_body<const R: usize, const VNNI: bool, const MINS: bool>(a: &TileArgs) {
+    unsafe fn tile_body<const R: usize, const DP: u8, const MINS: bool>(a: &TileArgs) {
         let ms = a.ms.unwrap_or(std::ptr::null());
         for j in 0..a.nblk {
             let mut acc = [[_mm256_setzero_si256(); 2]; R];
@@ -311,9 +326,12 @@ mod avx {
                 let w1 = _mm256_loadu_si256(pk.add(kp * 32 + 16) as *const __m256i);
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let xb = _mm256_set1_epi32(*xj.add(kp * MR + r));
-                    if VNNI {
+                    if DP == DP_AVX {
                         acc[0] = _mm256_dpwssd_avx_epi32(acc[0], w0, xb);
                         acc[1] = _mm256_dpwssd_avx_epi32(acc[1], w1, xb);
+                    } else if DP == DP_AVX512 {
+                        acc[0] = _mm256_dpwssd_epi32(acc[0], w0, xb);
+                        acc[1] = _mm256_dpwssd_epi32(acc[1], w1, xb);
                     } else {
                         acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(w0, xb));
                         acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(w1, xb));
@@ -373,7 +391,7 @@ mod tests {
     #[test]
     fn vnni_and_madd_paths_agree_bit_for_bit() {
         #[cfg(target_arch = "x86_64")]
-        if super::super::features::has_avx2() && super::super::features::has_vnni() {
+        if super::super::features::has_avx2() {
             for t in [QType::Q8_0, QType::Q4_0, QType::Q4_1] {
                 let (n, k, m) = (11, 576, 40);
                 let w = QMatrix::quantize(t, m, k, &data(m * k, 3)).unwrap();
@@ -382,11 +400,13 @@ mod tests {
                 let nb = k / BLOCK;
                 let mut packed = vec![0i16; nb * NR * BLOCK];
                 let (mut scales, mut mins) = (vec![0f32; nb * NR], vec![0f32; nb * NR]);
-                let mut outs = [vec![0f32; n * NR], vec![0f32; n * NR]];
+                let forms = super::super::features::vnni_forms();
+                let mut outs = vec![vec![0f32; n * NR]; 1 + forms.len()];
                 // SAFETY: the test runs where AVX2 was detected, and `packed` holds the panel of 16 rows.
                 unsafe { avx::pack_panel(&w, 16, 16, &mut packed) };
                 panel_scales(&w, 16, 16, &mut scales, &mut mins);
-                for (vnni, out) in [true, false].into_iter().zip(outs.iter_mut()) {
+                let kinds = std::iter::once(None).chain(forms.iter().copied().map(Some));
+                for (vnni, out) in kinds.zip(outs.iter_mut()) {
                     for i0 in (0..n).step_by(MR) {
                         let g = i0 / MR;
                         let a = avx::TileArgs {
@@ -405,7 +425,9 @@ mod tests {
                         unsafe { avx::tile(&a, MR.min(n - i0), vnni) };
                     }
                 }
-                assert_eq!(outs[0], outs[1], "{t:?}");
+                for (f, o) in forms.iter().zip(&outs[1..]) {
+                    assert_eq!(&outs[0], o, "{t:?} {f:?}");
+                }
             }
         }
     }

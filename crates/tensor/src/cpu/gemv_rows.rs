@@ -37,7 +37,7 @@ pub fn gemv_rows(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
 }
 
 /// [`gemv_rows`] with i16 activations: every value equal, bit for bit, to [`super::gemv::gemv`] on that row of `x`
-/// alone (the path of f32 weights, of processors without AVX-VNNI and of `KVAD_NO_VNNI=1`).
+/// alone (the path of f32 weights, of processors without VNNI and of `KVAD_NO_VNNI=1`).
 ///
 /// # Panics
 /// As [`gemv_rows`].

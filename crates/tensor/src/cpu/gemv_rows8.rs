@@ -1,4 +1,4 @@
-//! The few-row decode product on processors with AVX-VNNI: activations rounded to 8 bits per block of 32, so one
+//! The few-row decode product on processors with VNNI (AVX-VNNI or AVX-512 VNNI, [`super::features::Vnni`]): activations rounded to 8 bits per block of 32, so one
 //! `vpdpbusd` multiplies 32 weights by 32 activations and adds them in fours, where the i16 kernel
 //! ([`super::gemv_rows`]) needs two `vpmaddwd` and an add.
 //!
@@ -125,7 +125,7 @@ pub fn in_decode_step() -> bool {
     DECODE_STEP.with(|c| c.get())
 }
 
-/// Whether passes of 2–8 rows can take this kernel: AVX-VNNI present and not turned off by `KVAD_NO_VNNI`.
+/// Whether passes of 2–8 rows can take this kernel: a VNNI form present and not turned off by `KVAD_NO_VNNI`.
 pub fn active() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -146,7 +146,7 @@ pub fn gemv_rows8(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let (m, k, t) = (w.rows(), w.cols(), w.qtype());
     assert!(matches!(t, QType::Q8_0 | QType::Q4_0 | QType::Q4_1), "gemv_rows8 takes Q8_0, Q4_0 or Q4_1, not {t:?}");
     assert!((1..=super::rows::MAX_ROWS).contains(&n) && x.len() >= n * k && out.len() >= n * m, "shapes");
-    assert!(active(), "gemv_rows8 needs AVX-VNNI");
+    assert!(active(), "gemv_rows8 needs VNNI");
     if m == 0 {
         return;
     }
@@ -166,19 +166,11 @@ pub fn gemv_rows8(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
             }
         });
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: AVX2, FMA, F16C and AVX-VNNI are present (`active`); rows are `row_bytes` long (QMatrix checks),
-        // each `acts[i]` was made from `cols` values, each `outs[i]` holds `r1 - r0` values.
+        // SAFETY: AVX2, FMA, F16C and the VNNI form `vnni` names are present (`active`); rows are `row_bytes` long
+        // (QMatrix checks), each `acts[i]` was made from `cols` values, each `outs[i]` holds `r1 - r0` values.
         unsafe {
-            match n {
-                1 => avx::rows8::<1>(w, r0..r1, &acts, &mut outs),
-                2 => avx::rows8::<2>(w, r0..r1, &acts, &mut outs),
-                3 => avx::rows8::<3>(w, r0..r1, &acts, &mut outs),
-                4 => avx::rows8::<4>(w, r0..r1, &acts, &mut outs),
-                5 => avx::rows8::<5>(w, r0..r1, &acts, &mut outs),
-                6 => avx::rows8::<6>(w, r0..r1, &acts, &mut outs),
-                7 => avx::rows8::<7>(w, r0..r1, &acts, &mut outs),
-                _ => avx::rows8::<8>(w, r0..r1, &acts, &mut outs),
-            }
+            let form = super::features::vnni().expect("active");
+            avx::rows8_with(form, n, w, r0..r1, &acts, &mut outs)
         }
     });
 }
@@ -215,10 +207,12 @@ pub fn dot8_scalar(w: &QMatrix, r: usize, a: &ActQ8) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx {
+    use super::super::features::Vnni;
     use super::super::gemm::hsum;
     use super::super::rows::avx::{group_scales, prefetch, q4_1_mins};
     use super::*;
     use std::arch::x86_64::*;
+    use std::ops::Range;
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn quantize8(x: &[f32], x8: &mut [i8], dx: &mut [f32], xsum: &mut [f32], qsum: &mut [i32]) {
@@ -293,25 +287,42 @@ mod avx {
         }
     }
 
+    /// `vpdpbusd` in the encoding the kernel is compiled for (`AVX512`: EVEX, else VEX).
+    #[inline(always)]
+    unsafe fn dpbusd<const AVX512: bool>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        if AVX512 {
+            _mm256_dpbusd_epi32(acc, u, s)
+        } else {
+            _mm256_dpbusd_avx_epi32(acc, u, s)
+        }
+    }
+
     /// One activation row's integer sums over pair `pair` (lanes 0–3 its first block, 4–7 its second), started
     /// from the row's correction.
     #[inline(always)]
-    unsafe fn pair_sum(t: QType, corr: *const i32, x8: *const i8, pair: usize, lo: __m256i, hi: __m256i) -> __m256i {
+    unsafe fn pair_sum<const AVX512: bool>(
+        t: QType,
+        corr: *const i32,
+        x8: *const i8,
+        pair: usize,
+        lo: __m256i,
+        hi: __m256i,
+    ) -> __m256i {
         let start = if t == QType::Q4_1 {
             _mm256_setzero_si256()
         } else {
             _mm256_loadu_si256(corr.add(pair * 8) as *const __m256i)
         };
         let xp = x8.add(pair * 64);
-        let isum = _mm256_dpbusd_avx_epi32(start, lo, _mm256_loadu_si256(xp as *const __m256i));
-        _mm256_dpbusd_avx_epi32(isum, hi, _mm256_loadu_si256(xp.add(32) as *const __m256i))
+        let isum = dpbusd::<AVX512>(start, lo, _mm256_loadu_si256(xp as *const __m256i));
+        dpbusd::<AVX512>(isum, hi, _mm256_loadu_si256(xp.add(32) as *const __m256i))
     }
 
     /// One weight row at a time, all N activation rows per pair of blocks: the pair's weights are loaded (and, for
     /// Q4, split into nibbles; for Q8, flipped to unsigned) once, then each row's two `vpdpbusd` start from its
     /// correction, and the pair's sums are scaled by `d_w · d_x` into an 8-lane float accumulator.
-    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(super) unsafe fn rows8<const N: usize>(
+    #[inline(always)]
+    unsafe fn rows8<const N: usize, const AVX512: bool>(
         w: &QMatrix,
         rows: std::ops::Range<usize>,
         acts: &[ActQ8],
@@ -359,8 +370,8 @@ mod avx {
                     let (blo, bhi) = pair_weights(t, q0, g + jb + 2, true, nib, flip);
                     let lanes = quad[jb / 4];
                     for i in 0..N {
-                        let a = pair_sum(t, corr[i], x8[i], pa, alo, ahi);
-                        let b = pair_sum(t, corr[i], x8[i], pb, blo, bhi);
+                        let a = pair_sum::<AVX512>(t, corr[i], x8[i], pa, alo, ahi);
+                        let b = pair_sum::<AVX512>(t, corr[i], x8[i], pb, blo, bhi);
                         let sc = _mm256_permutevar8x32_ps(s[i], lanes);
                         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(a, b)), sc, acc[i]);
                     }
@@ -374,7 +385,7 @@ mod avx {
                     // (the next block's scale lane may hold anything).
                     let lanes = if whole { two[jb / 2] } else { one[jb] };
                     for i in 0..N {
-                        let isum = pair_sum(t, corr[i], x8[i], b / 2, lo, hi);
+                        let isum = pair_sum::<AVX512>(t, corr[i], x8[i], b / 2, lo, hi);
                         let sc = _mm256_permutevar8x32_ps(s[i], lanes);
                         acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), sc, acc[i]);
                     }
@@ -408,6 +419,43 @@ mod avx {
                 i += 4;
             }
         }
+    }
+
+    /// The kernel compiled for AVX-VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    unsafe fn rows8_vex<const N: usize>(w: &QMatrix, rows: Range<usize>, acts: &[ActQ8], outs: &mut [&mut [f32]]) {
+        rows8::<N, false>(w, rows, acts, outs)
+    }
+
+    /// The kernel compiled for AVX-512 VNNI on 256-bit registers.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    unsafe fn rows8_evex<const N: usize>(w: &QMatrix, rows: Range<usize>, acts: &[ActQ8], outs: &mut [&mut [f32]]) {
+        rows8::<N, true>(w, rows, acts, outs)
+    }
+
+    /// `n` activation rows (1..=8) made a constant, on the kernel compiled for `form`.
+    ///
+    /// # Safety
+    /// AVX2, FMA, F16C and `form` present; as [`rows8`] for the rest.
+    pub(super) unsafe fn rows8_with(
+        form: Vnni,
+        n: usize,
+        w: &QMatrix,
+        rows: Range<usize>,
+        acts: &[ActQ8],
+        outs: &mut [&mut [f32]],
+    ) {
+        macro_rules! go {
+            ($($k:literal)*) => {
+                match (n, form) {
+                    $(($k, Vnni::Avx) => rows8_vex::<$k>(w, rows, acts, outs),
+                      ($k, Vnni::Avx512) => rows8_evex::<$k>(w, rows, acts, outs),)*
+                    (_, Vnni::Avx) => rows8_vex::<8>(w, rows, acts, outs),
+                    (_, Vnni::Avx512) => rows8_evex::<8>(w, rows, acts, outs),
+                }
+            };
+        }
+        go!(1 2 3 4 5 6 7)
     }
 }
 

@@ -62,7 +62,7 @@ fn quantised_values_are_within_half_a_step_and_in_their_pair_slots() {
 #[test]
 fn the_kernel_matches_the_scalar_reference() {
     if !active() {
-        eprintln!("no AVX-VNNI here: the 8-bit few-row kernel cannot run; passes stay on the i16 kernel");
+        eprintln!("no VNNI here: the 8-bit few-row kernel cannot run; passes stay on the i16 kernel");
         return;
     }
     for t in FORMATS {
@@ -92,7 +92,7 @@ fn the_kernel_matches_the_scalar_reference() {
 #[test]
 fn each_row_is_the_same_alone_and_among_others() {
     if !active() {
-        eprintln!("no AVX-VNNI here: the 8-bit few-row kernel cannot run");
+        eprintln!("no VNNI here: the 8-bit few-row kernel cannot run");
         return;
     }
     let bits = |f: &[f32]| f.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -130,5 +130,31 @@ fn the_error_is_the_rounding_of_the_activations_and_no_more() {
             let got = dot8_scalar(&w, r, &a) as f64;
             assert!((got - exact).abs() <= bound * 1.01 + 1e-4, "{t:?} row {r}: {got} vs {exact} (bound {bound})");
         }
+    }
+}
+
+/// The kernel compiled for AVX-VNNI and for AVX-512 VNNI gives the same bits (where the host has both; on a host
+/// with one the test above checks it against the scalar reference).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_vnni_form_gives_the_same_bits() {
+    let forms = super::super::features::vnni_forms();
+    if forms.len() < 2 || !super::super::features::has_avx2() {
+        eprintln!("VNNI forms here: {forms:?}; one form is checked against the scalar reference above");
+        return;
+    }
+    for t in FORMATS {
+        let (rows, cols) = (37, 224);
+        let w = QMatrix::quantize(t, rows, cols, &data(rows * cols, 13)).unwrap();
+        let x = activations(5, cols);
+        let acts: Vec<ActQ8> = (0..5).map(|i| ActQ8::new(&x[i * cols..(i + 1) * cols], t)).collect();
+        let run = |form| {
+            let mut buf = vec![vec![f32::NAN; rows]; 5];
+            let mut outs: Vec<&mut [f32]> = buf.iter_mut().map(|v| v.as_mut_slice()).collect();
+            // SAFETY: `form` was detected here; the outputs hold `rows` values each, the activations `cols`.
+            unsafe { avx::rows8_with(form, 5, &w, 0..rows, &acts, &mut outs) };
+            buf.concat().iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(run(forms[0]), run(forms[1]), "{t:?}");
     }
 }

@@ -5,7 +5,10 @@
 //! = block max / 32767: a relative error of 1.5e-5, a hundred times below the weights' own 8-bit step, where 8-bit
 //! activations would round away the difference between close logits), weights are widened to i16, and
 //! `vpmaddwd` multiplies 16 pairs an instruction; each block's integer sum is converted once and scaled by
-//! `d_w·d_x`. Each thread streams its own contiguous rows, two rows at a time sharing every load of `x`.
+//! `d_w·d_x`. Each thread streams its own contiguous rows, one weight row at a time: the few-row kernel
+//! ([`super::gemv_rows`]) with one activation row. (Two weight rows at a time, sharing each load of `x`, was this
+//! file's own kernel until measured 1.5× slower at Q8_0 and 1.1× at Q4 on an AMD EPYC Zen 4 host, with the same
+//! bits: docs/performance.md, "Issue 43, item 11".)
 
 use super::matrix::{QMatrix, SyncPtr};
 use super::pool;
@@ -146,7 +149,7 @@ fn rows_dot(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], act: Option<&A
         unsafe {
             match act {
                 None => avx::rows_f32(w, rows, x, out),
-                Some(a) => avx::rows_q(w, rows, a, out),
+                Some(a) => super::gemv_rows::one_row(w, rows, a, out),
             }
         }
         return;
@@ -347,100 +350,6 @@ pub(super) mod avx {
             _mm256_storeu_si256(xq.as_mut_ptr().add(b * BLOCK + 16) as *mut __m256i, hi);
             dx[b] = d;
             xsum[b] = hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn rows_q(w: &QMatrix, rows: std::ops::Range<usize>, a: &ActQ, out: &mut [f32]) {
-        let t = w.qtype();
-        let nb = w.cols() / BLOCK;
-        let q_off = nb * 2 * t.scale_arrays();
-        // Lane j of the scales broadcast to a whole vector (one block), or lanes j, j+1 to halves (a pair).
-        let one: [__m256i; 8] = std::array::from_fn(|j| _mm256_set1_epi32(j as i32));
-        let two: [__m256i; 4] = std::array::from_fn(|h| {
-            let (j, k) = (2 * h as i32, 2 * h as i32 + 1);
-            _mm256_setr_epi32(j, j, j, j, k, k, k, k)
-        });
-        let lane_idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let (xq, x4) = (a.xq.as_ptr(), a.x4.as_ptr());
-        // Row addresses from the base (not `w.row`, whose slice of a mapped file costs a call per use).
-        let data = w.bytes();
-        let (base, rb) = (data.as_ptr(), data.len() / w.rows().max(1));
-        assert!(rows.end <= w.rows());
-        let mut i = 0;
-        let mut r = rows.start;
-        while r < rows.end {
-            let two_rows = r + 1 < rows.end;
-            let p0 = base.add(r * rb);
-            let p1 = if two_rows { base.add((r + 1) * rb) } else { p0 };
-            let (q0, q1) = (p0.add(q_off), p1.add(q_off));
-            let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            let (mut accm0, mut accm1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            let mut g = 0;
-            while g < nb {
-                let nbg = (nb - g).min(8);
-                // Eight scales a load; lanes past the row's last block read its own quants and are never used.
-                let dx = _mm256_loadu_ps(a.dx.as_ptr().add(g));
-                let s0 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * g) as *const __m128i)), dx);
-                let s1 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(p1.add(2 * g) as *const __m128i)), dx);
-                if r + 3 < rows.end {
-                    // The next pair of rows, this group's bytes, fetched while this pair computes: the hardware
-                    // prefetcher alone leaves the stream short of bandwidth (measured +20–30% with this).
-                    let ahead = 2 * rb;
-                    let qb = t.quant_bytes();
-                    let mut o = g * qb;
-                    while o < (g + nbg) * qb {
-                        _mm_prefetch::<_MM_HINT_T0>(q0.add(ahead + o) as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(q1.add(ahead + o) as *const i8);
-                        o += 64;
-                    }
-                }
-                let mut j = 0;
-                while j + 1 < nbg {
-                    let p = (g + j) / 2;
-                    let (w0, w1) = if t == QType::Q8_0 {
-                        (widen_pair_q8(q0, p), widen_pair_q8(q1, p))
-                    } else {
-                        (widen_pair_q4(q0, p), widen_pair_q4(q1, p))
-                    };
-                    let xp = x4.add(p * 64);
-                    let (mut v0, mut v1) = (pair_dot(&w0, xp), pair_dot(&w1, xp));
-                    if t == QType::Q4_0 {
-                        let corr = _mm256_loadu_si256(a.corr.as_ptr().add(p * 8) as *const __m256i);
-                        v0 = _mm256_add_epi32(v0, corr);
-                        v1 = _mm256_add_epi32(v1, corr);
-                    }
-                    let lanes = two[j / 2];
-                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, lanes), acc0);
-                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, lanes), acc1);
-                    j += 2;
-                }
-                if j < nbg {
-                    let b = g + j;
-                    let (v0, v1) = if t == QType::Q8_0 {
-                        (block_dot(q8_block(q0, b), xq, b), block_dot(q8_block(q1, b), xq, b))
-                    } else {
-                        (block_dot(q4_block(t, q0, b), xq, b), block_dot(q4_block(t, q1, b), xq, b))
-                    };
-                    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v0), _mm256_permutevar8x32_ps(s0, one[j]), acc0);
-                    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v1), _mm256_permutevar8x32_ps(s1, one[j]), acc1);
-                }
-                if t == QType::Q4_1 {
-                    let keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nbg as i32), lane_idx));
-                    let xs = _mm256_loadu_ps(a.xsum.as_ptr().add(g));
-                    let m0 = _mm256_cvtph_ps(_mm_loadu_si128(p0.add(2 * nb + 2 * g) as *const __m128i));
-                    let m1 = _mm256_cvtph_ps(_mm_loadu_si128(p1.add(2 * nb + 2 * g) as *const __m128i));
-                    accm0 = _mm256_fmadd_ps(_mm256_and_ps(m0, keep), xs, accm0);
-                    accm1 = _mm256_fmadd_ps(_mm256_and_ps(m1, keep), xs, accm1);
-                }
-                g += 8;
-            }
-            out[i] = hsum(acc0) + hsum(accm0);
-            if two_rows {
-                out[i + 1] = hsum(acc1) + hsum(accm1);
-            }
-            i += 2;
-            r += 2;
         }
     }
 }

@@ -71,6 +71,24 @@ pub fn gemv_rows16(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     });
 }
 
+/// Rows `rows` of `w` (quantised) times one row's activations `act`: the one-row GEMV's SIMD path, this file's
+/// kernel at one activation row (one weight row at a time, measured faster than two at a time: see
+/// [`super::gemv`]).
+pub(super) fn one_row(w: &QMatrix, rows: std::ops::Range<usize>, act: &ActQ, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        debug_assert!(super::features::has_avx2() && w.qtype() != QType::F32);
+        // SAFETY: AVX2, FMA and F16C are present (the caller's path); rows are `row_bytes` long (QMatrix checks),
+        // `act` was made from `cols` values and `out` holds `rows.len()` values.
+        unsafe { avx::rows_q::<1>(w, rows, std::slice::from_ref(act), &mut [out]) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (w, rows, act, out);
+        unreachable!("the one-row SIMD path is x86-64's")
+    }
+}
+
 /// Rows `rows` of `w` times every row of `xs` (F32) or of `acts` (their quantised twins), by the best kernel this
 /// processor has.
 fn rows_dot(w: &QMatrix, rows: std::ops::Range<usize>, xs: &[&[f32]], acts: &[ActQ], outs: &mut [&mut [f32]]) {

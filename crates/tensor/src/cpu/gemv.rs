@@ -5,12 +5,13 @@
 //! = block max / 32767: a relative error of 1.5e-5, a hundred times below the weights' own 8-bit step, where 8-bit
 //! activations would round away the difference between close logits), weights are widened to i16, and
 //! `vpmaddwd` multiplies 16 pairs an instruction; each block's integer sum is converted once and scaled by
-//! `d_w·d_x`. Each thread streams its own contiguous rows, one weight row at a time: the few-row kernel
-//! ([`super::gemv_rows`]) with one activation row. (Two weight rows at a time, sharing each load of `x`, was this
+//! `d_w·d_x`. Each thread streams its own contiguous rows, one weight row at a time: the few-row kernel at one
+//! activation row, so the one-row entry, [`super::gemv_rows::gemv`], lives beside it; this file holds what both
+//! share (the activations, the widening, the scalar definition). (Two weight rows at a time, sharing each load of `x`, was this
 //! file's own kernel until measured 1.5× slower at Q8_0 and 1.1× at Q4 on an AMD EPYC Zen 4 host, with the same
 //! bits: docs/performance.md, "Issue 43, item 11".)
 
-use super::matrix::{QMatrix, SyncPtr};
+use super::matrix::QMatrix;
 use super::pool;
 use super::quant::{parts, QType, BLOCK};
 
@@ -117,44 +118,11 @@ fn quantize_act_scalar(x: &[f32], xq: &mut [i16], dx: &mut [f32], xsum: &mut [f3
     }
 }
 
-/// `out[r] = w.row(r) · x` for every row.
-pub fn gemv(w: &QMatrix, x: &[f32], out: &mut [f32]) {
-    let rows = w.rows();
-    let per = rows_per_task(rows);
-    let tasks = rows.div_ceil(per);
-    let act = (w.qtype() != QType::F32).then(|| ActQ::new(x, w.qtype()));
-    let o = SyncPtr(out.as_mut_ptr());
-    pool::parallel_for(tasks, |t| {
-        let r0 = t * per;
-        let r1 = (r0 + per).min(rows);
-        // SAFETY: each task writes only rows r0..r1 of `out`.
-        let out = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0), r1 - r0) };
-        rows_dot(w, r0..r1, x, act.as_ref(), out);
-    });
-}
-
 /// How many output rows one task streams: long contiguous runs keep each thread's memory stream sequential, and
 /// [`TASKS_PER_THREAD`] of them per thread let a thread that runs fast take more.
 pub(super) fn rows_per_task(rows: usize) -> usize {
     let tasks = rows.div_ceil(ROWS_PER_TASK.max(rows.div_ceil(pool::threads() * TASKS_PER_THREAD)));
     rows.div_ceil(tasks.max(1)).max(1)
-}
-
-/// Dot products of a range of rows with `x`, by the best kernel this processor has.
-fn rows_dot(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], act: Option<&ActQ>, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if super::features::has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; rows are `row_bytes` long (checked by QMatrix) and `act` was
-        // made from `x`, which holds `cols` values.
-        unsafe {
-            match act {
-                None => avx::rows_f32(w, rows, x, out),
-                Some(a) => super::gemv_rows::one_row(w, rows, a, out),
-            }
-        }
-        return;
-    }
-    rows_dot_scalar(w, rows, x, act, out);
 }
 
 /// The scalar path, with the same arithmetic as the SIMD one (the reference in tests, and the fallback).
@@ -205,7 +173,7 @@ pub(super) mod avx {
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_f32(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], out: &mut [f32]) {
+    pub(in super::super) unsafe fn rows_f32(w: &QMatrix, rows: std::ops::Range<usize>, x: &[f32], out: &mut [f32]) {
         let (base, rb) = (w.bytes().as_ptr(), w.cols() * 4);
         for (o, r) in out.iter_mut().zip(rows) {
             *o = dot_f32(x.as_ptr(), base.add(r * rb) as *const f32, w.cols());
@@ -358,6 +326,7 @@ pub(super) mod avx {
 mod tests {
     use super::*;
 
+    use super::super::gemv_rows::gemv;
     use super::super::testdata::data;
 
     #[test]

@@ -36,7 +36,7 @@ pub fn gemv_rows(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     }
 }
 
-/// [`gemv_rows`] with i16 activations: every value equal, bit for bit, to [`super::gemv::gemv`] on that row of `x`
+/// [`gemv_rows`] with i16 activations: every value equal, bit for bit, to [`gemv`] on that row of `x`
 /// alone (the path of f32 weights, of processors without VNNI and of `KVAD_NO_VNNI=1`).
 ///
 /// # Panics
@@ -71,22 +71,33 @@ pub fn gemv_rows16(w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     });
 }
 
-/// Rows `rows` of `w` (quantised) times one row's activations `act`: the one-row GEMV's SIMD path, this file's
-/// kernel at one activation row (one weight row at a time, measured faster than two at a time: see
-/// [`super::gemv`]).
-pub(super) fn one_row(w: &QMatrix, rows: std::ops::Range<usize>, act: &ActQ, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        debug_assert!(super::features::has_avx2() && w.qtype() != QType::F32);
-        // SAFETY: AVX2, FMA and F16C are present (the caller's path); rows are `row_bytes` long (QMatrix checks),
-        // `act` was made from `cols` values and `out` holds `rows.len()` values.
-        unsafe { avx::rows_q::<1>(w, rows, std::slice::from_ref(act), &mut [out]) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (w, rows, act, out);
-        unreachable!("the one-row SIMD path is x86-64's")
-    }
+/// `out[r] = w.row(r) · x` for every row: decode's one-row product, this file's kernel at one activation row (one
+/// weight row at a time, measured faster than two at a time: [`super::gemv`]'s notes).
+pub fn gemv(w: &QMatrix, x: &[f32], out: &mut [f32]) {
+    let rows = w.rows();
+    let per = rows_per_task(rows);
+    let tasks = rows.div_ceil(per);
+    let act = (w.qtype() != QType::F32).then(|| ActQ::new(x, w.qtype()));
+    let o = SyncPtr(out.as_mut_ptr());
+    pool::parallel_for(tasks, |t| {
+        let r0 = t * per;
+        let r1 = (r0 + per).min(rows);
+        // SAFETY: each task writes only rows r0..r1 of `out`.
+        let out = unsafe { std::slice::from_raw_parts_mut(o.get().add(r0), r1 - r0) };
+        #[cfg(target_arch = "x86_64")]
+        if super::features::has_avx2() {
+            // SAFETY: AVX2, FMA and F16C are present; rows are `row_bytes` long (checked by QMatrix) and `act` was
+            // made from `x`, which holds `cols` values; `out` holds rows r0..r1.
+            unsafe {
+                match &act {
+                    None => super::gemv::avx::rows_f32(w, r0..r1, x, out),
+                    Some(a) => avx::rows_q::<1>(w, r0..r1, std::slice::from_ref(a), &mut [out]),
+                }
+            }
+            return;
+        }
+        super::gemv::rows_dot_scalar(w, r0..r1, x, act.as_ref(), out);
+    });
 }
 
 /// Rows `rows` of `w` times every row of `xs` (F32) or of `acts` (their quantised twins), by the best kernel this
@@ -235,7 +246,6 @@ pub(super) mod avx {
 
 #[cfg(test)]
 mod tests {
-    use super::super::gemv::gemv;
     use super::super::testdata::data;
     use super::*;
 

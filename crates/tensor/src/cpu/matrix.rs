@@ -7,7 +7,7 @@
 //! all of them and gives each row the one-row GEMV's bits; more rows (prefill) run the panel GEMM.
 
 use super::quant::QType;
-use super::{gemm, gemm_q, gemv, gemv_rows, pool};
+use super::{gemm, gemm_q, gemv_rows, pool};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -226,7 +226,7 @@ impl QMatrix {
         // bf16 is a GPU format; on the CPU it only runs through the GEMM's dequantised panels.
         match n {
             _ if self.qtype == QType::BF16 => gemm::gemm(self, x, n, out),
-            1 => gemv::gemv(self, &x[..self.cols], &mut out[..self.rows]),
+            1 => gemv_rows::gemv(self, &x[..self.cols], &mut out[..self.rows]),
             // Weights read once for all rows: with i16 activations each row is the one-row GEMV's bits; a decode
             // step's rows over quantised weights on AVX-VNNI take 8-bit ones (a few rows are compute-bound).
             2..=gemv_rows::MAX_ROWS => gemv_rows::gemv_rows(self, x, n, out),
@@ -239,7 +239,7 @@ impl QMatrix {
                     let c = (n - i).min(gemv_rows::MAX_ROWS);
                     let (xs, os) = (&x[i * k..(i + c) * k], &mut out[i * m..(i + c) * m]);
                     if c == 1 {
-                        gemv::gemv(self, xs, os);
+                        gemv_rows::gemv(self, xs, os);
                     } else {
                         gemv_rows::gemv_rows(self, xs, c, os);
                     }
@@ -317,7 +317,7 @@ mod tests {
                         let c = (n - i).min(gemv_rows::MAX_ROWS);
                         let (xs, os) = (&x[i * k..(i + c) * k], &mut want[i * m..(i + c) * m]);
                         if c == 1 {
-                            gemv::gemv(&w, xs, os);
+                            gemv_rows::gemv(&w, xs, os);
                         } else {
                             gemv_rows8::gemv_rows8(&w, xs, c, os);
                         }

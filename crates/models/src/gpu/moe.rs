@@ -3,7 +3,7 @@
 //!
 //! Passes of up to [`MMA_FEW_MAX_ROWS`] rows (decode, recorded as graphs) never leave the device: the experts'
 //! products read their matrices from a table by the ids the router wrote, one GEMV per (row, expert) — a step reads
-//! only the chosen experts' weights. Longer passes (prefill) read the choice back, group the rows by expert, and
+//! only the chosen experts' weights — started expert by expert, so an expert chosen by several rows is read once. Longer passes (prefill) read the choice back, group the rows by expert, and
 //! run each expert's products once over all its rows (the tensor-core kernel or cuBLAS, as a dense product of that
 //! height), then add every row's experts in increasing expert order, as the CPU does.
 
@@ -173,9 +173,16 @@ impl MoeMlp {
             gpu.moe_router(input, self.router.ptr(), s.logits.ptr(), rows, self.route.experts, h)?;
             gpu.moe_route(s.logits.ptr(), bias, s.ids.ptr(), s.w.ptr(), rows, &self.route)?;
             if rows <= MMA_FEW_MAX_ROWS {
-                gpu.moe_gemv(&self.gate_up, s.ids.ptr(), input, s.up.ptr(), items, k, false)?;
+                // Several rows: each expert's items run together, its weights read once (the rest from L2).
+                let order = if rows > 1 {
+                    gpu.moe_order(s.ids.ptr(), s.idx.ptr(), items, self.route.experts)?;
+                    s.idx.ptr()
+                } else {
+                    0
+                };
+                gpu.moe_gemv(&self.gate_up, s.ids.ptr(), order, input, s.up.ptr(), items, k, false)?;
                 gpu.silu_mul(s.up.ptr(), s.act.ptr(), items, ff, false)?;
-                gpu.moe_gemv(&self.down, s.ids.ptr(), s.act.ptr(), s.y.ptr(), items, k, true)?;
+                gpu.moe_gemv(&self.down, s.ids.ptr(), order, s.act.ptr(), s.y.ptr(), items, k, true)?;
                 gpu.moe_combine(x, s.y.ptr(), s.w.ptr(), 0, rows, k, h)?;
                 return Ok(());
             }

@@ -13,8 +13,13 @@ pub const MOE_MAX_K: usize = 16;
 /// Most expert groups the device's router ranks (a bit mask of 128 in moe.cu).
 pub const MOE_MAX_GROUPS: usize = 128;
 
-/// Widest input an expert product takes: its input row is held in 48 KiB of shared memory.
-pub const MOE_MAX_K_WIDTH: usize = 12_288;
+/// Most items (rows × experts a row) [`Gpu::moe_order`] sorts: a thread each in one block.
+const MOE_ORDER_MAX_ITEMS: usize = 1024;
+
+/// Widest input an expert product takes: its input row, as f32 padded by an eighth for bf16 experts (moe.cu,
+/// `moe_gemv_smem`), is held in the 48 KiB of shared memory a block gets without asking (DeepSeek-V3's 7,168 is the
+/// widest published).
+pub const MOE_MAX_K_WIDTH: usize = 10_240;
 
 /// How a router chooses, as kvad-models' `Routing` says (the kernel's arguments).
 #[derive(Debug, Clone, Copy)]
@@ -153,17 +158,35 @@ impl Gpu {
         b.launch(cfg((rows as u32, 1, 1), 32, smem.next_multiple_of(16) as u32))
     }
 
-    /// `y[i] = W_ids[i] · x` for `items` items (a row's chosen experts: item i is slot `i % k` of row `i / k`),
-    /// each output row of `t.rows()`; `x` holds one f32 row per row of the pass (`per_item` false: the experts' up
-    /// product, every slot of a row reading it) or one per item (the down product).
+    /// `order` = the `items` items of `ids` sorted by expert, each expert's in item order, so that
+    /// [`Gpu::moe_gemv`] runs an expert's items one after another (its weights read from memory once).
     ///
     /// # Safety
-    /// `ids` must hold `items` expert indices below the table's length, `x` and `y` the shapes given.
+    /// `ids` must hold `items` expert indices below `experts`, `order` room for `items` ints.
+    pub unsafe fn moe_order(&self, ids: u64, order: u64, items: usize, experts: usize) -> Result<(), GpuError> {
+        if items > MOE_ORDER_MAX_ITEMS || items == 0 {
+            return Err(GpuError::Shape(format!("an expert order of {items} items")));
+        }
+        let (n, e) = (i(items), i(experts));
+        let mut b = self.launch("moe_order");
+        b.arg(&ids).arg(&order).arg(&n).arg(&e);
+        b.launch(cfg((1, 1, 1), items.next_multiple_of(32) as u32, (experts * 4) as u32))
+    }
+
+    /// `y[i] = W_ids[i] · x` for `items` items (a row's chosen experts: item i is slot `i % k` of row `i / k`),
+    /// each output row of `t.rows()`; `x` holds one f32 row per row of the pass (`per_item` false: the experts' up
+    /// product, every slot of a row reading it) or one per item (the down product). `order` (0: item order) is the
+    /// order the items' blocks start in ([`Gpu::moe_order`]).
+    ///
+    /// # Safety
+    /// `ids` must hold `items` expert indices below the table's length, `order` (unless 0) a permutation of
+    /// `0..items`, `x` and `y` the shapes given.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn moe_gemv(
         &self,
         t: &ExpertTable,
         ids: u64,
+        order: u64,
         x: u64,
         y: u64,
         items: usize,
@@ -173,8 +196,8 @@ impl Gpu {
         let (n, kk) = (t.rows(), t.cols());
         let fmt = match t.format() {
             DevFormat::Bf16 if kk.is_multiple_of(8) => 0i32,
-            DevFormat::Q8 => 1,
-            DevFormat::Q4 => 2,
+            DevFormat::Q8 if kk.is_multiple_of(32) => 1,
+            DevFormat::Q4 if kk.is_multiple_of(32) => 2,
             f => return Err(GpuError::Shape(format!("expert products of {f:?} × {kk}"))),
         };
         if kk > MOE_MAX_K_WIDTH || items == 0 {
@@ -183,8 +206,9 @@ impl Gpu {
         let (qt, st) = (t.table.ptr(), t.table.at(t.experts.len() * 8));
         let (nn, ki, kslots, pi) = (i(n), i(kk), i(k), i32::from(per_item));
         let mut b = self.launch("moe_gemv");
-        b.arg(&qt).arg(&st).arg(&ids).arg(&x).arg(&y).arg(&fmt).arg(&nn).arg(&ki).arg(&kslots).arg(&pi);
-        b.launch(cfg((n.div_ceil(8) as u32, items as u32, 1), 256, (kk * 4) as u32))
+        b.arg(&qt).arg(&st).arg(&ids).arg(&order).arg(&x).arg(&y).arg(&fmt).arg(&nn).arg(&ki).arg(&kslots).arg(&pi);
+        // 8 warps of two outputs each a block (moe.cu, MOE_ROWS).
+        b.launch(cfg((n.div_ceil(16) as u32, items as u32, 1), 256, moe_gemv_smem(fmt, kk) as u32))
     }
 
     /// `out[i] = bf16(x[perm[i]])` for `n` rows of `h`: a prompt's rows in the order the experts read them.
@@ -230,5 +254,15 @@ impl Gpu {
         self.ctx.bind_to_thread()?;
         cudarc::driver::result::memcpy_htod_async(dst, v, self.stream.cu_stream())?;
         Ok(())
+    }
+}
+
+/// Shared memory of a `moe_gemv` block over inputs of `k` (moe.cu): bf16 experts (`fmt` 0) hold the row as f32 with
+/// 4 floats of padding a 32, the block formats as two byte terms with 16 bytes of padding a 32 and a scale a 32.
+fn moe_gemv_smem(fmt: i32, k: usize) -> usize {
+    if fmt == 0 {
+        (k + k.div_ceil(32) * 4) * 4
+    } else {
+        3 * k + k / 32 * 4
     }
 }

@@ -150,79 +150,152 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, const flo
     }
 }
 
-// One weight row of expert matrix (q, s) in `fmt` (0 bf16, 1 q8, 2 q4) dotted with x (shared memory), by one warp;
-// the sum on every lane.
-__device__ __forceinline__ float moe_row_dot(int fmt, const unsigned char* q, const f16_t* s, int n, int K,
-                                             const float* x) {
+// The input row in shared memory. bf16 experts read it as f32 with 4 floats of padding after every 32 (MOE_XS);
+// q8 and q4 experts as the dense decode products do (quant_act8, quant.cu): two 8-bit terms a value, x ≈
+// d·(q1 + q2/254), 16 bytes of padding after every 32 (MOE_XQ), and dp4a on four weights at a time. A lane reads its
+// own 32-block, so unpadded the lanes of a warp hit the same banks (32-way with f32 x) and the products were bound
+// by shared memory, not by reading the weights; padded, the 16-byte reads of a phase's 8 lanes cover distinct
+// banks. The terms also halve the work a weight costs (no conversion to float, no FMA each).
+#define MOE_XS(i) ((i) + ((i) >> 5) * 4)
+#define MOE_XQ(i) ((i) + ((i) >> 5) * 16)
+
+// Sixteen q8 weights (or q4 nibbles moved to -8..7) against sixteen activation bytes: four dp4a.
+__device__ __forceinline__ int moe_dp16(uint4 w, int4 x, int s) {
+    s = __dp4a((int)w.x, x.x, s);
+    s = __dp4a((int)w.y, x.y, s);
+    s = __dp4a((int)w.z, x.z, s);
+    return __dp4a((int)w.w, x.w, s);
+}
+
+// MOE_ROWS weight rows (n0, n0 + 1, ...; those below N) of expert matrix (q, s) in `fmt` (0 bf16, 1 q8, 2 q4) dotted
+// with the shared input (x as f32 for bf16; xq, xq2, xd as above for q8/q4), by one warp; the sums on every lane.
+// Two rows a warp: both rows' weights are in flight at once, and a block's input is read for 16 outputs.
+#define MOE_ROWS 2
+__device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, const f16_t* s, int n0, int N, int K,
+                                             const float* x, const signed char* xq, const signed char* xq2,
+                                             const float* xd, float (&out)[MOE_ROWS]) {
     int lane = threadIdx.x & 31;
-    float acc = 0.0f;
+    float acc[MOE_ROWS];
+    int rows = min(MOE_ROWS, N - n0);
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS; r++) acc[r] = 0.0f;
     if (fmt == 0) {
-        const uint4* wr = (const uint4*)(q + (size_t)n * K * 2);
         for (int i = lane; i < K / 8; i += 32) {
-            uint4 w = wr[i];
-            const float* xv = x + i * 8;
-            unsigned u[4] = {w.x, w.y, w.z, w.w};
+            const float* xv = x + MOE_XS(i * 8);
+            float4 xa = *(const float4*)xv, xb = *(const float4*)(xv + 4);
+            float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                acc += __uint_as_float(u[j] << 16) * xv[2 * j] + __uint_as_float(u[j] & 0xffff0000u) * xv[2 * j + 1];
+            for (int r = 0; r < MOE_ROWS; r++) {
+                if (r >= rows) break;
+                uint4 w = ((const uint4*)(q + (size_t)(n0 + r) * K * 2))[i];
+                unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    acc[r] += __uint_as_float(u[j] << 16) * xf[2 * j] + __uint_as_float(u[j] & 0xffff0000u) * xf[2 * j + 1];
             }
-        }
-    } else if (fmt == 1) {
-        int nb = K / 32;
-        const uint4* wr = (const uint4*)(q + (size_t)n * K);
-        const f16_t* sr = s + (size_t)n * nb;
-        for (int b = lane; b < nb; b += 32) {
-            uint4 w0 = wr[2 * b], w1 = wr[2 * b + 1];
-            unsigned u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-            const float* xv = x + b * 32;
-            float d = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-#pragma unroll
-                for (int t = 0; t < 4; t++) d += (float)(signed char)(u[j] >> (8 * t)) * xv[4 * j + t];
-            }
-            acc += h2f(sr[b]) * d;
         }
     } else {
         int nb = K / 32;
-        const uint4* wr = (const uint4*)(q + (size_t)n * K / 2);
-        const f16_t* sr = s + (size_t)n * nb;
         for (int b = lane; b < nb; b += 32) {
-            uint4 w = wr[b];
-            unsigned u[4] = {w.x, w.y, w.z, w.w};
-            const float* xv = x + b * 32;
-            float d = 0.0f;
+            const int4* a = (const int4*)(xq + b * 48);
+            const int4* c = (const int4*)(xq2 + b * 48);
+            int4 a0 = a[0], a1 = a[1], c0 = c[0], c1 = c[1];
+            float dx = xd[b];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-#pragma unroll
-                for (int t = 0; t < 4; t++) {
-                    int byte = (u[j] >> (8 * t)) & 0xff;
-                    d += (float)((byte & 15) - 8) * xv[4 * j + t] + (float)((byte >> 4) - 8) * xv[16 + 4 * j + t];
+            for (int r = 0; r < MOE_ROWS; r++) {
+                if (r >= rows) break;
+                int n = n0 + r, i1, i2;
+                if (fmt == 1) {
+                    const uint4* wr = (const uint4*)(q + (size_t)n * K) + 2 * b;
+                    uint4 w0 = wr[0], w1 = wr[1];
+                    i1 = moe_dp16(w1, a1, moe_dp16(w0, a0, 0));
+                    i2 = moe_dp16(w1, c1, moe_dp16(w0, c0, 0));
+                } else {
+                    // q4: byte j holds weights j (low nibble) and 16 + j (high); each nibble minus 8, a signed byte.
+                    uint4 w = ((const uint4*)(q + (size_t)n * K / 2))[b];
+                    const unsigned m = 0x0f0f0f0fu, eight = 0x08080808u;
+                    uint4 lo = make_uint4(__vsub4(w.x & m, eight), __vsub4(w.y & m, eight), __vsub4(w.z & m, eight),
+                                          __vsub4(w.w & m, eight));
+                    uint4 hi = make_uint4(__vsub4((w.x >> 4) & m, eight), __vsub4((w.y >> 4) & m, eight),
+                                          __vsub4((w.z >> 4) & m, eight), __vsub4((w.w >> 4) & m, eight));
+                    i1 = moe_dp16(hi, a1, moe_dp16(lo, a0, 0));
+                    i2 = moe_dp16(hi, c1, moe_dp16(lo, c0, 0));
                 }
+                acc[r] = fmaf(h2f(s[(size_t)n * nb + b]) * dx, fmaf((float)i2, 1.0f / 254.0f, (float)i1), acc[r]);
             }
-            acc += h2f(sr[b]) * d;
         }
     }
-    return warp_sum(acc);
+#pragma unroll
+    for (int r = 0; r < MOE_ROWS; r++) out[r] = warp_sum(acc[r]);
 }
 
 // y[i][n] = W_e · x_i for every item i (a row's slot: row i / k, expert ids[i]): the matrix of expert e is at
 // qt[e] (bf16 values or quants) and st[e] (f16 scales), N×K. x holds one f32 row per row (per_item 0: an item
-// reads its row's) or per item. Grid (⌈N/8⌉, items), 8 warps a block, a warp an output; K·4 bytes of shared memory.
+// reads its row's) or per item. Grid (⌈N/16⌉, items), 8 warps a block, a warp two outputs; shared memory: 4.5·K
+// bytes for bf16, 3·K + K/8 for q8/q4 (moe.rs, moe_gemv_smem).
+//
+// `order` (or 0: item order) lists the items by expert (moe_order): blocks start in item order, so a pass of several
+// rows reads each chosen expert's weights from memory once and the neighbouring items of that expert from L2.
 extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, const unsigned long long* __restrict__ st,
-                                    const int* __restrict__ ids, const float* __restrict__ x, float* __restrict__ y,
-                                    int fmt, int N, int K, int k, int per_item) {
+                                    const int* __restrict__ ids, const int* __restrict__ order,
+                                    const float* __restrict__ x, float* __restrict__ y, int fmt, int N, int K, int k,
+                                    int per_item) {
     PDL_ENTER();
-    extern __shared__ float xs[];
-    int item = blockIdx.y;
+    extern __shared__ __align__(16) unsigned char moe_sm[];
+    float* xs = (float*)moe_sm;
+    signed char* xq = (signed char*)moe_sm;
+    signed char* xq2 = xq + MOE_XQ(K);
+    float* xd = (float*)(xq2 + MOE_XQ(K));
+    int item = order ? order[blockIdx.y] : blockIdx.y;
     const float* xr = x + (size_t)(per_item ? item : item / k) * K;
-    for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = xr[i];
+    if (fmt == 0) {
+        for (int i = threadIdx.x; i < K; i += blockDim.x) xs[MOE_XS(i)] = xr[i];
+    } else {
+        // A warp a block of 32, rounded as act8_block rounds (common.cuh), so these terms are the dense path's.
+        int lane = threadIdx.x & 31;
+        for (int b = threadIdx.x >> 5; b < K / 32; b += blockDim.x >> 5) {
+            float v = xr[b * 32 + lane], d, id;
+            act8_scale(warp_max(fabsf(v)), d, id);
+            act8_terms(v, id, xq[MOE_XQ(b * 32 + lane)], xq2[MOE_XQ(b * 32 + lane)]);
+            if (lane == 0) xd[b] = d;
+        }
+    }
     __syncthreads();
-    int n = blockIdx.x * 8 + threadIdx.x / 32;
-    if (n >= N) return;
+    int n0 = (blockIdx.x * 8 + threadIdx.x / 32) * MOE_ROWS;
+    if (n0 >= N) return;
     int e = ids[item];
-    float v = moe_row_dot(fmt, (const unsigned char*)qt[e], (const f16_t*)st[e], n, K, xs);
-    if ((threadIdx.x & 31) == 0) y[(size_t)item * N + n] = v;
+    float v[MOE_ROWS];
+    moe_rows_dot(fmt, (const unsigned char*)qt[e], (const f16_t*)st[e], n0, N, K, xs, xq, xq2, xd, v);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int r = 0; r < MOE_ROWS; r++)
+            if (n0 + r < N) y[(size_t)item * N + n0 + r] = v[r];
+}
+
+// order[p] = the items (indices into ids) sorted by expert, each expert's in item order: one block, a thread an
+// item (items ≤ blockDim.x); counts in shared memory (E ints).
+extern "C" __global__ void moe_order(const int* __restrict__ ids, int* __restrict__ order, int items, int E) {
+    PDL_ENTER();
+    extern __shared__ int start[];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) start[e] = 0;
+    __syncthreads();
+    int t = threadIdx.x, e = t < items ? ids[t] : 0;
+    if (t < items) atomicAdd(&start[e], 1);
+    __syncthreads();
+    if (t == 0) {
+        int acc = 0;
+        for (int i = 0; i < E; i++) {
+            int c = start[i];
+            start[i] = acc;
+            acc += c;
+        }
+    }
+    __syncthreads();
+    if (t < items) {
+        int rank = 0;
+        for (int j = 0; j < t; j++) rank += ids[j] == e;
+        order[start[e] + rank] = t;
+    }
 }
 
 // out[i] = bf16(x[perm[i]]) for i < n, rows of H: a prompt's rows in the order of the experts that read them.

@@ -192,6 +192,7 @@ const KERNELS: &[&str] = &[
     "moe_router",
     "moe_route",
     "moe_gemv",
+    "moe_order",
     "moe_gather_bf16",
     "moe_combine",
 ];

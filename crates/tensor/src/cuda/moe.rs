@@ -207,8 +207,9 @@ impl Gpu {
         let (nn, ki, kslots, pi) = (i(n), i(kk), i(k), i32::from(per_item));
         let mut b = self.launch("moe_gemv");
         b.arg(&qt).arg(&st).arg(&ids).arg(&order).arg(&x).arg(&y).arg(&fmt).arg(&nn).arg(&ki).arg(&kslots).arg(&pi);
-        // 8 warps of two outputs each a block (moe.cu, MOE_ROWS).
-        b.launch(cfg((n.div_ceil(16) as u32, items as u32, 1), 256, moe_gemv_smem(fmt, kk) as u32))
+        // 8 warps a block, each one output (bf16) or two (q8/q4: moe.cu, MOE_ROWS_Q).
+        let per_block = if fmt == 0 { 8 } else { 16 };
+        b.launch(cfg((n.div_ceil(per_block) as u32, items as u32, 1), 256, moe_gemv_smem(fmt, kk) as u32))
     }
 
     /// `out[i] = bf16(x[perm[i]])` for `n` rows of `h`: a prompt's rows in the order the experts read them.

@@ -167,25 +167,28 @@ __device__ __forceinline__ int moe_dp16(uint4 w, int4 x, int s) {
     return __dp4a((int)w.w, x.w, s);
 }
 
-// MOE_ROWS weight rows (n0, n0 + 1, ...; those below N) of expert matrix (q, s) in `fmt` (0 bf16, 1 q8, 2 q4) dotted
-// with the shared input (x as f32 for bf16; xq, xq2, xd as above for q8/q4), by one warp; the sums on every lane.
-// Two rows a warp: both rows' weights are in flight at once, and a block's input is read for 16 outputs.
-#define MOE_ROWS 2
+// R weight rows (n0, n0 + 1, ...; those below N) of expert matrix (q, s) in `fmt` (0 bf16, 1 q8, 2 q4) dotted with
+// the shared input (x as f32 for bf16; xq, xq2, xd as above for q8/q4), by one warp; the sums on every lane. The
+// block formats take two rows a warp (MOE_ROWS_Q): both rows' weights in flight at once, and a block's input made
+// for 16 outputs (+23–29% decode on the Qwen3-30B-A3B shape); bf16 rows are twice as long and one a warp is faster
+// (two: −6%, docs/performance-gpu.md).
+#define MOE_ROWS_Q 2
+template <int R>
 __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, const f16_t* s, int n0, int N, int K,
                                              const float* x, const signed char* xq, const signed char* xq2,
-                                             const float* xd, float (&out)[MOE_ROWS]) {
+                                             const float* xd, float (&out)[R]) {
     int lane = threadIdx.x & 31;
-    float acc[MOE_ROWS];
-    int rows = min(MOE_ROWS, N - n0);
+    float acc[R];
+    int rows = min(R, N - n0);
 #pragma unroll
-    for (int r = 0; r < MOE_ROWS; r++) acc[r] = 0.0f;
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
     if (fmt == 0) {
         for (int i = lane; i < K / 8; i += 32) {
             const float* xv = x + MOE_XS(i * 8);
             float4 xa = *(const float4*)xv, xb = *(const float4*)(xv + 4);
             float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-            for (int r = 0; r < MOE_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 if (r >= rows) break;
                 uint4 w = ((const uint4*)(q + (size_t)(n0 + r) * K * 2))[i];
                 unsigned u[4] = {w.x, w.y, w.z, w.w};
@@ -202,7 +205,7 @@ __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, co
             int4 a0 = a[0], a1 = a[1], c0 = c[0], c1 = c[1];
             float dx = xd[b];
 #pragma unroll
-            for (int r = 0; r < MOE_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 if (r >= rows) break;
                 int n = n0 + r, i1, i2;
                 if (fmt == 1) {
@@ -226,12 +229,13 @@ __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, co
         }
     }
 #pragma unroll
-    for (int r = 0; r < MOE_ROWS; r++) out[r] = warp_sum(acc[r]);
+    for (int r = 0; r < R; r++) out[r] = warp_sum(acc[r]);
 }
 
 // y[i][n] = W_e · x_i for every item i (a row's slot: row i / k, expert ids[i]): the matrix of expert e is at
 // qt[e] (bf16 values or quants) and st[e] (f16 scales), N×K. x holds one f32 row per row (per_item 0: an item
-// reads its row's) or per item. Grid (⌈N/16⌉, items), 8 warps a block, a warp two outputs; shared memory: 4.5·K
+// reads its row's) or per item. Grid (⌈N/8⌉ for bf16, ⌈N/16⌉ for q8/q4, items), 8 warps a block, a warp one output
+// (bf16) or two (MOE_ROWS_Q); shared memory: 4.5·K
 // bytes for bf16, 3·K + K/8 for q8/q4 (moe.rs, moe_gemv_smem).
 //
 // `order` (or 0: item order) lists the items by expert (moe_order): blocks start in item order, so a pass of several
@@ -261,15 +265,26 @@ extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, c
         }
     }
     __syncthreads();
-    int n0 = (blockIdx.x * 8 + threadIdx.x / 32) * MOE_ROWS;
-    if (n0 >= N) return;
-    int e = ids[item];
-    float v[MOE_ROWS];
-    moe_rows_dot(fmt, (const unsigned char*)qt[e], (const f16_t*)st[e], n0, N, K, xs, xq, xq2, xd, v);
-    if ((threadIdx.x & 31) == 0)
+    int e = ids[item], lane = threadIdx.x & 31;
+    const unsigned char* q = (const unsigned char*)qt[e];
+    const f16_t* sc = (const f16_t*)st[e];
+    float* yi = y + (size_t)item * N;
+    if (fmt == 0) {
+        int n0 = blockIdx.x * 8 + threadIdx.x / 32;
+        if (n0 >= N) return;
+        float v[1];
+        moe_rows_dot<1>(fmt, q, sc, n0, N, K, xs, xq, xq2, xd, v);
+        if (lane == 0) yi[n0] = v[0];
+    } else {
+        int n0 = (blockIdx.x * 8 + threadIdx.x / 32) * MOE_ROWS_Q;
+        if (n0 >= N) return;
+        float v[MOE_ROWS_Q];
+        moe_rows_dot<MOE_ROWS_Q>(fmt, q, sc, n0, N, K, xs, xq, xq2, xd, v);
+        if (lane == 0)
 #pragma unroll
-        for (int r = 0; r < MOE_ROWS; r++)
-            if (n0 + r < N) y[(size_t)item * N + n0 + r] = v[r];
+            for (int r = 0; r < MOE_ROWS_Q; r++)
+                if (n0 + r < N) yi[n0 + r] = v[r];
+    }
 }
 
 // order[p] = the items (indices into ids) sorted by expert, each expert's in item order: one block, a thread an

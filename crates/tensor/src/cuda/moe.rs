@@ -16,7 +16,7 @@ pub const MOE_MAX_GROUPS: usize = 128;
 /// Most items (rows × experts a row) [`Gpu::moe_order`] sorts: a thread each in one block.
 const MOE_ORDER_MAX_ITEMS: usize = 1024;
 
-/// Widest input an expert product takes: its input row, as f32 padded by an eighth for bf16 experts (moe.cu,
+/// Widest input an expert product takes: its input row, as f32 for bf16 experts (moe.cu,
 /// `moe_gemv_smem`), is held in the 48 KiB of shared memory a block gets without asking (DeepSeek-V3's 7,168 is the
 /// widest published).
 pub const MOE_MAX_K_WIDTH: usize = 10_240;
@@ -258,11 +258,11 @@ impl Gpu {
     }
 }
 
-/// Shared memory of a `moe_gemv` block over inputs of `k` (moe.cu): bf16 experts (`fmt` 0) hold the row as f32 with
-/// 4 floats of padding a 32, the block formats as two byte terms with 16 bytes of padding a 32 and a scale a 32.
+/// Shared memory of a `moe_gemv` block over inputs of `k` (moe.cu): bf16 experts (`fmt` 0) hold the row as f32,
+/// the block formats as two byte terms with 16 bytes of padding a 32 and a scale a 32.
 fn moe_gemv_smem(fmt: i32, k: usize) -> usize {
     if fmt == 0 {
-        (k + k.div_ceil(32) * 4) * 4
+        k * 4
     } else {
         3 * k + k / 32 * 4
     }

@@ -150,13 +150,13 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, const flo
     }
 }
 
-// The input row in shared memory. bf16 experts read it as f32 with 4 floats of padding after every 32 (MOE_XS);
-// q8 and q4 experts as the dense decode products do (quant_act8, quant.cu): two 8-bit terms a value, x ≈
-// d·(q1 + q2/254), 16 bytes of padding after every 32 (MOE_XQ), and dp4a on four weights at a time. A lane reads its
-// own 32-block, so unpadded the lanes of a warp hit the same banks (32-way with f32 x) and the products were bound
-// by shared memory, not by reading the weights; padded, the 16-byte reads of a phase's 8 lanes cover distinct
-// banks. The terms also halve the work a weight costs (no conversion to float, no FMA each).
-#define MOE_XS(i) ((i) + ((i) >> 5) * 4)
+// The input row in shared memory. bf16 experts read it as plain f32 (padded like the block formats' and read 16
+// bytes at a time, the H100 ran them 2.5% slower: docs/performance-gpu.md). q8 and q4 experts read it as the dense
+// decode products do (quant_act8, quant.cu): two 8-bit terms a value, x ≈ d·(q1 + q2/254), 16 bytes of padding
+// after every 32 (MOE_XQ), and dp4a on four weights at a time. A lane reads its own 32-block, so unpadded the lanes
+// of a warp would hit the same banks and the products be bound by shared memory, not by reading the weights;
+// padded, the 16-byte reads of a phase's 8 lanes cover distinct banks. The terms also halve the work a weight costs
+// (no conversion to float, no FMA each).
 #define MOE_XQ(i) ((i) + ((i) >> 5) * 16)
 
 // Sixteen q8 weights (or q4 nibbles moved to -8..7) against sixteen activation bytes: four dp4a.
@@ -184,9 +184,7 @@ __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, co
     for (int r = 0; r < R; r++) acc[r] = 0.0f;
     if (fmt == 0) {
         for (int i = lane; i < K / 8; i += 32) {
-            const float* xv = x + MOE_XS(i * 8);
-            float4 xa = *(const float4*)xv, xb = *(const float4*)(xv + 4);
-            float xf[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+            const float* xv = x + i * 8;
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r >= rows) break;
@@ -194,7 +192,7 @@ __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, co
                 unsigned u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
                 for (int j = 0; j < 4; j++)
-                    acc[r] += __uint_as_float(u[j] << 16) * xf[2 * j] + __uint_as_float(u[j] & 0xffff0000u) * xf[2 * j + 1];
+                    acc[r] += __uint_as_float(u[j] << 16) * xv[2 * j] + __uint_as_float(u[j] & 0xffff0000u) * xv[2 * j + 1];
             }
         }
     } else {
@@ -235,8 +233,7 @@ __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, co
 // y[i][n] = W_e · x_i for every item i (a row's slot: row i / k, expert ids[i]): the matrix of expert e is at
 // qt[e] (bf16 values or quants) and st[e] (f16 scales), N×K. x holds one f32 row per row (per_item 0: an item
 // reads its row's) or per item. Grid (⌈N/8⌉ for bf16, ⌈N/16⌉ for q8/q4, items), 8 warps a block, a warp one output
-// (bf16) or two (MOE_ROWS_Q); shared memory: 4.5·K
-// bytes for bf16, 3·K + K/8 for q8/q4 (moe.rs, moe_gemv_smem).
+// (bf16) or two (MOE_ROWS_Q); shared memory: 4·K bytes for bf16, 3·K + K/8 for q8/q4 (moe.rs, moe_gemv_smem).
 //
 // `order` (or 0: item order) lists the items by expert (moe_order): blocks start in item order, so a pass of several
 // rows reads each chosen expert's weights from memory once and the neighbouring items of that expert from L2.
@@ -253,7 +250,7 @@ extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, c
     int item = order ? order[blockIdx.y] : blockIdx.y;
     const float* xr = x + (size_t)(per_item ? item : item / k) * K;
     if (fmt == 0) {
-        for (int i = threadIdx.x; i < K; i += blockDim.x) xs[MOE_XS(i)] = xr[i];
+        for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = xr[i];
     } else {
         // A warp a block of 32, rounded as act8_block rounds (common.cuh), so these terms are the dense path's.
         int lane = threadIdx.x & 31;

@@ -15,7 +15,7 @@ use kvad_tensor::BackendKind;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FIXTURES: [&str; 11] = [
+const FIXTURES: [&str; 17] = [
     "llama",
     "llama-tied",
     "llama-gguf",
@@ -27,6 +27,12 @@ const FIXTURES: [&str; 11] = [
     "qwen3-moe",
     "qwen3-moe-step",
     "qwen3-moe-gguf",
+    "deepseek-v2",
+    "deepseek-v2-lite",
+    "deepseek-v2-lite-gguf",
+    "deepseek-v3",
+    "deepseek-v3-gguf",
+    "deepseek-v3-half",
 ];
 
 fn no_gpu() -> bool {
@@ -74,9 +80,9 @@ const TOL_SAME_WEIGHTS: f32 = 4e-2;
 /// neighbours.
 const TOL_SAME_WEIGHTS_ROUTED: f32 = 0.3;
 
-/// The bound for a fixture: routed or not.
+/// The bound for a fixture: routed (Qwen3-MoE, every DeepSeek) or not.
 fn tol_same(name: &str) -> f32 {
-    if name.contains("moe") {
+    if name.contains("moe") || name.starts_with("deepseek") {
         TOL_SAME_WEIGHTS_ROUTED
     } else {
         TOL_SAME_WEIGHTS
@@ -156,6 +162,11 @@ fn gpu_bf16_greedy_follows_pytorch_bf16_until_a_near_tie() {
         // A GGUF form holds the weights of the fixture it names, whose bf16 golden it shares.
         let same = common::golden_json(name)["same_weights_as"].as_str().map(str::to_string);
         let source = same.as_deref().unwrap_or(name);
+        // deepseek-v2 layers experts by moe_layer_freq, which transformers ignores: its f32 golden is built by hand
+        // (scripts/reference/moe_models.py), and it has no bf16 run to follow; the tests above check it.
+        if source == "deepseek-v2" {
+            continue;
+        }
         let g = json(root().join(format!("fixtures/goldens/models-bf16/{source}.json")));
         let m = load(name, BackendKind::GpuBf16);
         for (ci, c) in g["cases"].as_array().unwrap().iter().enumerate() {
@@ -193,7 +204,7 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
         return;
     }
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
-        for name in ["llama", "qwen3", "gpt2", "mistral", "qwen3-moe"] {
+        for name in ["llama", "qwen3", "gpt2", "mistral", "qwen3-moe", "deepseek-v2", "deepseek-v3"] {
             let m = load(name, backend);
             let g = common::golden_json(name);
             let prompts: Vec<Vec<u32>> = g["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt"])).collect();
@@ -258,8 +269,14 @@ fn a_copied_prefix_continues_like_the_prefix_read_alone() {
     if no_gpu() {
         return;
     }
-    for backend in [BackendKind::GpuBf16, BackendKind::GpuQ4] {
-        let m = load("qwen3", backend);
+    // qwen3's keys and values, DeepSeek's latents (one row a token in its pages).
+    for (name, backend) in [
+        ("qwen3", BackendKind::GpuBf16),
+        ("qwen3", BackendKind::GpuQ4),
+        ("deepseek-v2-lite", BackendKind::GpuBf16),
+        ("deepseek-v3", BackendKind::GpuQ8),
+    ] {
+        let m = load(name, backend);
         let p: Vec<u32> = (3..40).collect();
         let mut kv = m.new_state();
         m.forward(&mut [SeqInput { tokens: &p, state: &mut kv }], LogitsMode::None).unwrap();
@@ -271,7 +288,7 @@ fn a_copied_prefix_continues_like_the_prefix_read_alone() {
         m.forward(&mut [SeqInput { tokens: &p[..20], state: &mut fresh }], LogitsMode::None).unwrap();
         let b = m.forward(&mut [SeqInput { tokens: &[7], state: &mut fresh }], LogitsMode::Last).unwrap().remove(0);
         let d = max_diff(&a, &b) / spread(&b);
-        assert!(d <= TOL_SAME_WEIGHTS, "{backend}: {d} of the spread");
+        assert!(d <= tol_same(name), "{name} {backend}: {d} of the spread");
         // The original is untouched by the copy's new token.
         assert_eq!(kv.len(), p.len());
     }
@@ -306,6 +323,8 @@ fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
         ("qwen3", BackendKind::GpuQ8),
         ("qwen3-moe", BackendKind::GpuBf16),
         ("qwen3-moe", BackendKind::GpuQ4),
+        ("deepseek-v3", BackendKind::GpuBf16),
+        ("deepseek-v2-lite", BackendKind::GpuQ8),
     ] {
         let m = load(name, backend);
         let prompts: Vec<Vec<u32>> =
@@ -356,7 +375,7 @@ fn greedy_steps_ahead_equal_steps_one_at_a_time() {
         return;
     }
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
-        for name in ["llama", "qwen3", "gpt2", "qwen3-moe"] {
+        for name in ["llama", "qwen3", "gpt2", "qwen3-moe", "deepseek-v2-lite"] {
             let m = load(name, backend);
             let prompt = ids(&common::golden_json(name)["cases"][0]["prompt"]);
             let run = |ahead: bool| {

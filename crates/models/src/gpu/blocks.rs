@@ -3,10 +3,11 @@
 //! kernels; the decoder's pass only asks a block for the product that reads its input, the product that writes the
 //! residual stream, and its kernels in between.
 
+use super::mla::{MlaAttn, MlaScratch, MlaShape};
 use super::moe::{MoeMlp, MoePass, MoeScratch, MoeShape};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, Gpu, GpuError, Meta, QkvPost};
+use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, Gpu, Meta, QkvPost};
 
 /// A norm before attention, before the MLP, and at the end.
 pub(crate) enum Norm {
@@ -48,6 +49,8 @@ pub(crate) struct GqaAttn {
 pub(crate) enum AttnBlock {
     /// Grouped-query attention over paged K/V.
     Gqa(GqaAttn),
+    /// Latent attention over one paged row a token (`gpu/mla.rs`).
+    Mla(MlaAttn),
 }
 
 /// The MLP's activation between its two products.
@@ -111,6 +114,8 @@ pub(crate) struct PassCtx<'a> {
     pub(crate) x: u64,
     /// The routed layers' buffers (None: no layer routes).
     pub(crate) moe: Option<&'a MoeScratch>,
+    /// The latent layers' buffers (None: no layer is latent).
+    pub(crate) mla: Option<&'a MlaScratch>,
 }
 
 /// f32 activations for the GEMV path, bf16 for the others.
@@ -135,13 +140,40 @@ impl AttnBlock {
     pub(crate) fn input(&self) -> &DevMatrix {
         match self {
             AttnBlock::Gqa(a) => &a.qkv,
+            AttnBlock::Mla(a) => a.input(),
         }
+    }
+
+    /// Device bytes of one page of this layer's cache, in K and in V (a latent layer's one row a token in K).
+    pub(crate) fn page_bytes(&self, c: &ModelConfig) -> (usize, usize) {
+        match self {
+            AttnBlock::Gqa(_) => {
+                let b = kvad_tensor::cuda::KV_PAGE * c.kv_dim() * 2;
+                (b, b)
+            }
+            AttnBlock::Mla(a) => (kvad_tensor::cuda::KV_PAGE * a.shape().row_bytes(), 0),
+        }
+    }
+
+    /// A latent layer's widths (None: not latent).
+    pub(crate) fn mla_shape(&self) -> Option<MlaShape> {
+        match self {
+            AttnBlock::Gqa(_) => None,
+            AttnBlock::Mla(a) => Some(a.shape()),
+        }
+    }
+
+    /// Whether the product before it may norm its input in its own tail, in the form its input product reads:
+    /// a latent block reads its input with two products, so its norm runs as a kernel.
+    pub(crate) fn takes_tail_norm(&self) -> bool {
+        matches!(self, AttnBlock::Gqa(_))
     }
 
     /// The product that adds the block's output to the residual stream, and its bias (0: none).
     pub(crate) fn output(&self) -> (&DevMatrix, u64) {
         match self {
             AttnBlock::Gqa(a) => (&a.o, ptr(&a.o_bias)),
+            AttnBlock::Mla(a) => (a.output(), 0),
         }
     }
 
@@ -149,6 +181,7 @@ impl AttnBlock {
     pub(crate) fn products(&self) -> Vec<&DevMatrix> {
         match self {
             AttnBlock::Gqa(a) => vec![&a.qkv, &a.o],
+            AttnBlock::Mla(a) => a.products(),
         }
     }
 
@@ -163,6 +196,7 @@ impl AttnBlock {
                     + vec_bytes(&a.q_norm)
                     + vec_bytes(&a.k_norm)
             }
+            AttnBlock::Mla(a) => a.bytes(),
         }
     }
 
@@ -172,8 +206,12 @@ impl AttnBlock {
     /// # Safety
     /// The context's buffers hold the pass's rows at their widths, its metadata this batch, and the page tables
     /// cover every new position.
-    pub(crate) unsafe fn issue(&self, p: &PassCtx<'_>, input: Act, pages: (u64, u64)) -> Result<Act, GpuError> {
-        let AttnBlock::Gqa(l) = self;
+    pub(crate) unsafe fn issue(&self, p: &PassCtx<'_>, input: Act, pages: (u64, u64)) -> Result<Act, ModelError> {
+        let l = match self {
+            AttnBlock::Gqa(l) => l,
+            // SAFETY: the caller's contract.
+            AttnBlock::Mla(a) => return unsafe { a.issue(p, input, pages.0) },
+        };
         let (c, gpu, rows) = (p.cfg, p.gpu, p.rows);
         let hd = c.head_dim;
         // SAFETY: the caller's contract; every address below is one of the context's buffers or this block's.

@@ -12,7 +12,7 @@ use super::scratch::{Scratch, GREEDY_AHEAD_MAX};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::logit_rows;
-use crate::state::{KvDtype, SeqState, StateSpec};
+use crate::state::{KvDtype, LayerSpec, SeqState, StateSpec};
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
     flash_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, NormTo, FLASH_TILE, GEMV_MAX_ROWS,
@@ -66,14 +66,24 @@ impl GpuDecoder {
     /// Takes the uploaded parts and allocates the page pool.
     pub(crate) fn new(gpu: Arc<Gpu>, p: Parts) -> Result<GpuDecoder, ModelError> {
         let c = &p.cfg;
-        let page_one_layer = KV_PAGE * c.n_kv_heads * c.head_dim * 2;
-        let page_bytes = page_one_layer * c.n_layers * 2;
+        // Each layer's page: keys and values, or a latent layer's one row a token.
+        let widths: Vec<(usize, usize)> = p.layers.iter().map(|l| l.attn.page_bytes(c)).collect();
+        let page_bytes: usize = widths.iter().map(|(k, v)| k + v).sum();
         let want_tokens = gpu.tuning().kv_tokens.unwrap_or(DEFAULT_KV_TOKENS).min(c.max_position.max(KV_PAGE) * 64);
         let (free, _) = gpu.memory()?;
         let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
-        let store = Store::new(&gpu, pages, &vec![(page_one_layer, page_one_layer); c.n_layers])?;
+        let store = Store::new(&gpu, pages, &widths)?;
         let pool = PagePool::new(pages, page_bytes, Some(store));
-        let spec = StateSpec::kv(c.n_layers, c.kv_dim(), KvDtype::F16);
+        let spec = StateSpec {
+            layers: p
+                .layers
+                .iter()
+                .map(|l| match l.attn.mla_shape() {
+                    None => LayerSpec::Kv { kv_dim: c.kv_dim(), dtype: KvDtype::F16 },
+                    Some(m) => LayerSpec::Latent { latent_dim: m.r, rope_dim: m.rope, dtype: KvDtype::F16 },
+                })
+                .collect(),
+        };
         Ok(GpuDecoder {
             gpu,
             pool,
@@ -300,7 +310,7 @@ impl GpuDecoder {
         // Prompt rows cut into tiles for the tensor-core attention; decode rows (one per sequence) keep the
         // key-stream kernels, where a 64-row tile would hold one row.
         let mut tiles: Vec<i32> = Vec::new();
-        if !gemv && flash_takes(c.head_dim) {
+        if !gemv && flash_takes(c.head_dim) && self.p.layers.iter().all(|l| l.attn.mla_shape().is_none()) {
             let mut r = 0;
             for &n in &counts {
                 for t0 in (0..n).step_by(FLASH_TILE) {
@@ -348,7 +358,8 @@ impl GpuDecoder {
             let m = meta.len().next_power_of_two().max(old.as_ref().map_or(0, |s| s.meta_ints)).max(1024);
             let up = self.p.layers.iter().map(|l| l.mlp.up_width()).max().unwrap_or(0);
             let moe = largest(self.p.layers.iter().filter_map(|l| l.mlp.moe_shape()));
-            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, moe, r, n, m)?;
+            let mla = self.p.layers.iter().find_map(|l| l.attn.mla_shape());
+            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, moe, mla, r, n, m)?;
             fresh.wtmp = old.and_then(|s| s.wtmp);
             *guard = Some(fresh);
         }
@@ -425,6 +436,7 @@ impl GpuDecoder {
             act: &s.act,
             x: s.x.ptr(),
             moe: s.moe.as_ref(),
+            mla: s.mla.as_ref(),
         };
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);

@@ -7,6 +7,7 @@
 
 mod blocks;
 mod decoder;
+mod mla;
 mod moe;
 mod pages;
 mod plan;
@@ -16,6 +17,7 @@ mod upload;
 
 pub(crate) use blocks::{Activation, AttnBlock, DenseMlp, GqaAttn, Layer, MlpBlock, Norm};
 pub(crate) use decoder::{GpuDecoder, Parts};
+pub(crate) use mla::{MlaAttn, MlaQ, MlaShape};
 pub(crate) use moe::MoeMlp;
 pub use pages::Pages;
 pub use slots::{Slot, SlotPool};

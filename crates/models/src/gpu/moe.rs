@@ -9,7 +9,9 @@
 
 use crate::error::ModelError;
 use crate::moe::Moe;
-use kvad_tensor::cuda::{Act, DevBuf, DevMatrix, ExpertTable, Gpu, RouteArgs, MMA_FEW_MAX_ROWS, MOE_MAX_K_WIDTH};
+use kvad_tensor::cuda::{
+    Act, DevBuf, DevMatrix, ExpertTable, Gpu, RouteArgs, GEMV_MAX_ROWS, MMA_FEW_MAX_ROWS, MOE_MAX_K_WIDTH,
+};
 use std::sync::Arc;
 
 /// What a routed layer's kernels work with in one pass (the decoder's pass context, as far as this block reads it).
@@ -36,6 +38,14 @@ pub(crate) struct MoeMlp {
     down: ExpertTable,
     route: RouteArgs,
     ff: usize,
+    /// The shared experts every token also runs (DeepSeek), as one SwiGLU.
+    shared: Option<SharedMlp>,
+}
+
+/// Shared experts: gate and up stacked (`[2·ff][hidden]`), then down, in the layer's device format.
+pub(crate) struct SharedMlp {
+    gate_up: DevMatrix,
+    down: DevMatrix,
 }
 
 /// The widths a routed layer's working buffers take (the largest over the model's layers).
@@ -44,11 +54,18 @@ pub(crate) struct MoeShape {
     pub(crate) experts: usize,
     pub(crate) top_k: usize,
     pub(crate) ff: usize,
+    /// The shared experts' width (0: none).
+    pub(crate) shared_ff: usize,
 }
 
 impl MoeShape {
     fn max(self, o: MoeShape) -> MoeShape {
-        MoeShape { experts: self.experts.max(o.experts), top_k: self.top_k.max(o.top_k), ff: self.ff.max(o.ff) }
+        MoeShape {
+            experts: self.experts.max(o.experts),
+            top_k: self.top_k.max(o.top_k),
+            ff: self.ff.max(o.ff),
+            shared_ff: self.shared_ff.max(o.shared_ff),
+        }
     }
 }
 
@@ -75,6 +92,12 @@ pub(crate) struct MoeScratch {
     act: DevBuf,
     /// `[rows·k][hidden]` f32 each expert's output.
     y: DevBuf,
+    /// Prefill: the rows as bf16, for the shared experts' products.
+    sx: DevBuf,
+    /// `[rows][2·shared ff]` f32 the shared experts' gate and up outputs.
+    sup: DevBuf,
+    /// `[rows][shared ff]` their activation.
+    sact: DevBuf,
 }
 
 impl MoeScratch {
@@ -90,6 +113,9 @@ impl MoeScratch {
             up: DevBuf::zeros(gpu, items * 2 * s.ff * 4)?,
             act: DevBuf::zeros(gpu, items * s.ff * 4)?,
             y: DevBuf::zeros(gpu, items * hidden * 4)?,
+            sx: DevBuf::zeros(gpu, if s.shared_ff > 0 && rows > GEMV_MAX_ROWS { rows * hidden * 2 } else { 0 })?,
+            sup: DevBuf::zeros(gpu, rows * 2 * s.shared_ff * 4)?,
+            sact: DevBuf::zeros(gpu, rows * s.shared_ff * 4)?,
         })
     }
 }
@@ -126,6 +152,10 @@ impl MoeMlp {
                 format!("routed layers on the GPU take widths that are multiples of 8 up to {MOE_MAX_K_WIDTH}"),
             ));
         }
+        let shared = match &m.shared {
+            Some(sh) => Some(SharedMlp { gate_up: matrix(sh.gate_up.matrix())?, down: matrix(sh.down.matrix())? }),
+            None => None,
+        };
         let (mut gu, mut dn) = (Vec::new(), Vec::new());
         for (g, d) in m.experts.views() {
             gu.push(matrix(g)?);
@@ -138,22 +168,29 @@ impl MoeMlp {
             down: ExpertTable::new(gpu, dn)?,
             route,
             ff: m.experts.ff(),
+            shared,
         })
     }
 
     /// The widths its working buffers take.
     pub(crate) fn shape(&self) -> MoeShape {
-        MoeShape { experts: self.route.experts, top_k: self.route.top_k, ff: self.ff }
+        let shared_ff = self.shared.as_ref().map_or(0, |s| s.down.cols());
+        MoeShape { experts: self.route.experts, top_k: self.route.top_k, ff: self.ff, shared_ff }
     }
 
-    /// One expert's products (every expert has this shape and format).
+    /// One expert's products (every expert has this shape and format), then the shared experts'.
     pub(crate) fn products(&self) -> Vec<&DevMatrix> {
-        vec![&self.gate_up.experts[0], &self.down.experts[0]]
+        let mut v = vec![&self.gate_up.experts[0], &self.down.experts[0]];
+        if let Some(s) = &self.shared {
+            v.extend([&s.gate_up, &s.down]);
+        }
+        v
     }
 
     /// Device bytes of its weights.
     pub(crate) fn bytes(&self) -> usize {
-        self.router.len() + self.bias.as_ref().map_or(0, DevBuf::len) + self.gate_up.bytes() + self.down.bytes()
+        let shared = self.shared.as_ref().map_or(0, |s| s.gate_up.bytes() + s.down.bytes());
+        self.router.len() + self.bias.as_ref().map_or(0, DevBuf::len) + self.gate_up.bytes() + self.down.bytes() + shared
     }
 
     /// Adds the layer's output for the pass's normed f32 rows `input` to the residual stream `x`.
@@ -184,7 +221,7 @@ impl MoeMlp {
                 gpu.silu_mul(s.up.ptr(), s.act.ptr(), items, ff, false)?;
                 gpu.moe_gemv(&self.down, s.ids.ptr(), order, s.act.ptr(), s.y.ptr(), items, k, true)?;
                 gpu.moe_combine(x, s.y.ptr(), s.w.ptr(), 0, rows, k, h)?;
-                return Ok(());
+                return self.issue_shared(p, s, input, x);
             }
             // The choice read back (this pass is not recorded): each expert's rows together, in row order.
             let ids: Vec<i32> = s.ids.read(gpu, items)?;
@@ -211,6 +248,32 @@ impl MoeMlp {
                 at += n;
             }
             gpu.moe_combine(x, s.y.ptr(), s.w.ptr(), s.idx.at(items * 4), rows, k, h)?;
+            self.issue_shared(p, s, input, x)
+        }
+    }
+
+    /// Adds the shared experts' output (if any) to the residual stream, after the routed experts' (the CPU adds
+    /// them to the routed sum first: the same terms, rounded in another order).
+    ///
+    /// # Safety
+    /// As [`MoeMlp::issue`]'s; `input` the pass's f32 rows.
+    unsafe fn issue_shared(&self, p: &MoePass<'_>, s: &MoeScratch, input: u64, x: u64) -> Result<(), ModelError> {
+        let Some(sh) = &self.shared else { return Ok(()) };
+        let (gpu, rows, ff) = (p.gpu, p.rows, sh.down.cols());
+        // Past the GEMVs' rows the products read bf16 (the tensor-core kernel or cuBLAS).
+        let gemv = rows <= GEMV_MAX_ROWS;
+        // SAFETY: the scratch holds `rows` rows of the shared widths (made for this pass).
+        unsafe {
+            let a = if gemv {
+                Act::F32(input)
+            } else {
+                gpu.to_bf16(input, s.sx.ptr(), rows * p.hidden)?;
+                Act::Bf16(s.sx.ptr())
+            };
+            gpu.matmul(&sh.gate_up, a, rows, s.sup.ptr(), 0, false, p.wtmp)?;
+            gpu.silu_mul(s.sup.ptr(), s.sact.ptr(), rows, ff, !gemv)?;
+            let a = if gemv { Act::F32(s.sact.ptr()) } else { Act::Bf16(s.sact.ptr()) };
+            gpu.matmul(&sh.down, a, rows, x, 0, true, p.wtmp)?;
         }
         Ok(())
     }

@@ -62,7 +62,7 @@ impl Plan {
 /// norm kernel runs but the first; the norm also writes the two-term 8-bit activations when the product after it
 /// reads them (q8/q4 decode), or leaves the division by the RMS to that product where the GPU defers it
 /// ([`Gpu::defers_norm`]). Other passes, and every pass of a model with routed layers (no one product writes their
-/// output), run the norm kernel before each consumer.
+/// output) or latent ones (two products read their input), run the norm kernel before each consumer.
 pub(crate) fn norm_steps(
     gpu: &Gpu,
     layers: &[Layer],
@@ -75,7 +75,9 @@ pub(crate) fn norm_steps(
     let rms = |n: &Norm| n.rms_weight().is_some();
     let fused = rows <= GEMV_MAX_ROWS
         && rms(final_norm)
-        && layers.iter().all(|l| rms(&l.norm1) && rms(&l.norm2) && l.mlp.output().is_some())
+        && layers.iter().all(|l| {
+            rms(&l.norm1) && rms(&l.norm2) && l.mlp.output().is_some() && l.attn.takes_tail_norm()
+        })
         && !layers.is_empty();
     if !fused {
         return vec![NormStep::Kernel; n];

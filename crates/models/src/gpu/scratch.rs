@@ -1,6 +1,7 @@
 //! The working buffers of a model's passes, sized for the largest pass so far and grown as needed, and the decode
 //! passes recorded over them as CUDA graphs.
 
+use super::mla::{MlaScratch, MlaShape};
 use super::moe::{MoeScratch, MoeShape};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -38,6 +39,8 @@ pub(crate) struct Scratch {
     pub(crate) hist: DevBuf,
     /// The routed layers' buffers (None: no layer routes).
     pub(crate) moe: Option<MoeScratch>,
+    /// The latent layers' buffers (None: no layer is latent).
+    pub(crate) mla: Option<MlaScratch>,
 }
 
 /// A recorded decode pass's key: (rows, logit rows, page-table width, sequences, whether the logit rows are all
@@ -49,13 +52,14 @@ pub(crate) const GREEDY_AHEAD_MAX: usize = 64;
 
 impl Scratch {
     /// Buffers for passes of up to `rows` rows, `sel` logit rows and `meta_ints` metadata; `up_width` is the widest
-    /// MLP intermediate row, `moe` the largest routed layer's widths.
+    /// MLP intermediate row, `moe` the largest routed layer's widths, `mla` the latent layers'.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         gpu: &Arc<Gpu>,
         c: &ModelConfig,
         up_width: usize,
         moe: Option<MoeShape>,
+        mla: Option<MlaShape>,
         rows: usize,
         sel: usize,
         meta_ints: usize,
@@ -83,6 +87,7 @@ impl Scratch {
             last_graph: None,
             hist: DevBuf::zeros(gpu, GREEDY_AHEAD_MAX * 4)?,
             moe: moe.map(|m| MoeScratch::new(gpu, m, c.hidden, rows)).transpose()?,
+            mla: mla.map(|m| MlaScratch::new(gpu, m, rows)).transpose()?,
         })
     }
 }

@@ -36,6 +36,18 @@ impl Uploader<'_> {
         Ok(DevMatrix::upload(self.gpu, &m, device_format(self.backend, Role::Embedding))?)
     }
 
+    /// A matrix as plain bf16 values, whatever its host format: the latent kernels' per-head up-projections
+    /// (small, and read by kernels of their own rather than the products').
+    pub(crate) fn bf16(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevBuf, ModelError> {
+        let mut row = vec![0f32; m.cols()];
+        let mut v: Vec<u16> = Vec::with_capacity(m.rows() * m.cols());
+        for r in 0..m.rows() {
+            m.dequantize_row(r, &mut row);
+            v.extend(row.iter().map(|&x| half::bf16::from_f32(x).to_bits()));
+        }
+        Ok(DevBuf::from_slice(self.gpu, &v)?)
+    }
+
     /// An output head of its own (6 bits at gpu-q4 where the loader made it so).
     pub(crate) fn head(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
         Ok(DevMatrix::upload(self.gpu, m, device_format(self.backend, Role::Head))?)

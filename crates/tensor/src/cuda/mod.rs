@@ -16,6 +16,7 @@ mod elementwise;
 mod launch;
 mod limits;
 mod matrix;
+mod mla;
 mod moe;
 mod norm_defer;
 mod ops;
@@ -25,6 +26,7 @@ pub use attention::{flash_takes, Attn, FLASH_TILE};
 pub use buffer::DevBuf;
 pub use config::Tuning;
 pub use matrix::{DevFormat, DevMatrix};
+pub use mla::{mla_splits, MlaArgs, MLA_MAX_LATENT, MLA_MAX_WIDTH};
 pub use moe::{ExpertTable, RouteArgs, MOE_MAX_GROUPS, MOE_MAX_K, MOE_MAX_K_WIDTH};
 pub use ops::{
     mma_few_takes, Act, GemvKernel, Meta, NormOut, NormTo, QkvPost, ACT8_MAX_K, GEMV_MAX_ROWS, KV_PAGE,
@@ -143,7 +145,7 @@ const GEMV_SPLIT: [&str; 4] = [
 ];
 
 /// The kernel sources in order (a file may use what the files before it define).
-const SOURCES: [&str; 15] = [
+const SOURCES: [&str; 16] = [
     COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
@@ -159,6 +161,7 @@ const SOURCES: [&str; 15] = [
     include_str!("kernels/attention_decode.cu"),
     include_str!("kernels/mma_few.cu"),
     include_str!("kernels/moe.cu"),
+    include_str!("kernels/mla.cu"),
 ];
 
 /// Every kernel entry point, loaded once.
@@ -195,6 +198,10 @@ const KERNELS: &[&str] = &[
     "moe_order",
     "moe_gather_bf16",
     "moe_combine",
+    "mla_kv_post",
+    "mla_q_absorb",
+    "mla_attention_part",
+    "mla_attention_out",
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, one text per compile unit, compiled by NVRTC (no GPU

@@ -14,7 +14,7 @@ use kvad_tensor::cpu::{ops, QMatrix, QType};
 
 /// DeepSeek's inner RMSNorms (`q_a_layernorm`, `kv_a_layernorm`) are built with the class default epsilon, not the
 /// config's.
-const INNER_EPS: f32 = 1e-6;
+pub(crate) const INNER_EPS: f32 = 1e-6;
 
 /// How the query is projected.
 pub(crate) enum QProj {

@@ -4,6 +4,7 @@
 //! layers in a checkpoint are skipped by name.
 
 mod config;
+mod gpu;
 mod mla;
 
 use crate::arch::entry::ArchEntry;
@@ -26,21 +27,19 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
     hf_classes: &["DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"],
     model_types: &["deepseek_v2", "deepseek_v3"],
     gguf_archs: &["deepseek2"],
-    backends: &[BackendKind::CpuF32, BackendKind::CpuQ8, BackendKind::CpuQ4],
+    backends: &BackendKind::ALL,
     mlp_matrices: 3,
     from_hf: config::from_hf,
     from_gguf: config::from_gguf,
     gguf_name: config::gguf_name,
     gguf_permute: |_, _| None,
     build: |cfg, t, gpu| {
-        if gpu.is_some() {
-            return Err(ModelError::refused(
-                "backend",
-                t.backend,
-                "DeepSeek's latent attention and experts run on the CPU backends in this build",
-            ));
-        }
-        Ok(Box::new(Deepseek::load(cfg, t)?))
+        let backend = t.backend;
+        let m = Deepseek::load(cfg, t)?;
+        Ok(match gpu {
+            None => Box::new(m),
+            Some(g) => Box::new(gpu::upload(g, m, backend)?),
+        })
     },
 };
 

@@ -115,18 +115,29 @@ fn gpu_q8_and_q4_equal_the_cpu_backends_on_the_same_weights() {
 }
 
 /// bf16 weights against PyTorch's f32: the error of rounding every weight to bf16, as a fraction of the spread.
+/// Routed fixtures move further: the CPU in f32 on the very same rounded weights is 0.26 of the spread from
+/// PyTorch on deepseek-v3 (a router near a tie takes another expert; quantised.rs measures it), so they are held
+/// to the bound that CPU test holds them to, and to the CPU on the same weights below.
 const TOL_BF16: f32 = 5e-2;
+const TOL_BF16_ROUTED: f32 = 0.45;
 
 #[test]
-fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32() {
+fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32_and_of_the_cpu_on_the_same_weights() {
     if no_gpu() {
         return;
     }
+    let mut failed = Vec::new();
     for name in FIXTURES {
         let g = common::golden_json(name);
         let m = load(name, BackendKind::GpuBf16);
+        // The CPU's f32 arithmetic on the same bf16 weights (a GGUF form: on its safetensors twin's).
+        let source = g["same_weights_as"].as_str().unwrap_or(name).to_string();
+        let (dir, rounded) = common::bf16_rounded_copy(&common::golden_json(&source), &format!("gpu-{name}"));
+        let cpu = load_model_with(&rounded, &LoadOptions { backend: BackendKind::CpuF32, cache_dir: None, f32_reference: false })
+            .unwrap_or_else(|e| panic!("{name} rounded to bf16: {e}"))
+            .model;
         let vocab = m.config().vocab_size;
-        let (mut worst, mut agree, mut total) = (0f32, 0, 0);
+        let (mut worst, mut worst_cpu, mut agree, mut total) = (0f32, 0f32, 0, 0);
         for c in g["cases"].as_array().unwrap() {
             let prompt = ids(&c["prompt"]);
             let mut kv = m.new_state();
@@ -139,10 +150,20 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32() {
                 total += 1;
                 agree += usize::from(argmax(mine) == argmax(&want));
             }
+            let (x, y) = (logits(m.as_ref(), &prompt), logits(cpu.as_ref(), &prompt));
+            worst_cpu = worst_cpu.max(max_diff(&x, &y) / spread(&y));
         }
-        eprintln!("{name} gpu-bf16 vs PyTorch f32: worst {worst:.2e} of the spread, top-1 equal at {agree}/{total}");
-        assert!(worst <= TOL_BF16, "{name}: {worst} of the spread");
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "{name} gpu-bf16: {worst:.2e} of the spread from PyTorch f32 (top-1 equal at {agree}/{total}), \
+             {worst_cpu:.2e} from the CPU on the same weights"
+        );
+        let tol = if tol_same(name) > TOL_SAME_WEIGHTS { TOL_BF16_ROUTED } else { TOL_BF16 };
+        if worst > tol || worst_cpu > tol_same(name) {
+            failed.push(format!("{name}: {worst} from PyTorch (bound {tol}), {worst_cpu} from the CPU"));
+        }
     }
+    assert!(failed.is_empty(), "{failed:#?}");
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -165,6 +186,12 @@ fn gpu_bf16_greedy_follows_pytorch_bf16_until_a_near_tie() {
         // deepseek-v2 layers experts by moe_layer_freq, which transformers ignores: its f32 golden is built by hand
         // (scripts/reference/moe_models.py), and it has no bf16 run to follow; the tests above check it.
         if source == "deepseek-v2" {
+            continue;
+        }
+        // deepseek-v3: rounding its weights to bf16 alone moves its logits 0.26 of the spread (a router flips), so
+        // two bf16 implementations take other experts somewhere with no near-tie in the logits to show it; it is
+        // held to the CPU on the same bf16 weights above instead.
+        if source == "deepseek-v3" {
             continue;
         }
         let g = json(root().join(format!("fixtures/goldens/models-bf16/{source}.json")));

@@ -205,7 +205,7 @@ impl Gpu {
         }
         let (qt, st) = (t.table.ptr(), t.table.at(t.experts.len() * 8));
         let (nn, ki, kslots, pi) = (i(n), i(kk), i(k), i32::from(per_item));
-        let mut b = self.launch("moe_gemv");
+        let mut b = self.launch(if fmt == 0 { "moe_gemv_bf16" } else { "moe_gemv_q" });
         b.arg(&qt).arg(&st).arg(&ids).arg(&order).arg(&x).arg(&y).arg(&fmt).arg(&nn).arg(&ki).arg(&kslots).arg(&pi);
         // 8 warps a block, each one output (bf16) or two (q8/q4: moe.cu, MOE_ROWS_Q).
         let per_block = if fmt == 0 { 8 } else { 16 };

@@ -237,11 +237,15 @@ __device__ __forceinline__ void moe_rows_dot(int fmt, const unsigned char* q, co
 //
 // `order` (or 0: item order) lists the items by expert (moe_order): blocks start in item order, so a pass of several
 // rows reads each chosen expert's weights from memory once and the neighbouring items of that expert from L2.
-extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, const unsigned long long* __restrict__ st,
-                                    const int* __restrict__ ids, const int* __restrict__ order,
-                                    const float* __restrict__ x, float* __restrict__ y, int fmt, int N, int K, int k,
-                                    int per_item) {
-    PDL_ENTER();
+//
+// One kernel a family (moe_gemv_bf16, moe_gemv_q): as one kernel with the format an argument, the block formats'
+// two-term dp4a path set the register count for bf16 too, and bf16 decode ran 2.3% slower than before that path
+// (docs/performance-gpu.md, session 29).
+template <bool BF16>
+__device__ __forceinline__ void moe_gemv_body(const unsigned long long* __restrict__ qt,
+                                              const unsigned long long* __restrict__ st, const int* __restrict__ ids,
+                                              const int* __restrict__ order, const float* __restrict__ x,
+                                              float* __restrict__ y, int fmt, int N, int K, int k, int per_item) {
     extern __shared__ __align__(16) unsigned char moe_sm[];
     float* xs = (float*)moe_sm;
     signed char* xq = (signed char*)moe_sm;
@@ -249,7 +253,7 @@ extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, c
     float* xd = (float*)(xq2 + MOE_XQ(K));
     int item = order ? order[blockIdx.y] : blockIdx.y;
     const float* xr = x + (size_t)(per_item ? item : item / k) * K;
-    if (fmt == 0) {
+    if (BF16) {
         for (int i = threadIdx.x; i < K; i += blockDim.x) xs[i] = xr[i];
     } else {
         // A warp a block of 32, rounded as act8_block rounds (common.cuh), so these terms are the dense path's.
@@ -266,11 +270,11 @@ extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, c
     const unsigned char* q = (const unsigned char*)qt[e];
     const f16_t* sc = (const f16_t*)st[e];
     float* yi = y + (size_t)item * N;
-    if (fmt == 0) {
+    if (BF16) {
         int n0 = blockIdx.x * 8 + threadIdx.x / 32;
         if (n0 >= N) return;
         float v[1];
-        moe_rows_dot<1>(fmt, q, sc, n0, N, K, xs, xq, xq2, xd, v);
+        moe_rows_dot<1>(0, q, sc, n0, N, K, xs, xq, xq2, xd, v);
         if (lane == 0) yi[n0] = v[0];
     } else {
         int n0 = (blockIdx.x * 8 + threadIdx.x / 32) * MOE_ROWS_Q;
@@ -282,6 +286,22 @@ extern "C" __global__ void moe_gemv(const unsigned long long* __restrict__ qt, c
             for (int r = 0; r < MOE_ROWS_Q; r++)
                 if (n0 + r < N) yi[n0 + r] = v[r];
     }
+}
+
+extern "C" __global__ void moe_gemv_bf16(const unsigned long long* __restrict__ qt,
+                                         const unsigned long long* __restrict__ st, const int* __restrict__ ids,
+                                         const int* __restrict__ order, const float* __restrict__ x,
+                                         float* __restrict__ y, int fmt, int N, int K, int k, int per_item) {
+    PDL_ENTER();
+    moe_gemv_body<true>(qt, st, ids, order, x, y, fmt, N, K, k, per_item);
+}
+
+extern "C" __global__ void moe_gemv_q(const unsigned long long* __restrict__ qt,
+                                      const unsigned long long* __restrict__ st, const int* __restrict__ ids,
+                                      const int* __restrict__ order, const float* __restrict__ x,
+                                      float* __restrict__ y, int fmt, int N, int K, int k, int per_item) {
+    PDL_ENTER();
+    moe_gemv_body<false>(qt, st, ids, order, x, y, fmt, N, K, k, per_item);
 }
 
 // order[p] = the items (indices into ids) sorted by expert, each expert's in item order: one block, a thread an

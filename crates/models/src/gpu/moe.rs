@@ -190,7 +190,11 @@ impl MoeMlp {
     /// Device bytes of its weights.
     pub(crate) fn bytes(&self) -> usize {
         let shared = self.shared.as_ref().map_or(0, |s| s.gate_up.bytes() + s.down.bytes());
-        self.router.len() + self.bias.as_ref().map_or(0, DevBuf::len) + self.gate_up.bytes() + self.down.bytes() + shared
+        self.router.len()
+            + self.bias.as_ref().map_or(0, DevBuf::len)
+            + self.gate_up.bytes()
+            + self.down.bytes()
+            + shared
     }
 
     /// Adds the layer's output for the pass's normed f32 rows `input` to the residual stream `x`.

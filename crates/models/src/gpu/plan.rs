@@ -75,9 +75,9 @@ pub(crate) fn norm_steps(
     let rms = |n: &Norm| n.rms_weight().is_some();
     let fused = rows <= GEMV_MAX_ROWS
         && rms(final_norm)
-        && layers.iter().all(|l| {
-            rms(&l.norm1) && rms(&l.norm2) && l.mlp.output().is_some() && l.attn.takes_tail_norm()
-        })
+        && layers
+            .iter()
+            .all(|l| rms(&l.norm1) && rms(&l.norm2) && l.mlp.output().is_some() && l.attn.takes_tail_norm())
         && !layers.is_empty();
     if !fused {
         return vec![NormStep::Kernel; n];

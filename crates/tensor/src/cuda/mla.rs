@@ -100,7 +100,8 @@ impl Gpu {
             return Err(GpuError::Shape(why));
         }
         let rows = a.rows as u32;
-        let (mp, nh, r, nope, rope, v, sp) = (i(a.meta.max_pages), i(a.heads), i(a.r), i(a.nope), i(a.rope), i(a.v), i(a.splits));
+        let (mp, nh, r, nope, rope, v, sp) =
+            (i(a.meta.max_pages), i(a.heads), i(a.r), i(a.nope), i(a.rope), i(a.v), i(a.splits));
         let (il, ob) = (i32::from(a.interleaved), i32::from(a.out_bf16));
         let mut b = self.launch("mla_kv_post");
         b.arg(&a.kv).arg(&a.kv_norm).arg(&a.inv_freq).arg(&a.meta.row_pos).arg(&a.meta.row_seq).arg(&a.meta.tables);

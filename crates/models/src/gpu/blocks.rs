@@ -46,6 +46,8 @@ pub(crate) struct GqaAttn {
 }
 
 /// A layer's attention.
+// One a layer, built once at load and matched per pass: its size costs nothing, a box would cost a pointer chase.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum AttnBlock {
     /// Grouped-query attention over paged K/V.
     Gqa(GqaAttn),
@@ -72,6 +74,8 @@ pub(crate) struct DenseMlp {
 }
 
 /// A layer's MLP.
+// One a layer, built once at load (as `AttnBlock`).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum MlpBlock {
     /// A dense MLP.
     Dense(DenseMlp),

@@ -12,6 +12,8 @@ use kvad_tensor::cuda::{mla_splits, Act, DevBuf, DevMatrix, Gpu, GpuError, Meta,
 use std::sync::Arc;
 
 /// How the query is projected on the device.
+// One a layer, built once at load (as `AttnBlock`).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum MlaQ {
     /// `q_proj`.
     Direct(DevMatrix),

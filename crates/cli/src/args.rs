@@ -377,9 +377,33 @@ pub struct ModelArgs {
     /// The CPU backend at this precision (the seed's short form): q8 or q4 (f32 for cpu-f32).
     #[arg(long, conflicts_with = "backend")]
     pub quant: Option<String>,
+    /// Unquantised arithmetic (caldrix's flag): f32 is exact on the CPU (cpu-f32: f16 and bf16 weights widened);
+    /// bf16 is the GPU's (gpu-bf16: f16 weights rounded to bf16).
+    #[arg(long, value_parser = ["f32", "bf16"], conflicts_with_all = ["backend", "quant"])]
+    pub dtype: Option<String>,
+    /// Tokens this run's prompt and reply may take together (default: the model's context); refused above it, and
+    /// above a Qwen model's active sliding window, which kvad runs as a narrower context.
+    #[arg(long)]
+    pub ctx: Option<usize>,
     /// Worker threads (default: physical cores).
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+impl ModelArgs {
+    /// The backend `--backend`, `--quant` or `--dtype` names (None: none of them; the default choice applies).
+    pub fn named_backend(&self) -> anyhow::Result<Option<String>> {
+        Ok(match (self.quant.as_deref(), self.dtype.as_deref(), &self.backend) {
+            (Some("q8"), ..) => Some("cpu-q8".into()),
+            (Some("q4"), ..) => Some("cpu-q4".into()),
+            (Some("f32"), ..) => Some("cpu-f32".into()),
+            (Some(other), ..) => anyhow::bail!("--quant {other:?} is not one of q8, q4, f32"),
+            (None, Some("f32"), _) => Some("cpu-f32".into()),
+            (None, Some("bf16"), _) => Some("gpu-bf16".into()),
+            (None, Some(other), _) => anyhow::bail!("--dtype {other:?} is not one of f32, bf16"),
+            (None, None, b) => b.clone(),
+        })
+    }
 }
 
 /// `kvad run`.

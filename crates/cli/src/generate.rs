@@ -2,7 +2,7 @@
 
 use crate::args::{ModelArgs, RunArgs};
 use anyhow::{bail, Context, Result};
-use kvad_engine::{generate as gen, open_model, GenStats, GenerateRequest, OpenedModel, SamplingParams};
+use kvad_engine::{generate_with, open_model, GenStats, GenerateOptions, GenerateRequest, OpenedModel, SamplingParams};
 use kvad_tensor::BackendKind;
 use kvad_text::{ChatContext, IncrementalDecoder};
 use serde_json::{json, Value};
@@ -11,24 +11,28 @@ use std::io::{BufRead, Write};
 fn load(args: &ModelArgs) -> Result<OpenedModel> {
     // Everything the user typed is checked before the (slow) load.
     params(args, None).validate()?;
-    let backend: BackendKind = match args.quant.as_deref() {
-        None => match &args.backend {
-            Some(b) => b.parse()?,
-            None => {
-                let (b, line) = kvad_engine::system::default_backend_for(&args.model);
-                if let Some(line) = line {
-                    eprintln!("kvad: {line}");
-                }
-                b
+    let backend: BackendKind = match args.named_backend()? {
+        Some(b) => b.parse()?,
+        None => {
+            let (b, line) = kvad_engine::system::default_backend_for(&args.model);
+            if let Some(line) = line {
+                eprintln!("kvad: {line}");
             }
-        },
-        Some("q8") => BackendKind::CpuQ8,
-        Some("q4") => BackendKind::CpuQ4,
-        Some("f32") => BackendKind::CpuF32,
-        Some(other) => bail!("--quant {other:?} is not one of q8, q4, f32"),
+            b
+        }
     };
+    if args.dtype.as_deref() == Some("bf16") {
+        if let Some(why) = kvad_engine::system::gpu_unavailable() {
+            bail!("--dtype bf16 computes on the GPU (gpu-bf16), which cannot run here: {why}; --dtype f32 computes exactly on the CPU");
+        }
+    }
     let threads = kvad_tensor::cpu::pool::init(args.threads);
     let resolved = crate::hub_cmds::resolve_model(&args.model)?;
+    if let Some(ctx) = args.ctx {
+        // Checked against the config alone, before a load that may take minutes.
+        let files = kvad_models::ModelFiles::detect(&resolved.path)?;
+        check_ctx(ctx, &args.model, &kvad_models::read_config(&files)?)?;
+    }
     let t = std::time::Instant::now();
     let m = open_model(&resolved.path, backend).with_context(|| format!("loading {}", resolved.path.display()))?;
     for n in &m.notes {
@@ -50,6 +54,23 @@ fn load(args: &ModelArgs) -> Result<OpenedModel> {
         t.elapsed().as_secs_f64()
     );
     Ok(m)
+}
+
+/// `--ctx` against the model's context: at least one token, no wider than the model's context, which for a Qwen
+/// model with an active sliding window is that window (the seed's rule, said with the window's size).
+pub(crate) fn check_ctx(ctx: usize, model: &str, c: &kvad_models::ModelConfig) -> Result<()> {
+    if ctx == 0 {
+        bail!("--ctx 0: the context must hold at least one token");
+    }
+    if ctx > c.max_position {
+        match c.window_cap {
+            Some(w) if w == c.max_position => bail!(
+                "--ctx {ctx}: wider than {model}'s sliding window of {w} tokens (use_sliding_window: kvad runs it at a context no wider than its window)"
+            ),
+            _ => bail!("--ctx {ctx}: wider than {model}'s context of {} tokens (max_position_embeddings)", c.max_position),
+        }
+    }
+    Ok(())
 }
 
 fn params(a: &ModelArgs, logprobs: Option<usize>) -> SamplingParams {
@@ -93,7 +114,8 @@ fn stream(m: &OpenedModel, prompt: Vec<u32>, a: &ModelArgs, logprobs: Option<usi
     let mut text = String::new();
     let mut out = std::io::stdout().lock();
     let mut err: Option<anyhow::Error> = None;
-    let stats = gen(m.model.as_ref(), &req, |s| {
+    let opts = GenerateOptions { context: a.ctx, ..GenerateOptions::default() };
+    let stats = generate_with(m.model.as_ref(), &req, &opts, |s| {
         if logprobs.is_some() {
             let alts: Vec<String> = s
                 .top

@@ -149,3 +149,102 @@ fn man_pages_list_every_verb_and_its_flags() {
     let e = kvad().args(["man", "nope"]).output().unwrap();
     assert!(!e.status.success() && String::from_utf8_lossy(&e.stderr).contains("verb = \"nope\""));
 }
+
+/// A scratch copy of a fixture model with its config.json edited, removed on drop.
+struct EditedFixture(std::path::PathBuf);
+
+impl EditedFixture {
+    fn of(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> Self {
+        let dir = std::env::temp_dir().join(format!("kvad-cli-{name}-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(fixtures().join("models").join(name)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        let p = dir.join("config.json");
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(p, v.to_string()).unwrap();
+        EditedFixture(dir)
+    }
+}
+
+impl Drop for EditedFixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `--ctx` (caldrix's flag): checked against the config before any weight is read — refused above the model's
+/// context, and above a Qwen model's active sliding window with the window's size (kvad runs it as that narrower
+/// context, the seed's rule); within it, a prompt and reply take no more than it.
+#[test]
+fn ctx_is_refused_above_the_context_and_the_active_window_and_bounds_the_reply() {
+    let windowed = EditedFixture::of("qwen2", "window", |c| {
+        c["use_sliding_window"] = serde_json::json!(true);
+        c["sliding_window"] = serde_json::json!(64);
+    });
+    let plain = fixtures().join("models/qwen2");
+    let cases: [(&std::path::Path, &str, &str); 3] = [
+        (&windowed.0, "100", "--ctx 100: wider than"),
+        (&plain, "200", "--ctx 200: wider than"),
+        (&plain, "0", "--ctx 0"),
+    ];
+    for (dir, ctx, needle) in cases {
+        let out = kvad().args(["run", dir.to_str().unwrap(), "--ctx", ctx, "-p", "hi", "--local"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--ctx {ctx}: {stderr}");
+        assert!(stderr.contains(needle), "--ctx {ctx}: {stderr}");
+        // Refused from the config alone: the fixture has no tokenizer, which a load would have named.
+        assert!(!stderr.contains("tokenizer"), "--ctx {ctx}: {stderr}");
+    }
+    let out =
+        kvad().args(["run", windowed.0.to_str().unwrap(), "--ctx", "100", "-p", "hi", "--local"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("sliding window of 64 tokens") && stderr.contains("use_sliding_window"), "{stderr}");
+    let out = kvad().args(["run", plain.to_str().unwrap(), "--ctx", "200", "-p", "hi", "--local"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("context of 128 tokens"));
+
+    // The default model's 37-token prompt in a 40-token context: three tokens of reply, ended by the length.
+    let q = "What is the capital of France?";
+    let out = kvad().args(["run", "--ctx", "40", "-p", q, "--local"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("prompt 37 tokens") && stderr.contains("reply 3 tokens") && stderr.contains("Length"),
+        "{stderr}"
+    );
+    let out = kvad().args(["run", "--ctx", "30", "-p", q, "--local"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("the prompt is 37 tokens; the context asked for (--ctx) is 30"),
+        "{stderr}"
+    );
+}
+
+/// `--dtype` (caldrix's flag): f32 is cpu-f32's exact arithmetic; bf16 is gpu-bf16, refused by name where no GPU
+/// runs (this machine's answer either way); either beside `--backend` or `--quant` is refused by clap, naming both.
+#[test]
+fn dtype_picks_the_unquantised_backend_or_is_refused_by_name() {
+    let q = "What is the capital of France?";
+    let out = kvad().args(["run", "--dtype", "f32", "-p", q, "--local"]).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("on cpu-f32") && stdout.contains("Paris"), "{stderr}");
+    let out = kvad().args(["run", "--dtype", "bf16", "-p", q, "--local", "--max-tokens", "4"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        assert!(stderr.contains("on gpu-bf16"), "{stderr}");
+    } else {
+        assert!(stderr.contains("--dtype bf16") && stderr.contains("cannot run here"), "{stderr}");
+    }
+    for other in [["--backend", "cpu-q8"], ["--quant", "q4"]] {
+        let out = kvad().args(["run", "--dtype", "f32", "-p", q]).args(other).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("--dtype") && stderr.contains(other[0]), "{stderr}");
+    }
+    let out = kvad().args(["run", "--dtype", "f16", "-p", q]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("f16") && stderr.contains("--dtype"), "{stderr}");
+}

@@ -61,7 +61,7 @@ impl GenStats {
     }
 }
 
-/// What a request adds to a generation beyond [`GenerateRequest`] (the server's seam; the CLI needs none of it).
+/// What a request adds to a generation beyond [`GenerateRequest`] (the server's seam, and `kvad run --ctx`).
 #[derive(Debug, Clone, Default)]
 pub struct GenerateOptions {
     /// Added to the logits of these token ids before sampling (OpenAI's `logit_bias`); the reported logprobs are
@@ -70,6 +70,9 @@ pub struct GenerateOptions {
     /// Keep writing past an end-of-sequence token until the length limit (vLLM's `ignore_eos`): what a load
     /// generator needs so every stream is as long as it asked, whatever the model would say.
     pub ignore_eos: bool,
+    /// Tokens the prompt and reply may take together, when narrower than the model's context (`kvad run --ctx`):
+    /// a longer prompt is refused naming it, and the reply ends there (`Length`).
+    pub context: Option<usize>,
 }
 
 /// Generates a reply. `on_token` sees every sampled token (stop tokens included) and returns false to stop early.
@@ -96,15 +99,14 @@ pub fn generate_with(
             "logit_bias: token id {id} is not below the vocabulary size {vocab}"
         )));
     }
-    let ctx = model.config().max_position;
+    let max = model.config().max_position;
+    let ctx = opts.context.map_or(max, |c| c.min(max));
     if req.prompt.is_empty() {
         return Err(EngineError::BadRequest("the prompt is empty: nothing to continue".into()));
     }
     if req.prompt.len() >= ctx {
-        return Err(EngineError::BadRequest(format!(
-            "the prompt is {} tokens; the model's context is {ctx}",
-            req.prompt.len()
-        )));
+        let whose = if ctx < max { "the context asked for (--ctx)" } else { "the model's context" };
+        return Err(EngineError::BadRequest(format!("the prompt is {} tokens; {whose} is {ctx}", req.prompt.len())));
     }
     let params = GenParams { sampling: req.params.clone(), max_tokens: req.max_tokens, options: opts.clone() };
     let mut seq = Sequence::new(req.prompt.clone(), model.new_state(), 0, params);

@@ -22,7 +22,7 @@ pub mod weights;
 pub use arch::registry::{arch_of_model_type, config_from_gguf, config_from_hf, param_count};
 pub use config::{ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
-pub use load::{load_model, load_model_with, CacheUse, LoadOptions, LoadedModel, ModelFiles};
+pub use load::{load_model, load_model_with, read_config, CacheUse, LoadOptions, LoadedModel, ModelFiles};
 pub use state::{KvDtype, LayerSpec, SeqState, StateSpec};
 
 /// Which rows of a forward pass need logits.

@@ -49,6 +49,24 @@ pub struct LoadedModel {
     pub cache: CacheUse,
 }
 
+/// Reads and checks a model's config alone (config.json, or a GGUF's metadata), no weight read: what a command
+/// checks its flags against (`kvad run --ctx`) before a load that may take minutes.
+pub fn read_config(files: &ModelFiles) -> Result<ModelConfig, ModelError> {
+    match files {
+        ModelFiles::HfDir(dir) => hf_config(dir),
+        ModelFiles::Gguf(path) => crate::arch::registry::config_from_gguf(&GgufFile::open(path)?),
+    }
+}
+
+fn hf_config(dir: &std::path::Path) -> Result<ModelConfig, ModelError> {
+    let path = dir.join("config.json");
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ModelError::Json { path: path.display().to_string(), msg: e.to_string() })?;
+    crate::arch::registry::config_from_hf(&json)
+}
+
 /// Loads and checks a model from its files, in f32 on the CPU.
 pub fn load_model(files: &ModelFiles) -> Result<LoadedModel, ModelError> {
     load_model_with(files, &LoadOptions { backend: BackendKind::CpuF32, cache_dir: None, f32_reference: false })
@@ -90,15 +108,7 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
     // For a GGUF: its architecture, which says how its tensors are named and laid out (parsed once; it is also the
     // source).
     let (cfg, src, gguf_arch): (ModelConfig, Box<dyn WeightSource>, Option<String>) = match files {
-        ModelFiles::HfDir(dir) => {
-            let path = dir.join("config.json");
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| ModelError::Io { path: path.display().to_string(), source: e })?;
-            let json: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| ModelError::Json { path: path.display().to_string(), msg: e.to_string() })?;
-            let cfg = crate::arch::registry::config_from_hf(&json)?;
-            (cfg, Box::new(SafetensorsSource::open_dir(dir)?), None)
-        }
+        ModelFiles::HfDir(dir) => (hf_config(dir)?, Box::new(SafetensorsSource::open_dir(dir)?), None),
         ModelFiles::Gguf(path) => {
             let g = GgufFile::open(path)?;
             let cfg = crate::arch::registry::config_from_gguf(&g)?;
@@ -118,6 +128,11 @@ pub fn load_model_with(files: &ModelFiles, opts: &LoadOptions) -> Result<LoadedM
         Some(crate::config::RopeScaling::Yarn { .. }) => notes.push("applies YaRN's RoPE scaling".into()),
         Some(_) => notes.push("applies Llama 3's RoPE scaling to the frequency table".into()),
         None => {}
+    }
+    if let Some(w) = cfg.window_cap {
+        notes.push(format!(
+            "runs at a context of at most {w} tokens, its sliding window (use_sliding_window), where the window changes nothing"
+        ));
     }
     let entry = crate::arch::registry::entry(cfg.arch);
     let names = gguf_arch.map(|a| GgufNames { permute: (entry.gguf_permute)(&cfg, &a), map: entry.gguf_name });

@@ -96,6 +96,8 @@ pub(crate) struct Tensors<'a> {
     pub(crate) record: Vec<(String, Recorded)>,
     /// Dequantise every quantised matrix to f32 after building it (see `LoadOptions::f32_reference`).
     pub(crate) f32_reference: bool,
+    /// How the checkpoint stores the token embedding, which a head shipped beside a tied one must match.
+    embed_type: Option<StoredType>,
 }
 
 impl<'a> Tensors<'a> {
@@ -115,6 +117,7 @@ impl<'a> Tensors<'a> {
             notes: Vec::new(),
             record: Vec::new(),
             f32_reference: false,
+            embed_type: None,
         }
     }
 
@@ -335,11 +338,13 @@ impl<'a> Tensors<'a> {
 
     /// The token embedding.
     pub(crate) fn embedding(&mut self, hf: &str, vocab: usize, hidden: usize) -> Result<Embedding, ModelError> {
+        self.embed_type = self.src.info(&self.source_name(hf)).map(|i| i.dtype);
         Ok(Embedding(self.matrix(hf, vocab, hidden, Role::Embedding)?))
     }
 
-    /// The output head: its own matrix unless tied. A tied config that ships a head of the embedding's shape runs
-    /// with the shipped head, as transformers does (with a note); one of another shape is refused.
+    /// The output head: its own matrix unless tied. A tied config that ships a head of the embedding's shape and
+    /// type runs with the shipped head, as transformers does (with a note); one of another shape or stored type is
+    /// refused (caldrix's rule: such a file was not written by one save of one model).
     pub(crate) fn head(&mut self, cfg: &ModelConfig, embed: &Embedding) -> Result<Option<Linear>, ModelError> {
         let name = "lm_head.weight";
         if !cfg.tie_embeddings {
@@ -352,6 +357,13 @@ impl<'a> Tensors<'a> {
                 name,
                 format!("{:?}", info.shape),
                 format!("a tied head must have the embedding's shape [{}, {}]", cfg.vocab_size, cfg.hidden),
+            ));
+        }
+        if let Some(embed_type) = self.embed_type.as_ref().filter(|t| self.cached.is_none() && **t != info.dtype) {
+            return Err(ModelError::refused(
+                name,
+                info.dtype.name(),
+                format!("a head beside a tied embedding must be stored as the embedding is ({})", embed_type.name()),
             ));
         }
         // Read as the embedding is, to compare them; a head of its own is then read as one.

@@ -151,3 +151,34 @@ fn tied_head_of_another_shape_is_refused() {
     let e = s.load().unwrap_err().to_string();
     assert!(e.contains("lm_head.weight") && e.contains("[8, 64]"), "{e}");
 }
+
+#[test]
+fn tied_head_of_another_stored_type_is_refused() {
+    use safetensors::tensor::{serialize, TensorView};
+    let s = Scratch::of("llama-tied", "head-type");
+    let p = s.0.join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    // The embedding's shape, stored as bf16 beside an f32 embedding.
+    let head = vec![0u8; 2 * 512 * 64];
+    let mut views: Vec<(String, TensorView)> = st.tensors();
+    views.push(("lm_head.weight".into(), TensorView::new(safetensors::Dtype::BF16, vec![512, 64], &head).unwrap()));
+    std::fs::write(&p, serialize(views, None).unwrap()).unwrap();
+    let e = s.load().unwrap_err().to_string();
+    assert!(e.contains("lm_head.weight") && e.contains("BF16") && e.contains("F32"), "{e}");
+}
+
+#[test]
+fn tied_head_of_the_same_shape_and_type_runs_with_a_note() {
+    use safetensors::tensor::{serialize, TensorView};
+    let s = Scratch::of("llama-tied", "head-same");
+    let p = s.0.join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let head: Vec<u8> = (0..512 * 64).flat_map(|i| (((i % 7) as f32 - 3.0) * 0.01).to_le_bytes()).collect();
+    let mut views: Vec<(String, TensorView)> = st.tensors();
+    views.push(("lm_head.weight".into(), TensorView::new(safetensors::Dtype::F32, vec![512, 64], &head).unwrap()));
+    std::fs::write(&p, serialize(views, None).unwrap()).unwrap();
+    let m = load_model(&ModelFiles::detect(&s.0).unwrap()).unwrap();
+    assert!(m.notes.iter().any(|n| n.contains("shipped head")), "{:?}", m.notes);
+}

@@ -50,11 +50,13 @@ struct Args {
     /// Generations one account may start per minute.
     #[arg(long)]
     generations_per_minute: Option<usize>,
-    /// Replies on one model written together.
-    #[arg(long)]
+    /// Replies on one model written together (`--max-batch`, caldrix's name, is the same flag: every architecture
+    /// kvad runs batches, so no model refuses it).
+    #[arg(long, visible_alias = "max-batch")]
     batch: Option<usize>,
-    /// Tokens of KV cache each model is charged for.
-    #[arg(long)]
+    /// Tokens of KV cache each model is charged for, and the longest prompt and reply it takes (`--ctx`, caldrix's
+    /// name); a model whose own context is narrower (a Qwen model's active sliding window) keeps its own.
+    #[arg(long, visible_alias = "ctx")]
     context: Option<usize>,
     /// What loaded models may be charged in all, e.g. "24 GB".
     #[arg(long)]

@@ -236,8 +236,13 @@ fn smollm2_loads_on_the_backend_its_load_names() {
     let f32 = p["models"][0]["charged_bytes"].as_u64().unwrap();
     assert!(f32 > q8 + 300_000_000, "f32 weights (~540 MB) against q8's (~145 MB): {f32} vs {q8}");
     assert_eq!(p["models"][0]["cache_bytes_per_token"], 30 * 2 * 3 * 64 * 4, "cpu-f32 keeps f32 keys: {p}");
-    // Remembered across a restart, over the `[server] backend` the new server is started with.
-    let s = s.restart(&["--model", "smollm2-instruct", "--backend", "cpu-q4", "--context", "1024"]);
+    // Remembered across a restart, over the `[server] backend` the new server is started with (and caldrix's
+    // names for two flags: `--max-batch` is `--batch`; `--ctx` is `--context`, a model charged for no more than
+    // its own context).
+    let s = s.restart(&["--model", "smollm2-instruct", "--backend", "cpu-q4", "--ctx", "100000", "--max-batch", "2"]);
+    let settings: serde_json::Value = serde_json::from_str(&s.get("/api/settings").1).unwrap();
+    let sv = &settings["server"];
+    assert_eq!((&sv["batch"], &sv["context"]), (&json!(2), &json!(100000)), "{settings}");
     let (_, models) = s.get("/v1/models");
     let models: serde_json::Value = serde_json::from_str(&models).unwrap();
     assert_eq!(models["data"][0]["default_backend"], "cpu-f32", "{models}");
@@ -245,6 +250,8 @@ fn smollm2_loads_on_the_backend_its_load_names() {
     assert!(content(&reply).contains("Paris"), "{reply}");
     let p: serde_json::Value = serde_json::from_str(&s.get("/api/ps").1).unwrap();
     assert_eq!(p["models"][0]["name"], "smollm2-instruct@cpu-f32", "{p}");
+    // SmolLM2-135M's context_length: [server] context above it charges the model's own.
+    assert_eq!(p["models"][0]["context"], 8192, "{p}");
 }
 
 /// Greedy steps run ahead for a reply stepping alone (`KVAD_GREEDY_AHEAD=5`; a GPU runs 8 by default, the CPU 1,

@@ -22,29 +22,21 @@ fn is_chat(url: &str, model: &str) -> Result<bool> {
     Ok(model_entry(url, model)?["capabilities"]["chat"].as_bool().unwrap_or(false))
 }
 
-/// The backend `--backend` or `--quant` names (None: neither).
-fn named_backend(a: &ModelArgs) -> Result<Option<String>> {
-    Ok(match (a.quant.as_deref(), &a.backend) {
-        (Some("q8"), _) => Some("cpu-q8".into()),
-        (Some("q4"), _) => Some("cpu-q4".into()),
-        (Some("f32"), _) => Some("cpu-f32".into()),
-        (Some(other), _) => bail!("--quant {other:?} is not one of q8, q4, f32"),
-        (None, b) => b.clone(),
-    })
-}
-
 /// The flags of `a` that mean nothing to a server, refused by name before anything is asked of it.
 fn local_only(a: &ModelArgs) -> Result<()> {
     if a.threads.is_some() {
         bail!("--threads sets this process's worker threads; the server's are its own (KVAD_THREADS where it starts); add --local to run here");
     }
-    named_backend(a).map(|_| ())
+    if let Some(ctx) = a.ctx {
+        bail!("--ctx {ctx} sets this process's context; a server's is its own ([server] context, kvad serve --ctx); add --local to run here");
+    }
+    a.named_backend().map(|_| ())
 }
 
 /// The backend `a` names, loaded there (the server's own answer when it cannot: a 409 naming where the model is, a
 /// memory refusal naming the holders).
 fn place(url: &str, a: &ModelArgs) -> Result<()> {
-    if let Some(b) = named_backend(a)? {
+    if let Some(b) = a.named_backend()? {
         let v = super::admin::post(url, "/api/load", json!({"model": a.model, "backend": b}))?;
         eprintln!("kvad: {} is on {} for this request", a.model, v["backend"].as_str().unwrap_or(&b));
     }
@@ -258,7 +250,9 @@ mod tests {
         ("seed", Remote::Sent("seed")),
         ("backend", Remote::Loads),
         ("quant", Remote::Loads),
+        ("dtype", Remote::Loads),
         ("threads", Remote::Refused),
+        ("ctx", Remote::Refused),
         ("logprobs", Remote::Refused),
     ];
 
@@ -283,9 +277,10 @@ mod tests {
                 let how = how
                     .unwrap_or_else(|| panic!("kvad {sub} --{long}: not in REMOTE_FLAGS, so a server would drop it"));
                 let value = match long {
-                    "seed" | "max-tokens" | "top-k" | "logprobs" | "threads" => "7",
+                    "seed" | "max-tokens" | "top-k" | "logprobs" | "threads" | "ctx" => "7",
                     "backend" => "cpu-q4",
                     "quant" => "q4",
+                    "dtype" => "f32",
                     "system" | "prompt" => "marker-text",
                     _ => "0.25",
                 };
@@ -317,7 +312,10 @@ mod tests {
                         let sent = body[field].to_string();
                         assert!(sent == value || sent == format!("{value}.0"), "kvad {sub} --{long}: {field} = {sent}");
                     }
-                    Remote::Loads => assert_eq!(named_backend(&a).unwrap().as_deref(), Some("cpu-q4"), "{long}"),
+                    Remote::Loads => {
+                        let want = if long == "dtype" { "cpu-f32" } else { "cpu-q4" };
+                        assert_eq!(a.named_backend().unwrap().as_deref(), Some(want), "{long}");
+                    }
                     Remote::Refused => {
                         // Refused before anything is asked of the (unreachable) server.
                         let e = match &cli.command {

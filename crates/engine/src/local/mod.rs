@@ -208,7 +208,9 @@ impl LocalEngine {
             e => EngineError::internal(format!("loading {name}: {e}")),
         })?;
         let c = m.model.config();
-        let context = self.settings.context.unwrap_or(c.max_position);
+        // [server] context caps every model; one whose own context is narrower (a Qwen model's active sliding
+        // window, which kvad runs as its context) is charged for what it can hold.
+        let context = self.settings.context.map_or(c.max_position, |x| x.min(c.max_position));
         // What a full context of this model's per-layer state takes, as the model says.
         let kv = m.model.state_spec().bytes_for(context) as u64;
         // What this backend holds: q8/q4 weights are charged as their blocks, f32 as floats.

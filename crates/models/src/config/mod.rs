@@ -141,6 +141,10 @@ pub struct ModelConfig {
     pub max_position: usize,
     /// Attention window (Mistral): a query sees this many keys, itself included.
     pub sliding_window: Option<usize>,
+    /// An active sliding window kvad does not run as a mask (Qwen's `use_sliding_window`): `max_position` was
+    /// lowered to it, where the window changes nothing, so a wider `--ctx` is refused with the window's size.
+    #[serde(default)]
+    pub window_cap: Option<usize>,
     /// Bias on q/k/v (Qwen2).
     pub qkv_bias: bool,
     /// Per-head RMSNorm of q and k (Qwen3).

@@ -80,5 +80,23 @@ fn mistral_window_is_kept_and_qwen_window_caps_the_context() {
     c["use_sliding_window"] = json!(true);
     c["max_position_embeddings"] = json!(32768);
     let q = crate::arch::registry::config_from_hf(&c).unwrap();
-    assert_eq!((q.sliding_window, q.max_position), (None, 4096));
+    assert_eq!((q.sliding_window, q.max_position, q.window_cap), (None, 4096, Some(4096)));
+    c["use_sliding_window"] = json!(false);
+    let q = crate::arch::registry::config_from_hf(&c).unwrap();
+    assert_eq!((q.max_position, q.window_cap), (32768, None));
+}
+
+#[test]
+fn interleaved_rope_is_refused_by_name_in_the_llama_family() {
+    for key in ["rope_interleave", "rope_interleaved", "rotary_interleaved"] {
+        for class in ["LlamaForCausalLM", "Qwen3ForCausalLM"] {
+            let mut c = base();
+            c["architectures"] = json!([class]);
+            c[key] = json!(true);
+            let e = crate::arch::registry::config_from_hf(&c).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("true") && e.contains("interleaved RoPE"), "{e}");
+            c[key] = json!(false);
+            assert!(crate::arch::registry::config_from_hf(&c).is_ok(), "{class} {key} = false");
+        }
+    }
 }

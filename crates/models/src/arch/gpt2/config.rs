@@ -44,6 +44,7 @@ fn read(cfg: &Value) -> Result<ModelConfig, ModelError> {
         rope_scaling: None,
         max_position: need(cfg, "n_positions")?,
         sliding_window: None,
+        window_cap: None,
         qkv_bias: true,
         qk_norm: false,
         tie_embeddings: true,

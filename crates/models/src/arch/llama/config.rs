@@ -26,6 +26,12 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
     if bool_field(cfg, "mlp_bias") == Some(true) {
         return Err(ModelError::refused("mlp_bias", true, "an MLP bias is not supported"));
     }
+    // This family rotates the two halves of a head; a config declaring adjacent pairs asks for other arithmetic.
+    for key in ["rope_interleave", "rope_interleaved", "rotary_interleaved"] {
+        if bool_field(cfg, key) == Some(true) {
+            return Err(ModelError::refused(key, true, format!("interleaved RoPE is not what {name} computes")));
+        }
+    }
     let is_qwen2 = name == "Qwen2ForCausalLM";
     if !is_qwen2 && bool_field(cfg, "attention_bias") == Some(true) {
         return Err(ModelError::refused("attention_bias", true, "an attention bias is supported only for Qwen2"));
@@ -41,6 +47,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
     let head_dim = usize_field(cfg, "head_dim")?.unwrap_or(default_head_dim);
     let (rope_theta, rope_scaling) = rope_params(cfg)?;
     let mut max_position = usize_field(cfg, "max_position_embeddings")?.unwrap_or(4096);
+    let mut window_cap = None;
     // Mistral applies its window whenever it is set, as a mask: a query sees the last `window` keys, as
     // transformers does. Qwen's window applies only from layer `max_window_layers` on; kvad runs such a model at a
     // context no wider than the window, where the window changes nothing (the seed's rule).
@@ -51,6 +58,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         {
             if let Some(w) = usize_field(cfg, "sliding_window")? {
                 max_position = max_position.min(w);
+                window_cap = Some(w);
             }
             None
         }
@@ -73,6 +81,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         rope_scaling,
         max_position,
         sliding_window,
+        window_cap,
         qkv_bias: is_qwen2,
         qk_norm: qwen3,
         tie_embeddings: bool_field(cfg, "tie_word_embeddings").unwrap_or(false),
@@ -221,6 +230,7 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         rope_scaling,
         max_position: meta.uint("context_length")?.unwrap_or(4096),
         sliding_window: meta.uint("attention.sliding_window")?,
+        window_cap: None,
         qkv_bias,
         qk_norm,
         tie_embeddings: g.info("output.weight").is_none(),

@@ -1,6 +1,6 @@
 // The web UI against the real kvad-serve (scripted models, a real SQLite file, a fake Hub on loopback): every
 // page renders, a pull streams its progress, a model loads, a chat streams with its reasoning trace and is kept,
-// a token is inspected in the playground, a benchmark runs and a second is refused. Each page is photographed
+// a token is inspected in the playground, two variants run side by side, a benchmark runs and a second is refused. Each page is photographed
 // into docs/screenshots for the README.
 import { expect, test, type Page } from '@playwright/test';
 import { join } from 'node:path';
@@ -142,6 +142,35 @@ test('the playground shows a token\'s alternatives with their probabilities and 
     'g103',
   ]);
   await shot(page, 'playground');
+});
+
+test('side by side runs two variants in turn, says how each was placed, and shows where the replies part', async ({ page }) => {
+  await page.goto('/playground');
+  await page.getByLabel('Prompt').fill('Hello there');
+  await page.getByLabel('Max tokens').fill('6');
+  // One model on two backends: loaded in turn (it is on cpu-q8 from the Models test, so A unloads it first), the
+  // same script, the same tokens.
+  await page.getByLabel('Model A').selectOption('qwen2.5-scripted');
+  await page.getByLabel('Backend A').selectOption('cpu-q4');
+  await page.getByLabel('Model B').selectOption('qwen2.5-scripted');
+  await page.getByLabel('Backend B').selectOption('cpu-q8');
+  await page.getByRole('button', { name: 'Compare' }).click();
+  await expect(page.getByTestId('sbs-verdict')).toHaveText('The same 6 tokens.');
+  await expect(page.getByTestId('placed-A')).toHaveText(/^unloaded qwen2\.5-scripted@cpu-q8, then loaded qwen2\.5-scripted@cpu-q4 in /);
+  await expect(page.getByTestId('placed-B')).toHaveText(/^unloaded qwen2\.5-scripted@cpu-q4, then loaded qwen2\.5-scripted@cpu-q8 in /);
+  await expect(page.getByRole('article', { name: 'variant A' })).toContainText('6 tokens · first after');
+  await expect(page.getByText('run in turn and not raced')).toBeVisible();
+
+  // Two models: their replies part at the first token, marked in both; B was in memory already.
+  await page.getByLabel('Model B').selectOption('qwen3-scripted');
+  await page.getByLabel('Backend B').selectOption('');
+  await page.getByLabel('Backend A').selectOption('cpu-q8');
+  await page.getByRole('button', { name: 'Compare' }).click();
+  await expect(page.getByTestId('sbs-verdict')).toHaveText(/^Equal for 0 tokens, then «.+» against «.+»\.$/);
+  await expect(page.getByTestId('placed-A')).toHaveText('qwen2.5-scripted@cpu-q8 was in memory');
+  await expect(page.getByTestId('placed-B')).toHaveText('qwen3-scripted@scripted was in memory');
+  await expect(page.locator('.parts')).toHaveCount(2);
+  await shot(page, 'playground-side-by-side');
 });
 
 test('a benchmark runs its rounds and charts medians and ranges; a second is refused naming the first', async ({ page, request }) => {

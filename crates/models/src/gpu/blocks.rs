@@ -3,7 +3,7 @@
 //! kernels; the decoder's pass only asks a block for the product that reads its input, the product that writes the
 //! residual stream, and its kernels in between.
 
-use super::mla::{MlaAttn, MlaScratch, MlaShape};
+use super::mla::{MlaAttn, MlaPass, MlaScratch, MlaShape};
 use super::moe::{MoeMlp, MoePass, MoeScratch, MoeShape};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
@@ -122,15 +122,6 @@ pub(crate) struct PassCtx<'a> {
     pub(crate) mla: Option<&'a MlaScratch>,
 }
 
-/// f32 activations for the GEMV path, bf16 for the others.
-pub(crate) fn act(buf: &DevBuf, gemv: bool) -> Act {
-    if gemv {
-        Act::F32(buf.ptr())
-    } else {
-        Act::Bf16(buf.ptr())
-    }
-}
-
 fn ptr(b: &Option<DevBuf>) -> u64 {
     b.as_ref().map_or(0, DevBuf::ptr)
 }
@@ -213,8 +204,19 @@ impl AttnBlock {
     pub(crate) unsafe fn issue(&self, p: &PassCtx<'_>, input: Act, pages: (u64, u64)) -> Result<Act, ModelError> {
         let l = match self {
             AttnBlock::Gqa(l) => l,
-            // SAFETY: the caller's contract.
-            AttnBlock::Mla(a) => return unsafe { a.issue(p, input, pages.0) },
+            AttnBlock::Mla(a) => {
+                let mp = MlaPass {
+                    gpu: p.gpu,
+                    rows: p.rows,
+                    gemv: p.gemv,
+                    meta: p.meta,
+                    inv_freq: p.inv_freq,
+                    wtmp: p.wtmp,
+                    scratch: p.mla,
+                };
+                // SAFETY: the caller's contract.
+                return unsafe { a.issue(&mp, input, pages.0) };
+            }
         };
         let (c, gpu, rows) = (p.cfg, p.gpu, p.rows);
         let hd = c.head_dim;
@@ -264,7 +266,7 @@ impl AttnBlock {
             } else {
                 gpu.qkv_post(&post)?;
                 gpu.attention(&attn)?;
-                Ok(act(p.att, p.gemv))
+                Ok(Act::rows(p.att.ptr(), p.gemv))
             }
         }
     }
@@ -354,7 +356,7 @@ impl MlpBlock {
                 Activation::Gelu => gpu.gelu(p.up, p.act.ptr(), rows * f, !p.gemv)?,
             }
         }
-        Ok(Some(act(p.act, p.gemv)))
+        Ok(Some(Act::rows(p.act.ptr(), p.gemv)))
     }
 }
 

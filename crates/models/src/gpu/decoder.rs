@@ -4,7 +4,7 @@
 //! activations, each weight read once; larger ones (prefill) cuBLAS on bf16 activations, block formats
 //! dequantised per product.
 
-use super::blocks::{act, norm_bytes, Layer, Norm, PassCtx};
+use super::blocks::{norm_bytes, Layer, Norm, PassCtx};
 use super::moe::largest;
 use super::pages::{PagePool, Pages, Store};
 use super::plan::{norm_steps, NormStep, Plan};
@@ -114,7 +114,7 @@ impl GpuDecoder {
     /// for cuBLAS).
     fn normed(&self, n: &Norm, x: u64, out: &DevBuf, rows: usize, gemv: bool) -> Result<Act, ModelError> {
         self.norm(n, x, out.ptr(), rows, !gemv)?;
-        Ok(act(out, gemv))
+        Ok(Act::rows(out.ptr(), gemv))
     }
 
     /// Whether every product of a pass of `rows` rows and `sel` logit rows runs the tensor-core kernel

@@ -5,11 +5,27 @@
 //! value up-projection; `o_proj` then adds it to the residual stream. The cache holds `kv_lora_rank + rope` values
 //! a token a layer, never expanded keys and values.
 
-use super::blocks::{act, PassCtx};
 use crate::config::MlaConfig;
 use crate::error::ModelError;
 use kvad_tensor::cuda::{mla_splits, Act, DevBuf, DevMatrix, Gpu, GpuError, Meta, MlaArgs, MMA_FEW_MAX_ROWS};
 use std::sync::Arc;
+
+/// What a latent layer's kernels need of the pass: the decoder's pass context, cut to this block (as `MoePass`),
+/// so this module does not name the blocks that hold it.
+pub(crate) struct MlaPass<'a> {
+    pub(crate) gpu: &'a Gpu,
+    /// Rows in the pass.
+    pub(crate) rows: usize,
+    /// Products run the GEMV kernels on f32 activations (decode); otherwise bf16.
+    pub(crate) gemv: bool,
+    pub(crate) meta: Meta,
+    /// RoPE inverse frequencies.
+    pub(crate) inv_freq: u64,
+    /// bf16 copy of a block-format matrix for cuBLAS (prefill).
+    pub(crate) wtmp: Option<&'a DevBuf>,
+    /// The latent layers' buffers.
+    pub(crate) scratch: Option<&'a MlaScratch>,
+}
 
 /// How the query is projected on the device.
 // One a layer, built once at load (as `AttnBlock`).
@@ -149,8 +165,8 @@ impl MlaAttn {
     /// # Safety
     /// The context's buffers hold the pass's rows at their widths, its metadata this batch, and the page tables
     /// cover every new position.
-    pub(crate) unsafe fn issue(&self, p: &PassCtx<'_>, input: Act, pages: u64) -> Result<Act, ModelError> {
-        let s = p.mla.ok_or_else(|| ModelError::Gpu("a latent layer's pass has no latent scratch".into()))?;
+    pub(crate) unsafe fn issue(&self, p: &MlaPass<'_>, input: Act, pages: u64) -> Result<Act, ModelError> {
+        let s = p.scratch.ok_or_else(|| ModelError::Gpu("a latent layer's pass has no latent scratch".into()))?;
         let (gpu, rows) = (p.gpu, p.rows);
         let sh = self.shape;
         // SAFETY: the caller's contract; the latent scratch holds the pass's rows at every width of this shape.
@@ -161,7 +177,7 @@ impl MlaAttn {
                     gpu.matmul(a, input, rows, s.qa.ptr(), 0, false, p.wtmp)?;
                     let qr = sh.q_rank.unwrap_or(0);
                     gpu.rms_norm(s.qa.ptr(), norm.ptr(), s.qa_n.ptr(), rows, qr, sh.eps, !p.gemv)?;
-                    gpu.matmul(b, act(&s.qa_n, p.gemv), rows, s.q.ptr(), 0, false, p.wtmp)?;
+                    gpu.matmul(b, Act::rows(s.qa_n.ptr(), p.gemv), rows, s.q.ptr(), 0, false, p.wtmp)?;
                 }
             }
             gpu.matmul(&self.kv_a, input, rows, s.kv.ptr(), 0, false, p.wtmp)?;
@@ -175,7 +191,7 @@ impl MlaAttn {
             a.meta = p.meta;
             gpu.mla_attention(&a)?;
         }
-        Ok(act(&s.att, p.gemv))
+        Ok(Act::rows(s.att.ptr(), p.gemv))
     }
 }
 

@@ -121,6 +121,18 @@ pub enum Act {
     },
 }
 
+impl Act {
+    /// Rows at `ptr` in the width a pass's products read: f32 for the GEMV kernels (decode), bf16 for tensor cores
+    /// and cuBLAS (prompts). One place decides it, so every block hands its output on the same way.
+    pub fn rows(ptr: u64, gemv: bool) -> Act {
+        if gemv {
+            Act::F32(ptr)
+        } else {
+            Act::Bf16(ptr)
+        }
+    }
+}
+
 /// An RMSNorm of a GEMV's whole output rows, written by the product itself once all its blocks are done (the
 /// residual stream's norm before the next product, without a norm kernel and its launch).
 #[derive(Debug, Clone, Copy)]

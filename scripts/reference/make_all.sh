@@ -43,6 +43,7 @@ export OMP_NUM_THREADS=1
 "$PY" scripts/reference/tokenizers_ref.py   # SPM model + tokenizer GGUF first: llama-gguf embeds it
 "$PY" scripts/reference/models.py
 "$PY" scripts/reference/moe_models.py
+"$PY" scripts/reference/hybrid_models.py
 "$PY" scripts/reference/bf16_ref.py
 "$PY" scripts/reference/gguf_types.py
 "$PY" scripts/reference/templates_ref.py

@@ -226,10 +226,10 @@ pub(crate) fn conversation(
 
 /// `kvad arch`.
 pub fn arch() {
-    println!("{:<8} {:<55} BACKENDS", "ARCH", "COVERS");
+    println!("{:<11} {:<60} BACKENDS", "ARCH", "COVERS");
     for e in kvad_models::arch::registry::ARCHS {
         let names: Vec<&str> = e.backends.iter().map(|b| b.name()).collect();
-        println!("{:<8} {:<55} {}", e.name, e.covers, names.join(" "));
+        println!("{:<11} {:<60} {}", e.name, e.covers, names.join(" "));
     }
     if let Some(why) = kvad_engine::system::gpu_unavailable() {
         println!("gpu-* backends cannot run on this machine: {why}");

@@ -182,3 +182,38 @@ fn tied_head_of_the_same_shape_and_type_runs_with_a_note() {
     let m = load_model(&ModelFiles::detect(&s.0).unwrap()).unwrap();
     assert!(m.notes.iter().any(|n| n.contains("shipped head")), "{:?}", m.notes);
 }
+
+#[test]
+fn qwen3_next_skips_its_prediction_module_by_name_and_refuses_other_extras() {
+    use safetensors::tensor::{serialize, TensorView};
+    let s = Scratch::of("qwen3-next", "mtp");
+    let p = s.0.join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let w = vec![0u8; 64 * 4];
+    let mut views: Vec<(String, TensorView)> = st.tensors();
+    for name in ["mtp.fc.weight", "mtp.norm.weight"] {
+        views.push((name.into(), TensorView::new(safetensors::Dtype::F32, vec![64], &w).unwrap()));
+    }
+    std::fs::write(&p, serialize(views.clone(), None).unwrap()).unwrap();
+    let m = load_model(&ModelFiles::detect(&s.0).unwrap()).unwrap();
+    assert!(m.notes.iter().any(|n| n.contains("multi-token-prediction") && n.contains("2 tensors")), "{:?}", m.notes);
+    // Anything else the architecture does not read is still refused by name.
+    views.push((
+        "model.layers.0.linear_attn.extra".into(),
+        TensorView::new(safetensors::Dtype::F32, vec![64], &w).unwrap(),
+    ));
+    std::fs::write(&p, serialize(views, None).unwrap()).unwrap();
+    let e = s.load().unwrap_err().to_string();
+    assert!(e.contains("model.layers.0.linear_attn.extra") && e.contains("does not use"), "{e}");
+}
+
+#[test]
+fn qwen3_next_on_a_gpu_backend_is_refused_by_name() {
+    use kvad_models::{load_model_with, LoadOptions};
+    let files = ModelFiles::detect(&fixture("qwen3-next")).unwrap();
+    let opts = LoadOptions { backend: kvad_tensor::BackendKind::GpuQ8, cache_dir: None, f32_reference: false };
+    // Without a GPU the load stops at the GPU; with one, at the architecture. Either way it names why.
+    let e = load_model_with(&files, &opts).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("gpu") || e.contains("GPU"), "{e}");
+}

@@ -235,3 +235,13 @@ fn latent_cache_resumes_a_kept_conversation_and_holds_the_latent_formula() {
         assert_close(name, "truncated", &b[0], tail);
     }
 }
+
+#[test]
+fn qwen3_next_delta_net_gated_attention_and_gated_shared_expert() {
+    check("qwen3-next");
+}
+
+#[test]
+fn qwen3_next_as_published_alternating_layers_tied_head() {
+    check("qwen3-next-legacy");
+}

@@ -32,8 +32,8 @@ fn golden(name: &str) -> (ModelFiles, Vec<Case>) {
     (files, cases)
 }
 
-/// The routed and latent-attention fixtures (issue 34).
-const MOE_AND_MLA: &[&str] = &[
+/// The routed fixtures: experts and latent attention (issue 34), experts beside delta nets (issue 35).
+const ROUTED: &[&str] = &[
     "qwen3-moe",
     "qwen3-moe-step",
     "qwen3-moe-gguf",
@@ -43,6 +43,8 @@ const MOE_AND_MLA: &[&str] = &[
     "deepseek-v3",
     "deepseek-v3-gguf",
     "deepseek-v3-half",
+    "qwen3-next",
+    "qwen3-next-legacy",
 ];
 
 /// Largest logit error relative to the spread of the reference logits at that position, over every position.
@@ -69,7 +71,7 @@ fn opts(backend: BackendKind, cache: Option<PathBuf>, f32_reference: bool) -> Lo
 /// quantisation error the next test measures.
 #[test]
 fn quantised_kernels_equal_f32_arithmetic_on_the_same_weights() {
-    for name in [&["llama", "llama-gguf", "mistral", "qwen2", "qwen3", "gpt2"][..], MOE_AND_MLA].concat() {
+    for name in [&["llama", "llama-gguf", "mistral", "qwen2", "qwen3", "gpt2"][..], ROUTED].concat() {
         let (files, cases) = golden(name);
         for backend in [BackendKind::CpuQ8, BackendKind::CpuQ4] {
             let q = load_model_with(&files, &opts(backend, None, false)).unwrap().model;
@@ -101,11 +103,10 @@ fn every_fixture_runs_at_q8_and_q4_within_tolerance_and_from_the_cache() {
     let cache = std::env::temp_dir().join(format!("kvad-qtest-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache);
     for name in
-        [&["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"][..], MOE_AND_MLA]
-            .concat()
+        [&["llama", "llama-tied", "llama-gguf", "mistral", "qwen2", "qwen2-bf16", "qwen3", "gpt2"][..], ROUTED].concat()
     {
         let (files, cases) = golden(name);
-        let routed = MOE_AND_MLA.contains(&name);
+        let routed = ROUTED.contains(&name);
         for (backend, tol) in [
             (BackendKind::CpuQ8, if routed { TOL_Q8_ROUTED } else { TOL_Q8 }),
             (BackendKind::CpuQ4, if routed { TOL_Q4_ROUTED } else { TOL_Q4 }),
@@ -165,7 +166,7 @@ const TOL_BF16_ROUNDING_ROUTED: f32 = 0.45;
 
 #[test]
 fn bf16_rounded_weights_stay_within_tolerance_of_pytorch_f32() {
-    for name in [&["llama", "mistral", "qwen2", "qwen3", "gpt2"][..], MOE_AND_MLA].concat() {
+    for name in [&["llama", "mistral", "qwen2", "qwen3", "gpt2"][..], ROUTED].concat() {
         if name.ends_with("-gguf") {
             continue;
         }
@@ -175,7 +176,7 @@ fn bf16_rounded_weights_stay_within_tolerance_of_pytorch_f32() {
         let m = load_model_with(&files, &opts(BackendKind::CpuF32, None, false)).unwrap().model;
         let err = worst_relative_error(m.as_ref(), &cases);
         let _ = std::fs::remove_dir_all(&dir);
-        let tol = if MOE_AND_MLA.contains(&name) { TOL_BF16_ROUNDING_ROUTED } else { TOL_BF16_ROUNDING };
+        let tol = if ROUTED.contains(&name) { TOL_BF16_ROUNDING_ROUTED } else { TOL_BF16_ROUNDING };
         println!("{name:<16} bf16 weights, f32 arithmetic: worst logit error {err:.4} of the spread");
         assert!(err <= tol, "{name}: bf16 weights move the logits {err} of the spread, over {tol}");
     }

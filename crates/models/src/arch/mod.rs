@@ -5,4 +5,5 @@ pub mod deepseek;
 pub mod entry;
 pub mod gpt2;
 pub mod llama;
+pub mod qwen3_next;
 pub mod registry;

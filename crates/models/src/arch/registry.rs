@@ -10,16 +10,16 @@ use crate::weights::GgufFile;
 use serde_json::Value;
 
 /// Every architecture, one line each.
-pub static ARCHS: &[&ArchEntry] =
-    &[&crate::arch::gpt2::ENTRY, &crate::arch::llama::ENTRY, &crate::arch::deepseek::ENTRY];
+pub static ARCHS: &[&ArchEntry] = &[
+    &crate::arch::gpt2::ENTRY,
+    &crate::arch::llama::ENTRY,
+    &crate::arch::deepseek::ENTRY,
+    &crate::arch::qwen3_next::ENTRY,
+];
 
 /// Architectures published models use that this build does not implement yet: refused by class name, saying so.
-pub const NOT_YET: &[&str] = &[
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Idefics3ForConditionalGeneration",
-    "Qwen3NextForCausalLM",
-];
+pub const NOT_YET: &[&str] =
+    &["Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Idefics3ForConditionalGeneration"];
 
 /// The entry of a family.
 pub fn entry(kind: ArchKind) -> &'static ArchEntry {
@@ -128,14 +128,21 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig, ModelError> {
 /// Parameters a config implies (for memory accounting and summaries).
 pub fn param_count(c: &ModelConfig) -> usize {
     let h = c.hidden;
-    let attn = match &c.mla {
-        None => h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h,
-        Some(m) => {
+    let attn = |i: usize| match (&c.mla, &c.delta) {
+        (Some(m), _) => {
             let qd = c.n_heads * (m.nope_dim + m.rope_dim);
             let q = m.q_lora_rank.map_or(h * qd, |r| h * r + r * qd);
             let kv = h * (m.kv_lora_rank + m.rope_dim) + m.kv_lora_rank * c.n_heads * (m.nope_dim + m.v_dim);
             q + kv + c.n_heads * m.v_dim * h
         }
+        // A delta-net layer: its input projection (q, k, v, z, β, a), its convolution and its output.
+        (None, Some(d)) if d.linear[i] => {
+            let (kw, vw) = (d.key_width(), d.value_width());
+            h * (2 * kw + 2 * vw + 2 * d.v_heads) + d.conv_channels() * d.conv + vw * h
+        }
+        // Qwen3-Next's full attention: each query head carries its output gate.
+        (None, Some(_)) => h * (2 * c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h,
+        (None, None) => h * (c.q_dim() + 2 * c.kv_dim()) + c.q_dim() * h,
     };
     let dense = entry(c.arch).mlp_matrices * h * c.intermediate;
     let mlp = |i: usize| match &c.moe {
@@ -146,7 +153,7 @@ pub fn param_count(c: &ModelConfig) -> usize {
         _ => dense,
     };
     let head = if c.tie_embeddings { 0 } else { c.vocab_size * h };
-    (0..c.n_layers).map(|i| attn + mlp(i)).sum::<usize>() + c.vocab_size * h + head
+    (0..c.n_layers).map(|i| attn(i) + mlp(i)).sum::<usize>() + c.vocab_size * h + head
 }
 
 #[cfg(test)]
@@ -155,7 +162,7 @@ mod tests {
 
     #[test]
     fn every_kind_has_one_line_and_no_name_is_claimed_twice() {
-        for kind in [ArchKind::Llama, ArchKind::Gpt2, ArchKind::Deepseek] {
+        for kind in [ArchKind::Llama, ArchKind::Gpt2, ArchKind::Deepseek, ArchKind::Qwen3Next] {
             assert_eq!(ARCHS.iter().filter(|e| e.kind == kind).count(), 1, "{kind:?}");
         }
         for names in [

@@ -14,6 +14,8 @@ pub enum ArchKind {
     Gpt2,
     /// DeepSeek-V2/V3: latent attention (MLA), routed and shared experts, dense first layers.
     Deepseek,
+    /// Qwen3-Next: gated delta-net layers beside gated full attention, routed experts with a gated shared one.
+    Qwen3Next,
 }
 
 /// Llama 3's RoPE frequency scaling.
@@ -86,6 +88,47 @@ pub struct MoeConfig {
     pub shared_ff: usize,
     /// Per layer: whether it routes (the others run the dense MLP of `intermediate`).
     pub sparse: Vec<bool>,
+    /// The shared expert's output is scaled by `sigmoid(shared_expert_gate · x)` (Qwen3-Next), and named
+    /// `shared_expert` rather than `shared_experts`.
+    #[serde(default)]
+    pub shared_gate: bool,
+}
+
+/// Gated delta-net layers (Qwen3-Next): linear attention whose per-head state `[k_dim, v_dim]` decays and is
+/// corrected by the delta rule each token, beside full-attention layers with an output gate.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DeltaConfig {
+    /// Per layer: a delta-net layer (true) or a gated full-attention layer (false).
+    pub linear: Vec<bool>,
+    /// Query/key heads of a delta-net layer.
+    pub k_heads: usize,
+    /// Value heads (a multiple of `k_heads`; each key head serves `v_heads / k_heads` consecutive value heads).
+    pub v_heads: usize,
+    /// Width of a query/key head.
+    pub k_dim: usize,
+    /// Width of a value head.
+    pub v_dim: usize,
+    /// Taps of the causal depthwise convolution over q, k and v.
+    pub conv: usize,
+    /// Rotated width of a full-attention head (`partial_rotary_factor × head_dim`).
+    pub rope_dim: usize,
+}
+
+impl DeltaConfig {
+    /// Width of q (and of k) over all key heads.
+    pub fn key_width(&self) -> usize {
+        self.k_heads * self.k_dim
+    }
+
+    /// Width of v (and of the output gate z) over all value heads.
+    pub fn value_width(&self) -> usize {
+        self.v_heads * self.v_dim
+    }
+
+    /// Channels of the convolution: q, k and v side by side.
+    pub fn conv_channels(&self) -> usize {
+        2 * self.key_width() + self.value_width()
+    }
 }
 
 /// Latent attention (DeepSeek's MLA): queries, keys and values go through low-rank projections, and the cache
@@ -161,6 +204,9 @@ pub struct ModelConfig {
     /// Latent attention, when the model uses it.
     #[serde(default)]
     pub mla: Option<MlaConfig>,
+    /// Gated delta-net layers, when the model has them.
+    #[serde(default)]
+    pub delta: Option<DeltaConfig>,
 }
 
 /// Upper bounds that catch corrupt or hostile configs before they size an allocation.
@@ -190,6 +236,17 @@ pub(crate) fn f64_field(cfg: &Value, key: &str) -> Result<Option<f64>, ModelErro
     match get(cfg, key) {
         None => Ok(None),
         Some(v) => v.as_f64().map(Some).ok_or_else(|| ModelError::refused(key, v, "expected a number")),
+    }
+}
+
+/// A list of layer indices (`mlp_only_layers`), empty when absent.
+pub(crate) fn index_list(cfg: &Value, key: &str) -> Result<Vec<usize>, ModelError> {
+    match get(cfg, key) {
+        None => Ok(Vec::new()),
+        Some(v) => v
+            .as_array()
+            .and_then(|a| a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| ModelError::refused(key, v, "expected a list of layer indices")),
     }
 }
 

@@ -35,12 +35,20 @@ impl Tensors<'_> {
             None
         };
         let experts = self.experts(prefix, r.n_experts, cfg.expert_ff, hidden)?;
+        // Qwen3-Next names its one shared expert in the singular, beside the gate that scales it.
+        let shared_name = if cfg.shared_gate { "shared_expert" } else { "shared_experts" };
         let shared = if cfg.shared_ff > 0 {
-            Some(self.swiglu(&format!("{prefix}.shared_experts"), cfg.shared_ff, hidden)?)
+            Some(self.swiglu(&format!("{prefix}.{shared_name}"), cfg.shared_ff, hidden)?)
         } else {
             None
         };
-        Ok(Moe { router, bias, experts, shared, routing: r.clone() })
+        let shared_gate = if cfg.shared_gate && cfg.shared_ff > 0 {
+            let w = self.matrix(&format!("{prefix}.shared_expert_gate.weight"), 1, hidden, Role::Router)?;
+            Some(Linear::new(w, None))
+        } else {
+            None
+        };
+        Ok(Moe { router, bias, experts, shared, shared_gate, routing: r.clone() })
     }
 
     fn experts(&mut self, p: &str, n: usize, ff: usize, h: usize) -> Result<Experts, ModelError> {

@@ -60,6 +60,8 @@ pub struct Moe {
     pub(crate) bias: Option<Vec<f32>>,
     pub(crate) experts: Experts,
     pub(crate) shared: Option<SwiGlu>,
+    /// Scales the shared experts' output by `sigmoid(gate · x)` per token (Qwen3-Next).
+    pub(crate) shared_gate: Option<Linear>,
     pub(crate) routing: Routing,
 }
 
@@ -70,6 +72,7 @@ impl Moe {
             + self.bias.as_ref().map_or(0, |b| b.len() * 4)
             + self.experts.bytes()
             + self.shared.as_ref().map_or(0, SwiGlu::bytes)
+            + self.shared_gate.as_ref().map_or(0, Linear::bytes)
     }
 
     /// `rows × hidden` in, `rows × hidden` out: each row's experts' outputs times their weights, added in increasing
@@ -127,7 +130,14 @@ impl Moe {
             }
         }
         if let Some(s) = &self.shared {
-            ops::add_inplace(&mut out, &s.forward(x, rows));
+            let mut y = s.forward(x, rows);
+            if let Some(g) = &self.shared_gate {
+                for (row, logit) in y.chunks_exact_mut(h).zip(g.forward(x, rows)) {
+                    let gate = 1.0 / (1.0 + (-logit).exp());
+                    row.iter_mut().for_each(|v| *v *= gate);
+                }
+            }
+            ops::add_inplace(&mut out, &y);
         }
         out
     }

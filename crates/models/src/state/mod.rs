@@ -208,6 +208,15 @@ impl SeqState {
         }
     }
 
+    /// Layer `i`'s recurrent state and convolution tail, on the CPU ([`crate::batch::check_batch`] has checked the
+    /// shape against the model's).
+    pub(crate) fn recurrence_mut(&mut self, i: usize) -> (&mut [f32], &mut [f32]) {
+        match &mut self.layers[i] {
+            LayerState::Recurrent(RecurrentLayer { now: Recurrence::Host { state, conv }, .. }) => (state, conv),
+            other => unreachable!("layer {i} is {other:?}, checked against the model's spec before the pass"),
+        }
+    }
+
     /// Layer `i` as keys and values, read only.
     pub(crate) fn kv_layer(&self, i: usize) -> &KvLayer {
         match &self.layers[i] {

@@ -157,6 +157,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         eos_token_ids: ids(get(cfg, "eos_token_id")),
         moe,
         mla: Some(mla),
+        delta: None,
     };
     check(&c)?;
     Ok(c)
@@ -213,6 +214,7 @@ fn hf_moe(cfg: &Value, v3: bool, n_experts: usize, n_layers: usize) -> Result<Mo
         expert_ff,
         shared_ff: expert_ff * n_shared,
         sparse: crate::moe::deepseek_sparse_layers(n_layers, first_dense, freq),
+        shared_gate: false,
     };
     crate::moe::check(&m)?;
     Ok(m)
@@ -331,6 +333,7 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
                 expert_ff,
                 shared_ff: expert_ff * meta.uint("expert_shared_count")?.unwrap_or(0),
                 sparse: (0..n_layers).map(|i| g.info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some()).collect(),
+                shared_gate: false,
             };
             crate::moe::check(&m)?;
             Some(m)
@@ -365,6 +368,7 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         eos_token_ids: eos,
         moe,
         mla: Some(mla),
+        delta: None,
     };
     check(&c)?;
     Ok(c)

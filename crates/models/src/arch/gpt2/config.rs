@@ -52,5 +52,6 @@ fn read(cfg: &Value) -> Result<ModelConfig, ModelError> {
         eos_token_ids: ids(get(cfg, "eos_token_id")),
         moe: None,
         mla: None,
+        delta: None,
     })
 }

@@ -2,8 +2,8 @@
 //! qwen2, qwen3), and its GGUF tensor names.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, need, rope_params, usize_field, ArchKind, GgufKeys, ModelConfig, MoeConfig,
-    RopeScaling, Routing, Scoring,
+    bool_field, f64_field, get, ids, index_list, need, rope_params, usize_field, ArchKind, GgufKeys, ModelConfig,
+    MoeConfig, RopeScaling, Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -89,6 +89,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         eos_token_ids: ids(get(cfg, "eos_token_id")),
         moe,
         mla: None,
+        delta: None,
     };
     cfg.check_dims()?;
     check(&cfg)?;
@@ -102,19 +103,7 @@ fn qwen3_moe(cfg: &Value, n_layers: usize) -> Result<MoeConfig, ModelError> {
         Some(n) => n,
         None => need(cfg, "num_local_experts")?,
     };
-    let mlp_only = match get(cfg, "mlp_only_layers") {
-        None => Vec::new(),
-        Some(Value::Array(a)) => {
-            a.iter().map(|v| v.as_u64().map(|n| n as usize)).collect::<Option<Vec<_>>>().ok_or_else(|| {
-                ModelError::refused(
-                    "mlp_only_layers",
-                    get(cfg, "mlp_only_layers").unwrap(),
-                    "expected a list of layer indices",
-                )
-            })?
-        }
-        Some(v) => return Err(ModelError::refused("mlp_only_layers", v, "expected a list of layer indices")),
-    };
+    let mlp_only = index_list(cfg, "mlp_only_layers")?;
     let step = usize_field(cfg, "decoder_sparse_step")?.unwrap_or(1);
     if step == 0 {
         return Err(ModelError::refused("decoder_sparse_step", 0, "must be positive"));
@@ -135,6 +124,7 @@ fn qwen3_moe(cfg: &Value, n_layers: usize) -> Result<MoeConfig, ModelError> {
         expert_ff: need(cfg, "moe_intermediate_size")?,
         shared_ff: 0,
         sparse: crate::moe::qwen_sparse_layers(n_layers, step, &mlp_only),
+        shared_gate: false,
     };
     crate::moe::check(&m)?;
     Ok(m)
@@ -205,6 +195,7 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
             expert_ff: meta.need("expert_feed_forward_length")?,
             shared_ff: 0,
             sparse,
+            shared_gate: false,
         };
         crate::moe::check(&m)?;
         Some(m)
@@ -238,6 +229,7 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         eos_token_ids: eos,
         moe,
         mla: None,
+        delta: None,
     };
     if let Some(RopeScaling::Divisors(d)) = &cfg.rope_scaling {
         if d.len() != head_dim / 2 {

@@ -1,0 +1,218 @@
+//! The gated delta-net layer, as transformers' `Qwen3NextGatedDeltaNet` computes it: one input projection split
+//! into q, k, v (through a causal depthwise convolution and SiLU), the output gate z, β and the decay's input a;
+//! per value head a `[k_dim, v_dim]` state that decays by `exp(g)`, `g = -exp(A_log)·softplus(a + dt_bias)`, and is
+//! corrected by the delta rule with L2-normalised keys; the output read with the L2-normalised, `1/sqrt(k_dim)`
+//! scaled query, RMS-normed per head, gated by `silu(z)`, and projected out.
+//!
+//! The state (f32) and the convolution's last inputs live in the sequence's [`crate::state::Recurrence`]. Every
+//! token is one step of the recurrence, prompts included: exact, and linear in the prompt, but one pass over the
+//! state a token (the chunked form for long prompts is issue 35's item 3).
+
+use crate::config::{DeltaConfig, ModelConfig};
+use crate::error::ModelError;
+use crate::layers::{Linear, Spans};
+use crate::state::SeqState;
+use crate::tensors::{target, Recorded, Role, Tensors};
+use kvad_tensor::cpu::{pool, QMatrix};
+
+/// One delta-net layer's weights.
+pub(crate) struct DeltaNet {
+    /// q, k, v, z, b and a stacked in that order, every head's rows together: `[2·kw + 2·vw + 2·nv, hidden]`.
+    in_proj: Linear,
+    /// Convolution taps, `[channel][tap]`, the oldest input's tap first.
+    conv: Vec<f32>,
+    /// `-exp(A_log)` per value head.
+    neg_a: Vec<f32>,
+    /// Added to `a` before the softplus, per value head.
+    dt_bias: Vec<f32>,
+    /// The gated RMSNorm's weight, `[v_dim]`.
+    norm: Vec<f32>,
+    out: Linear,
+}
+
+impl DeltaNet {
+    /// Reads layer `p` (`model.layers.<i>.linear_attn`).
+    pub(crate) fn load(t: &mut Tensors<'_>, p: &str, c: &ModelConfig, d: &DeltaConfig) -> Result<Self, ModelError> {
+        let h = c.hidden;
+        let channels = d.conv_channels();
+        let conv_w = t.vector(&format!("{p}.conv1d.weight"), &[channels, 1, d.conv])?;
+        let a_log = t.vector(&format!("{p}.A_log"), &[d.v_heads])?;
+        Ok(DeltaNet {
+            in_proj: Linear::new(in_proj(t, p, h, d)?, None),
+            conv: conv_w,
+            neg_a: a_log.iter().map(|v| -v.exp()).collect(),
+            dt_bias: t.vector(&format!("{p}.dt_bias"), &[d.v_heads])?,
+            norm: t.vector(&format!("{p}.norm.weight"), &[d.v_dim])?,
+            out: t.linear(&format!("{p}.out_proj"), h, d.value_width(), false)?,
+        })
+    }
+
+    /// Bytes of weights.
+    pub(crate) fn bytes(&self) -> usize {
+        self.in_proj.bytes()
+            + self.out.bytes()
+            + (self.conv.len() + self.neg_a.len() + self.dt_bias.len() + self.norm.len()) * 4
+    }
+
+    /// `rows × hidden` normed input of the batch's sequences in → `rows × hidden` out, each sequence's state of
+    /// layer `li` carried through its tokens.
+    pub(crate) fn forward(
+        &self,
+        c: &ModelConfig,
+        d: &DeltaConfig,
+        x: &[f32],
+        li: usize,
+        caches: &mut [&mut SeqState],
+        spans: &Spans,
+    ) -> Vec<f32> {
+        let rows = spans.counts.iter().sum();
+        let proj = self.in_proj.forward(x, rows);
+        let width = proj.len() / rows.max(1);
+        let mut o = vec![0f32; rows * d.value_width()];
+        let mut r = 0;
+        for (cache, &n) in caches.iter_mut().zip(&spans.counts) {
+            let (state, tail) = cache.recurrence_mut(li);
+            for t in r..r + n {
+                self.step(c, d, &proj[t * width..(t + 1) * width], state, tail, &mut o[t * d.value_width()..]);
+            }
+            r += n;
+        }
+        self.out.forward(&o, rows)
+    }
+
+    /// One token: `p` its projections, `state` and `tail` its sequence's, `o` receives its `value_width` outputs.
+    fn step(&self, c: &ModelConfig, d: &DeltaConfig, p: &[f32], state: &mut [f32], tail: &mut [f32], o: &mut [f32]) {
+        let (kw, vw, ch) = (d.key_width(), d.value_width(), d.conv_channels());
+        let mixed = self.convolve(d, &p[..ch], tail);
+        let (q, k, v) = (&mixed[..kw], &mixed[kw..2 * kw], &mixed[2 * kw..]);
+        let z = &p[ch..ch + vw];
+        let (b, a) = (&p[ch + vw..ch + vw + d.v_heads], &p[ch + vw + d.v_heads..ch + vw + 2 * d.v_heads]);
+        let group = d.v_heads / d.k_heads;
+        let (dk, dv) = (d.k_dim, d.v_dim);
+        let scale = 1.0 / (dk as f32).sqrt();
+        let eps = c.norm_eps;
+        assert_eq!(state.len(), d.v_heads * dk * dv, "a delta-net state of this layer's shape");
+        let base = state.as_mut_ptr() as usize;
+        pool::for_each_piece_mut(&mut o[..vw], dv, |hd, out| {
+            let kh = hd / group;
+            // SAFETY: value head hd's block of the state (checked long enough above); each head is one task's.
+            let s = unsafe { head_state(base, hd, dk * dv) };
+            let qn: Vec<f32> = l2norm(&q[kh * dk..(kh + 1) * dk]).iter().map(|v| v * scale).collect();
+            let kn = l2norm(&k[kh * dk..(kh + 1) * dk]);
+            let vh = &v[hd * dv..(hd + 1) * dv];
+            let beta = sigmoid(b[hd]);
+            let decay = (self.neg_a[hd] * softplus(a[hd] + self.dt_bias[hd])).exp();
+            for x in s.iter_mut() {
+                *x *= decay;
+            }
+            // kv_mem = kᵀS; delta = (v − kv_mem)·β; S += k ⊗ delta; out = qᵀS.
+            let mut delta = vec![0f32; dv];
+            for (i, &ki) in kn.iter().enumerate() {
+                for (m, &sv) in delta.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
+                    *m += sv * ki;
+                }
+            }
+            for (m, &vv) in delta.iter_mut().zip(vh) {
+                *m = (vv - *m) * beta;
+            }
+            out.fill(0.0);
+            for (i, (&ki, &qi)) in kn.iter().zip(&qn).enumerate() {
+                let row = &mut s[i * dv..(i + 1) * dv];
+                for ((sv, &m), ov) in row.iter_mut().zip(&delta).zip(out.iter_mut()) {
+                    *sv += ki * m;
+                    *ov += *sv * qi;
+                }
+            }
+            // The gated RMSNorm: rms over the head, its weight, times silu(z).
+            let ss = out.iter().map(|v| v * v).sum::<f32>() / dv as f32;
+            let inv = 1.0 / (ss + eps).sqrt();
+            for ((ov, &w), &zv) in out.iter_mut().zip(&self.norm).zip(&z[hd * dv..(hd + 1) * dv]) {
+                *ov = w * (*ov * inv) * (zv * sigmoid(zv));
+            }
+        });
+    }
+
+    /// The causal depthwise convolution of one token's q/k/v channels over the sequence's last inputs (kept in
+    /// `tail`, `[conv − 1][channels]`, oldest first), then SiLU; `tail` moves on by this token.
+    fn convolve(&self, d: &DeltaConfig, x: &[f32], tail: &mut [f32]) -> Vec<f32> {
+        let (ch, taps) = (d.conv_channels(), d.conv);
+        let held = taps - 1;
+        let mut out = vec![0f32; ch];
+        for (cc, o) in out.iter_mut().enumerate() {
+            let w = &self.conv[cc * taps..(cc + 1) * taps];
+            let mut acc = 0f32;
+            for (j, &wj) in w[..held].iter().enumerate() {
+                acc += wj * tail[j * ch + cc];
+            }
+            acc += w[held] * x[cc];
+            *o = acc * sigmoid(acc);
+        }
+        if held > 0 {
+            tail.copy_within(ch.., 0);
+            tail[(held - 1) * ch..].copy_from_slice(x);
+        }
+        out
+    }
+}
+
+/// Value head `h`'s block of a sequence's state, whose first element is at address `base`.
+///
+/// # Safety
+/// The state holds at least `(h + 1) · len` elements, outlives the slice, and each `h` is handed to one task at a
+/// time, so the blocks never overlap.
+unsafe fn head_state<'s>(base: usize, h: usize, len: usize) -> &'s mut [f32] {
+    // SAFETY: the contract above.
+    unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(h * len), len) }
+}
+
+fn l2norm(x: &[f32]) -> Vec<f32> {
+    let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() + 1e-6).sqrt();
+    x.iter().map(|v| v * inv).collect()
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// PyTorch's softplus (β 1, threshold 20).
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// The input projection in kvad's order (q, k, v, z, b, a). Qwen3-Next stores it as two matrices whose rows are
+/// grouped by key head (`[q_g, k_g, v_g, z_g]` for each head g, and `[b_g, a_g]`); they are regrouped here once.
+fn in_proj(t: &mut Tensors<'_>, p: &str, h: usize, d: &DeltaConfig) -> Result<QMatrix, ModelError> {
+    let (kw, vw, nv) = (d.key_width(), d.value_width(), d.v_heads);
+    let key = format!("{p}.in_proj.weight");
+    if t.cached.is_some() {
+        return t.matrix(&key, 2 * kw + 2 * vw + 2 * nv, h, Role::Layer);
+    }
+    let qkvz = t.matrix_unrecorded(&format!("{p}.in_proj_qkvz.weight"), 2 * kw + 2 * vw, h, Role::Layer)?;
+    let ba = t.matrix_unrecorded(&format!("{p}.in_proj_ba.weight"), 2 * nv, h, Role::Layer)?;
+    let (ba, qkvz) = if ba.qtype() == qkvz.qtype() {
+        (ba, qkvz)
+    } else {
+        let q = target(t.backend, Role::Layer);
+        let re = |m: QMatrix| m.requantize(q).map_err(|e| ModelError::BadInput(format!("tensor {key}: {e}")));
+        (re(ba)?, re(qkvz)?)
+    };
+    let (g, dk, r) = (d.k_heads, d.k_dim, nv / d.k_heads);
+    let vg = r * d.v_dim;
+    let per = 2 * dk + 2 * vg;
+    let mut parts = Vec::new();
+    // Within key head i's group: q at 0, k at dk, v at 2·dk, z at 2·dk + vg.
+    for (off, len) in [(0, dk), (dk, dk), (2 * dk, vg), (2 * dk + vg, vg)] {
+        parts.extend((0..g).map(|i| qkvz.rows_view(i * per + off..i * per + off + len)));
+    }
+    for off in [0, r] {
+        parts.extend((0..g).map(|i| ba.rows_view(i * 2 * r + off..i * 2 * r + off + r)));
+    }
+    let m = QMatrix::stack(&parts).map_err(|e| ModelError::BadInput(format!("tensor {key}: {e}")))?;
+    let m = t.reference(m)?;
+    t.record.push((key, Recorded::Matrix(m.clone())));
+    Ok(m)
+}

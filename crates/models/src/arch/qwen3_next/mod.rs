@@ -1,0 +1,209 @@
+//! Qwen3-Next: pre-norm decoder layers whose token mixer is a gated delta net (`delta.rs`, a recurrent state per
+//! sequence) or, every few layers, gated full attention (`attn.rs`, a K/V cache); the MLP is routed experts with a
+//! gated shared expert ([`crate::moe`]) or, in `mlp_only_layers`, a dense SwiGLU. Every RMSNorm of the decoder
+//! multiplies by `1 + w`. Multi-token-prediction weights (`mtp.*`) are skipped by name. CPU backends for now: the
+//! GPU's blocks have no recurrent layer yet, so the registry refuses the GPU backends by name.
+
+mod attn;
+mod config;
+mod delta;
+
+use crate::arch::entry::{no_gguf, ArchEntry};
+use crate::config::{ArchKind, ModelConfig};
+use crate::error::ModelError;
+use crate::layers::{Embedding, Linear, Rope, Spans, SwiGlu};
+use crate::moe::Moe;
+use crate::state::{LayerSpec, SeqState, StateSpec};
+use crate::tensors::Tensors;
+use crate::{CausalLm, LogitsMode, SeqInput};
+use attn::{zero_centred, GatedAttn};
+use delta::DeltaNet;
+use kvad_tensor::cpu::ops;
+use kvad_tensor::BackendKind;
+
+/// The registry's line.
+pub(crate) static ENTRY: ArchEntry = ArchEntry {
+    kind: ArchKind::Qwen3Next,
+    name: "qwen3_next",
+    covers: "Qwen3-Next (gated delta net beside gated attention, experts)",
+    hf_classes: &["Qwen3NextForCausalLM"],
+    model_types: &["qwen3_next"],
+    gguf_archs: &[],
+    backends: &[BackendKind::CpuF32, BackendKind::CpuQ8, BackendKind::CpuQ4],
+    mlp_matrices: 3,
+    from_hf: config::from_hf,
+    from_gguf: no_gguf,
+    gguf_name: |n| n.to_string(),
+    gguf_permute: |_, _| None,
+    build: |cfg, t, gpu| match gpu {
+        None => Ok(Box::new(Qwen3Next::load(cfg, t)?)),
+        Some(_) => Err(ModelError::refused(
+            "backend",
+            t.backend.name(),
+            "Qwen3-Next runs on the CPU backends in this build (the GPU has no delta-net layer yet)",
+        )),
+    },
+};
+
+enum Mixer {
+    Delta(DeltaNet),
+    Attn(GatedAttn),
+}
+
+enum Ffn {
+    Dense(SwiGlu),
+    Moe(Box<Moe>),
+}
+
+struct Layer {
+    /// `1 + input_layernorm.weight`.
+    attn_norm: Vec<f32>,
+    mixer: Mixer,
+    /// `1 + post_attention_layernorm.weight`.
+    mlp_norm: Vec<f32>,
+    ffn: Ffn,
+}
+
+/// A Qwen3-Next model on the CPU.
+pub struct Qwen3Next {
+    cfg: ModelConfig,
+    embed: Embedding,
+    layers: Vec<Layer>,
+    /// `1 + model.norm.weight`.
+    norm: Vec<f32>,
+    head: Option<Linear>,
+    rope: Rope,
+    spec: StateSpec,
+}
+
+impl Qwen3Next {
+    fn load(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Self, ModelError> {
+        let h = cfg.hidden;
+        let d = cfg.delta.clone().expect("a Qwen3-Next config has delta-net layers");
+        let embed = t.embedding("model.embed_tokens.weight", cfg.vocab_size, h)?;
+        let dtype = crate::layers::kv_dtype_for(t.backend);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        let mut specs = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let p = format!("model.layers.{i}");
+            let mixer = if d.linear[i] {
+                specs.push(LayerSpec::Recurrent {
+                    state: d.v_heads * d.k_dim * d.v_dim,
+                    conv: d.conv_channels() * (d.conv - 1),
+                });
+                Mixer::Delta(DeltaNet::load(t, &format!("{p}.linear_attn"), &cfg, &d)?)
+            } else {
+                specs.push(LayerSpec::Kv { kv_dim: cfg.kv_dim(), dtype });
+                Mixer::Attn(GatedAttn::load(t, &format!("{p}.self_attn"), &cfg)?)
+            };
+            let ffn = match &cfg.moe {
+                Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(t.moe(&format!("{p}.mlp"), moe, h)?)),
+                _ => Ffn::Dense(t.swiglu(&format!("{p}.mlp"), cfg.intermediate, h)?),
+            };
+            layers.push(Layer {
+                attn_norm: zero_centred(t.vector(&format!("{p}.input_layernorm.weight"), &[h])?),
+                mixer,
+                mlp_norm: zero_centred(t.vector(&format!("{p}.post_attention_layernorm.weight"), &[h])?),
+                ffn,
+            });
+        }
+        skip_prediction_weights(t);
+        let norm = zero_centred(t.vector("model.norm.weight", &[h])?);
+        let head = t.head(&cfg, &embed)?;
+        let rope = Rope::for_dim(&cfg, d.rope_dim);
+        Ok(Qwen3Next { cfg, embed, layers, norm, head, rope, spec: StateSpec { layers: specs } })
+    }
+}
+
+/// Qwen3-Next checkpoints carry a multi-token-prediction module (`mtp.*`) for speculative decoding; one token a
+/// step never runs it, so its tensors are marked read and the load says so.
+fn skip_prediction_weights(t: &mut Tensors<'_>) {
+    let skipped: Vec<String> = t.src.tensor_names().into_iter().filter(|n| n.starts_with("mtp.")).collect();
+    if skipped.is_empty() {
+        return;
+    }
+    t.notes.push(format!(
+        "skips the multi-token-prediction module (mtp.*, {} tensors): one token a step does not use it",
+        skipped.len()
+    ));
+    t.used.extend(skipped);
+}
+
+impl CausalLm for Qwen3Next {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    fn weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                let mixer = match &l.mixer {
+                    Mixer::Delta(m) => m.bytes(),
+                    Mixer::Attn(a) => a.bytes(),
+                };
+                let ffn = match &l.ffn {
+                    Ffn::Dense(m) => m.bytes(),
+                    Ffn::Moe(m) => m.bytes(),
+                };
+                mixer + ffn + (l.attn_norm.len() + l.mlp_norm.len()) * 4
+            })
+            .sum();
+        layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
+    }
+
+    fn state_spec(&self) -> &StateSpec {
+        &self.spec
+    }
+
+    fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let step = crate::layers::is_decode_step(batch);
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+    }
+}
+
+impl Qwen3Next {
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let c = &self.cfg;
+        let d = c.delta.as_ref().expect("a Qwen3-Next config has delta-net layers");
+        let h = c.hidden;
+        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
+        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
+        let rows: usize = counts.iter().sum();
+        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
+        let mut x = Vec::with_capacity(rows * h);
+        for s in batch.iter() {
+            self.embed.lookup(s.tokens, &mut x);
+        }
+        let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
+        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
+        let mut hbuf = vec![0f32; rows * h];
+        for (li, l) in self.layers.iter().enumerate() {
+            ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
+            let y = match &l.mixer {
+                Mixer::Delta(m) => m.forward(c, d, &hbuf, li, &mut caches, &spans),
+                Mixer::Attn(a) => a.forward(c, &hbuf, &tables, li, &mut caches, &spans),
+            };
+            ops::add_inplace(&mut x, &y);
+            ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
+            let y = match &l.ffn {
+                Ffn::Dense(m) => m.forward(&hbuf, rows),
+                Ffn::Moe(m) => m.forward(&hbuf, rows),
+            };
+            ops::add_inplace(&mut x, &y);
+        }
+        for (state, &n) in caches.iter_mut().zip(&counts) {
+            state.len += n;
+        }
+        let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
+        Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
+            let mut normed = vec![0f32; n * h];
+            ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
+            head.forward(&normed, n)
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,113 @@
+"""Hybrid linear-attention fixtures: tiny random Qwen3-Next models made by transformers (gated delta-net layers
+beside gated full attention, routed experts with a gated shared expert) and their logits/greedy goldens.
+
+  qwen3-next         transformers 5 spelling: layer_types, rope_parameters with partial_rotary_factor; three
+                     delta-net layers then one full-attention layer; 4 value heads over 2 key heads; a dense layer
+                     by mlp_only_layers; norm_topk_prob
+  qwen3-next-legacy  the published spelling: full_attention_interval, top-level rope_theta and
+                     partial_rotary_factor, torch_dtype; alternating layers; decoder_sparse_step 2; no
+                     norm_topk_prob; equal key and value heads; a tied head
+The prompts are read by transformers' chunked delta rule (no cache); kvad must match it.
+Run after models.py (it reuses its helpers).
+"""
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import common  # noqa: E402
+import models  # noqa: E402
+
+torch.set_num_threads(1)
+
+BASE = dict(vocab_size=256, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+            rms_norm_eps=1e-5, initializer_range=0.3, bos_token_id=1, eos_token_id=2, max_position_embeddings=256,
+            intermediate_size=96, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, attention_bias=False)
+
+
+def specs():
+    from transformers import Qwen3NextConfig
+    return {
+        "qwen3-next": (Qwen3NextConfig, dict(
+            BASE, num_hidden_layers=4,
+            layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=8, num_experts_per_tok=2,
+            norm_topk_prob=True, mlp_only_layers=[1], decoder_sparse_step=1, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), 141,
+            False),
+        "qwen3-next-legacy": (Qwen3NextConfig, dict(
+            BASE, num_hidden_layers=4, full_attention_interval=2, linear_num_key_heads=4, linear_num_value_heads=4,
+            num_experts=6, num_experts_per_tok=3, norm_topk_prob=False, mlp_only_layers=[], decoder_sparse_step=2,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5}), 142,
+            True),
+    }
+
+
+def build(name):
+    from transformers import Qwen3NextForCausalLM
+    cfg_cls, kw, seed, _ = specs()[name]
+    torch.manual_seed(seed)
+    cfg = cfg_cls(**kw)
+    cfg._attn_implementation = "eager"
+    model = Qwen3NextForCausalLM(cfg).float().eval()
+    touched = models.add_noise(model, seed)
+    g = torch.Generator().manual_seed(seed + 31)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            # The decay's rate: random so a port that mixes heads up fails.
+            if n.endswith("A_log"):
+                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.5, 4.0, generator=g)))
+                touched.append(n)
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    return model, seed, touched
+
+
+def published_config(d):
+    """The config as Qwen3-Next is published: full_attention_interval instead of layer_types, rope_theta and
+    partial_rotary_factor at the top level, torch_dtype."""
+    path = os.path.join(d, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    types = cfg.pop("layer_types")
+    interval = types.index("full_attention") + 1
+    assert all((t == "full_attention") == ((i + 1) % interval == 0) for i, t in enumerate(types)), types
+    cfg["full_attention_interval"] = interval
+    rp = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = rp["rope_theta"]
+    cfg["partial_rotary_factor"] = rp["partial_rotary_factor"]
+    if "dtype" in cfg:
+        cfg["torch_dtype"] = cfg.pop("dtype")
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def main():
+    only = set(sys.argv[1:])
+    for name, (_, _, _, legacy) in specs().items():
+        if only and name not in only:
+            continue
+        model, seed, touched = build(name)
+        d = os.path.join(common.FIX, "models", name)
+        models.save_model(model, d)
+        if legacy:
+            published_config(d)
+        reloaded = models.load_saved(d)
+        prompts = models.prompts_for(seed, model.config.vocab_size)
+        with torch.no_grad():  # sanity: reload == in-memory
+            a = model(input_ids=torch.tensor([prompts[2]])).logits
+            b = reloaded(input_ids=torch.tensor([prompts[2]])).logits
+            assert torch.allclose(a, b, atol=1e-6), (name, (a - b).abs().max())
+        cases = models.run_cases(reloaded, prompts)
+        models.write_golden(name, common.rel(d) + "/model.safetensors", cases,
+                            {"seed": seed, "noised": len(touched)})
+        print(name, [c["greedy"] for c in cases])
+
+
+if __name__ == "__main__":
+    main()

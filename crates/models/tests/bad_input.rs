@@ -217,3 +217,21 @@ fn qwen3_next_on_a_gpu_backend_is_refused_by_name() {
     let e = load_model_with(&files, &opts).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("gpu") || e.contains("GPU"), "{e}");
 }
+
+#[test]
+fn qwen3_5_with_a_vision_tower_is_refused_by_its_name() {
+    use safetensors::tensor::{serialize, TensorView};
+    let s = Scratch::of("qwen3-5", "visual");
+    let p = s.0.join("model.safetensors");
+    let bytes = std::fs::read(&p).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let w = vec![0u8; 64 * 4];
+    let mut views: Vec<(String, TensorView)> = st.tensors();
+    views.push((
+        "model.visual.patch_embed.proj.weight".into(),
+        TensorView::new(safetensors::Dtype::F32, vec![64], &w).unwrap(),
+    ));
+    std::fs::write(&p, serialize(views, None).unwrap()).unwrap();
+    let e = s.load().unwrap_err().to_string();
+    assert!(e.contains("model.visual.patch_embed.proj.weight") && e.contains("vision tower"), "{e}");
+}

@@ -1,4 +1,4 @@
-//! Every architecture against PyTorch: logits of every prompt position within 1e-4, and 16 greedy tokens
+//! Every architecture against PyTorch: logits of every prompt position within 1e-4 (2e-4: `tolerance`), 16 greedy tokens
 //! identical, for tiny random-weight models that transformers made (`bash scripts/reference/make_all.sh`).
 //! Also: several sequences of different lengths in one pass, and a prompt read in chunks, give the same logits.
 
@@ -47,6 +47,18 @@ fn golden(name: &str) -> (Box<dyn CausalLm>, Vec<Case>) {
     (model, cases)
 }
 
+/// How far kvad's f32 logits may be from the golden ones. 1e-4 for every fixture, except the delta-net models
+/// (`scripts/reference/hybrid_models.py`), whose goldens are float64: at a few ill-conditioned positions any f32
+/// arithmetic lands about 1e-4 from the exact logits (transformers' own f32 up to 1.1e-4, kvad's up to 1.24e-4,
+/// measured 2026-12-06), so their bound is 2e-4.
+fn tolerance(name: &str) -> f32 {
+    if name.starts_with("qwen3-next") || name.starts_with("qwen3-5") {
+        2e-4
+    } else {
+        1e-4
+    }
+}
+
 fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{name} {what}: length");
     let mut worst = (0.0f32, 0);
@@ -57,7 +69,7 @@ fn assert_close(name: &str, what: &str, got: &[f32], want: &[f32]) {
         }
     }
     assert!(
-        worst.0 <= 1e-4,
+        worst.0 <= tolerance(name),
         "{name} {what}: logit {} differs by {} ({} vs {})",
         worst.1,
         worst.0,
@@ -244,4 +256,14 @@ fn qwen3_next_delta_net_gated_attention_and_gated_shared_expert() {
 #[test]
 fn qwen3_next_as_published_alternating_layers_tied_head() {
     check("qwen3-next-legacy");
+}
+
+#[test]
+fn qwen3_5_text_plain_projections_and_a_dense_mlp() {
+    check("qwen3-5");
+}
+
+#[test]
+fn qwen3_5_moe_text_experts_in_every_layer() {
+    check("qwen3-5-moe");
 }

@@ -45,6 +45,8 @@ const ROUTED: &[&str] = &[
     "deepseek-v3-half",
     "qwen3-next",
     "qwen3-next-legacy",
+    "qwen3-5",
+    "qwen3-5-moe",
 ];
 
 /// Largest logit error relative to the spread of the reference logits at that position, over every position.

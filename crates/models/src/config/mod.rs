@@ -112,6 +112,10 @@ pub struct DeltaConfig {
     pub conv: usize,
     /// Rotated width of a full-attention head (`partial_rotary_factor × head_dim`).
     pub rope_dim: usize,
+    /// How the checkpoint stores the input projection: Qwen3-Next's two matrices whose rows are grouped by key head
+    /// (`in_proj_qkvz`, `in_proj_ba`), or Qwen3.5's four plain ones (`in_proj_qkv`, `_z`, `_b`, `_a`).
+    #[serde(default)]
+    pub grouped: bool,
 }
 
 impl DeltaConfig {

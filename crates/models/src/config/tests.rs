@@ -25,7 +25,11 @@ fn every_refusal_names_field_and_value() {
     let cases: Vec<(Value, &str, &str)> = vec![
         (json!({"architectures": ["BertModel"]}), "architectures", "BertModel"),
         (json!({"architectures": ["A", "B"]}), "architectures", "[\"A\", \"B\"]"),
-        (json!({"architectures": ["Qwen3_5ForCausalLM"]}), "architectures", "Qwen3_5ForCausalLM"),
+        (
+            json!({"architectures": ["Qwen3_5ForConditionalGeneration"]}),
+            "architectures",
+            "Qwen3_5ForConditionalGeneration",
+        ),
         (json!({"torch_dtype": "int8"}), "torch_dtype", "int8"),
         (json!({"hidden_act": "gelu"}), "hidden_act", "gelu"),
         (json!({"mlp_bias": true}), "mlp_bias", "true"),

@@ -1,6 +1,6 @@
-//! Qwen3-Next's config from an HF config.json, in both spellings: as published (`full_attention_interval`,
-//! top-level `rope_theta` and `partial_rotary_factor`) and as transformers 5 writes it (`layer_types`,
-//! `rope_parameters` holding both). Defaults are the config class's own.
+//! The config of Qwen3-Next and of Qwen3.5's text models (dense and MoE) from an HF config.json, in both spellings:
+//! as published (`full_attention_interval`, top-level `rope_theta` and `partial_rotary_factor`) and as
+//! transformers 5 writes it (`layer_types`, `rope_parameters` holding both). Defaults are the config classes' own.
 
 use crate::config::{
     bool_field, f64_field, get, ids, index_list, need, rope_params, usize_field, ArchKind, DeltaConfig, ModelConfig,
@@ -20,6 +20,18 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
     }
     let hidden = need(cfg, "hidden_size")?;
     let n_layers = need(cfg, "num_hidden_layers")?;
+    let moe = match name {
+        "Qwen3_5ForCausalLM" => None,
+        // Qwen3.5-MoE routes in every layer and always normalises the chosen weights.
+        "Qwen3_5MoeForCausalLM" => experts(cfg, n_layers, true)?,
+        _ => experts(cfg, n_layers, false)?,
+    };
+    // Qwen3.5-MoE has no dense MLP; its width is only a placeholder there.
+    let intermediate = match (usize_field(cfg, "intermediate_size")?, &moe) {
+        (Some(n), _) => n,
+        (None, Some(m)) if m.sparse.iter().all(|&s| s) => m.expert_ff,
+        (None, _) => need(cfg, "intermediate_size")?,
+    };
     let n_heads = need(cfg, "num_attention_heads")?;
     if n_heads == 0 {
         return Err(ModelError::refused("num_attention_heads", 0, "must be positive"));
@@ -35,6 +47,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         v_dim: positive(cfg, "linear_value_head_dim")?,
         conv: usize_field(cfg, "linear_conv_kernel_dim")?.unwrap_or(4),
         rope_dim: rotary_width(cfg, head_dim)?,
+        grouped: name == "Qwen3NextForCausalLM",
     };
     if !delta.v_heads.is_multiple_of(delta.k_heads) {
         return Err(ModelError::refused(
@@ -55,7 +68,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         n_heads,
         n_kv_heads,
         head_dim,
-        intermediate: need(cfg, "intermediate_size")?,
+        intermediate,
         norm_eps: f64_field(cfg, "rms_norm_eps")?.unwrap_or(1e-6) as f32,
         rope_theta,
         rope_scaling,
@@ -67,7 +80,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         tie_embeddings: bool_field(cfg, "tie_word_embeddings").unwrap_or(false),
         bos_token_id: ids(get(cfg, "bos_token_id")).first().copied(),
         eos_token_ids: ids(get(cfg, "eos_token_id")),
-        moe: experts(cfg, n_layers)?,
+        moe,
         mla: None,
         delta: Some(delta),
     };
@@ -131,13 +144,15 @@ fn rotary_width(cfg: &Value, head_dim: usize) -> Result<usize, ModelError> {
 }
 
 /// The routed layout: softmax, top-k, `norm_topk_prob` (on by default here), a shared expert scaled by its own
-/// sigmoid gate; layers by `decoder_sparse_step` and `mlp_only_layers`. No experts (`num_experts` 0): all dense.
-fn experts(cfg: &Value, n_layers: usize) -> Result<Option<MoeConfig>, ModelError> {
+/// sigmoid gate; layers by `decoder_sparse_step` and `mlp_only_layers` (Qwen3-Next), or every layer with the
+/// weights always normalised (`every`: Qwen3.5-MoE, whose config has none of those keys). No experts
+/// (`num_experts` 0): all dense.
+fn experts(cfg: &Value, n_layers: usize, every: bool) -> Result<Option<MoeConfig>, ModelError> {
     let n_experts = usize_field(cfg, "num_experts")?.unwrap_or(0);
     if n_experts == 0 {
         return Ok(None);
     }
-    let step = usize_field(cfg, "decoder_sparse_step")?.unwrap_or(1);
+    let step = if every { 1 } else { usize_field(cfg, "decoder_sparse_step")?.unwrap_or(1) };
     if step == 0 {
         return Err(ModelError::refused("decoder_sparse_step", 0, "must be positive"));
     }
@@ -148,13 +163,17 @@ fn experts(cfg: &Value, n_layers: usize) -> Result<Option<MoeConfig>, ModelError
             top_k: need(cfg, "num_experts_per_tok")?,
             scoring: Scoring::Softmax,
             groups: None,
-            normalise: bool_field(cfg, "norm_topk_prob").unwrap_or(true),
+            normalise: every || bool_field(cfg, "norm_topk_prob").unwrap_or(true),
             scale: 1.0,
             choice_bias: false,
         },
         expert_ff: need(cfg, "moe_intermediate_size")?,
         shared_ff,
-        sparse: crate::moe::qwen_sparse_layers(n_layers, step, &index_list(cfg, "mlp_only_layers")?),
+        sparse: if every {
+            vec![true; n_layers]
+        } else {
+            crate::moe::qwen_sparse_layers(n_layers, step, &index_list(cfg, "mlp_only_layers")?)
+        },
         shared_gate: shared_ff > 0,
     };
     crate::moe::check(&m)?;

@@ -184,12 +184,20 @@ fn softplus(x: f32) -> f32 {
 }
 
 /// The input projection in kvad's order (q, k, v, z, b, a). Qwen3-Next stores it as two matrices whose rows are
-/// grouped by key head (`[q_g, k_g, v_g, z_g]` for each head g, and `[b_g, a_g]`); they are regrouped here once.
+/// grouped by key head (`[q_g, k_g, v_g, z_g]` for each head g, and `[b_g, a_g]`), regrouped here once; Qwen3.5 as
+/// four plain ones, stacked.
 fn in_proj(t: &mut Tensors<'_>, p: &str, h: usize, d: &DeltaConfig) -> Result<QMatrix, ModelError> {
     let (kw, vw, nv) = (d.key_width(), d.value_width(), d.v_heads);
     let key = format!("{p}.in_proj.weight");
     if t.cached.is_some() {
         return t.matrix(&key, 2 * kw + 2 * vw + 2 * nv, h, Role::Layer);
+    }
+    if !d.grouped {
+        // Qwen3.5: q, k, v, then z, b and a, each its own matrix, already in kvad's order.
+        let parts = [("in_proj_qkv", 2 * kw + vw), ("in_proj_z", vw), ("in_proj_b", nv), ("in_proj_a", nv)]
+            .map(|(n, rows)| (format!("{p}.{n}"), rows));
+        let refs: Vec<(&str, usize)> = parts.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+        return Ok(t.stacked(&format!("{p}.in_proj"), &refs, h, false)?.matrix().clone());
     }
     let qkvz = t.matrix_unrecorded(&format!("{p}.in_proj_qkvz.weight"), 2 * kw + 2 * vw, h, Role::Layer)?;
     let ba = t.matrix_unrecorded(&format!("{p}.in_proj_ba.weight"), 2 * nv, h, Role::Layer)?;

@@ -1,4 +1,4 @@
-//! Qwen3-Next: pre-norm decoder layers whose token mixer is a gated delta net (`delta.rs`, a recurrent state per
+//! Qwen3-Next and Qwen3.5's text models (dense and MoE): pre-norm decoder layers whose token mixer is a gated delta net (`delta.rs`, a recurrent state per
 //! sequence) or, every few layers, gated full attention (`attn.rs`, a K/V cache); the MLP is routed experts with a
 //! gated shared expert ([`crate::moe`]) or, in `mlp_only_layers`, a dense SwiGLU. Every RMSNorm of the decoder
 //! multiplies by `1 + w`. Multi-token-prediction weights (`mtp.*`) are skipped by name. CPU backends for now: the
@@ -25,9 +25,9 @@ use kvad_tensor::BackendKind;
 pub(crate) static ENTRY: ArchEntry = ArchEntry {
     kind: ArchKind::Qwen3Next,
     name: "qwen3_next",
-    covers: "Qwen3-Next (gated delta net beside gated attention, experts)",
-    hf_classes: &["Qwen3NextForCausalLM"],
-    model_types: &["qwen3_next"],
+    covers: "Qwen3-Next, Qwen3.5 text (gated delta net, gated attention)",
+    hf_classes: &["Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"],
+    model_types: &["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"],
     gguf_archs: &[],
     backends: &[BackendKind::CpuF32, BackendKind::CpuQ8, BackendKind::CpuQ4],
     mlp_matrices: 3,
@@ -108,6 +108,7 @@ impl Qwen3Next {
             });
         }
         skip_prediction_weights(t);
+        refuse_vision_tower(t)?;
         let norm = zero_centred(t.vector("model.norm.weight", &[h])?);
         let head = t.head(&cfg, &embed)?;
         let rope = Rope::for_dim(&cfg, d.rope_dim);
@@ -127,6 +128,19 @@ fn skip_prediction_weights(t: &mut Tensors<'_>) {
         skipped.len()
     ));
     t.used.extend(skipped);
+}
+
+/// A Qwen3.5 checkpoint may carry its vision tower (`model.visual.*`) beside the text model; images are not read
+/// yet, so such a checkpoint is refused by the tower's name rather than run without it unannounced.
+fn refuse_vision_tower(t: &Tensors<'_>) -> Result<(), ModelError> {
+    match t.src.tensor_names().into_iter().find(|n| n.starts_with("model.visual.")) {
+        Some(n) => Err(ModelError::refused(
+            "tensor",
+            n,
+            "a vision tower (model.visual.*): images are not supported by this build",
+        )),
+        None => Ok(()),
+    }
 }
 
 impl CausalLm for Qwen3Next {

@@ -47,6 +47,13 @@ fn both_spellings_give_the_layers_the_rotary_width_and_the_experts() {
     let d = c.delta.unwrap();
     assert_eq!(d.linear, [true, true, true, false, true, true, true, false]);
     assert_eq!(d.rope_dim, 8);
+    // Qwen3.5: plain projections; dense, or experts in every layer always normalised.
+    let c = config_from_hf(&fixture_config("qwen3-5")).unwrap();
+    assert!(c.moe.is_none() && !c.delta.as_ref().unwrap().grouped);
+    let c = config_from_hf(&fixture_config("qwen3-5-moe")).unwrap();
+    let m = c.moe.as_ref().unwrap();
+    assert!(m.sparse.iter().all(|&s| s) && m.routing.normalise && m.shared_gate);
+    assert_eq!(c.intermediate, m.expert_ff);
 }
 
 #[test]
@@ -94,7 +101,7 @@ fn elements(path: &std::path::Path, keep: impl Fn(&str) -> bool) -> usize {
 
 #[test]
 fn the_parameter_count_is_the_checkpoints_matrices() {
-    for name in ["qwen3-next", "qwen3-next-legacy"] {
+    for name in ["qwen3-next", "qwen3-next-legacy", "qwen3-5", "qwen3-5-moe"] {
         let c = config_from_hf(&fixture_config(name)).unwrap();
         // param_count leaves out the vectors (norms, A_log, dt_bias) and the one-row shared-expert gate.
         let small = |k: &str| {

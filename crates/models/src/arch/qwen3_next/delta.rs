@@ -4,15 +4,15 @@
 //! corrected by the delta rule with L2-normalised keys; the output read with the L2-normalised, `1/sqrt(k_dim)`
 //! scaled query, RMS-normed per head, gated by `silu(z)`, and projected out.
 //!
-//! The state (f32) and the convolution's last inputs live in the sequence's [`crate::state::Recurrence`]. Every
-//! token is one step of the recurrence, prompts included: exact, and linear in the prompt, but one pass over the
-//! state a token (the chunked form for long prompts is issue 35's item 3).
+//! The state (f32) and the convolution's last inputs live in the sequence's [`crate::state::Recurrence`]. A decode
+//! token runs the recurrence, a prompt the chunked form (`rule.rs`), each value head a task of its own.
 
 use crate::config::{DeltaConfig, ModelConfig};
 use crate::error::ModelError;
 use crate::layers::{Linear, Spans};
 use crate::state::SeqState;
 use crate::tensors::{target, Recorded, Role, Tensors};
+use super::rule;
 use kvad_tensor::cpu::{pool, QMatrix};
 
 /// One delta-net layer's weights.
@@ -55,7 +55,7 @@ impl DeltaNet {
     }
 
     /// `rows × hidden` normed input of the batch's sequences in → `rows × hidden` out, each sequence's state of
-    /// layer `li` carried through its tokens.
+    /// layer `li` carried through its tokens: one token by the recurrence, more (a prompt) by the chunked form.
     pub(crate) fn forward(
         &self,
         c: &ModelConfig,
@@ -68,68 +68,91 @@ impl DeltaNet {
         let rows = spans.counts.iter().sum();
         let proj = self.in_proj.forward(x, rows);
         let width = proj.len() / rows.max(1);
-        let mut o = vec![0f32; rows * d.value_width()];
+        let vw = d.value_width();
+        let mut o = vec![0f32; rows * vw];
         let mut r = 0;
         for (cache, &n) in caches.iter_mut().zip(&spans.counts) {
             let (state, tail) = cache.recurrence_mut(li);
-            for t in r..r + n {
-                self.step(c, d, &proj[t * width..(t + 1) * width], state, tail, &mut o[t * d.value_width()..]);
-            }
+            self.sequence(c, d, &proj[r * width..(r + n) * width], n, state, tail, &mut o[r * vw..(r + n) * vw]);
             r += n;
         }
         self.out.forward(&o, rows)
     }
 
-    /// One token: `p` its projections, `state` and `tail` its sequence's, `o` receives its `value_width` outputs.
-    fn step(&self, c: &ModelConfig, d: &DeltaConfig, p: &[f32], state: &mut [f32], tail: &mut [f32], o: &mut [f32]) {
+    /// One sequence's `n` tokens (`p` their projections): the convolution token by token, then every value head's
+    /// rule over all of them, then the gated norm; `o` receives `n × value_width` outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn sequence(
+        &self,
+        c: &ModelConfig,
+        d: &DeltaConfig,
+        p: &[f32],
+        n: usize,
+        state: &mut [f32],
+        tail: &mut [f32],
+        o: &mut [f32],
+    ) {
         let (kw, vw, ch) = (d.key_width(), d.value_width(), d.conv_channels());
-        let mixed = self.convolve(d, &p[..ch], tail);
-        let (q, k, v) = (&mixed[..kw], &mixed[kw..2 * kw], &mixed[2 * kw..]);
-        let z = &p[ch..ch + vw];
-        let (b, a) = (&p[ch + vw..ch + vw + d.v_heads], &p[ch + vw + d.v_heads..ch + vw + 2 * d.v_heads]);
-        let group = d.v_heads / d.k_heads;
-        let (dk, dv) = (d.k_dim, d.v_dim);
+        let (dk, dv, nv) = (d.k_dim, d.v_dim, d.v_heads);
+        let width = p.len() / n.max(1);
+        let group = nv / d.k_heads;
         let scale = 1.0 / (dk as f32).sqrt();
-        let eps = c.norm_eps;
-        assert_eq!(state.len(), d.v_heads * dk * dv, "a delta-net state of this layer's shape");
+        // Per key head: its q (normed, scaled) and k (normed), `[n][dk]`; per value head: v, β and g.
+        let mut q = vec![0f32; d.k_heads * n * dk];
+        let mut k = vec![0f32; d.k_heads * n * dk];
+        let mut v = vec![0f32; nv * n * dv];
+        let (mut beta, mut g) = (vec![0f32; nv * n], vec![0f32; nv * n]);
+        for t in 0..n {
+            let row = &p[t * width..(t + 1) * width];
+            let mixed = self.convolve(d, &row[..ch], tail);
+            for kh in 0..d.k_heads {
+                let at = (kh * n + t) * dk;
+                l2norm_into(&mixed[kh * dk..(kh + 1) * dk], scale, &mut q[at..at + dk]);
+                l2norm_into(&mixed[kw + kh * dk..kw + (kh + 1) * dk], 1.0, &mut k[at..at + dk]);
+            }
+            let (b, a) = (&row[ch + vw..ch + vw + nv], &row[ch + vw + nv..ch + vw + 2 * nv]);
+            for h in 0..nv {
+                let at = (h * n + t) * dv;
+                v[at..at + dv].copy_from_slice(&mixed[2 * kw + h * dv..2 * kw + (h + 1) * dv]);
+                beta[h * n + t] = sigmoid(b[h]);
+                g[h * n + t] = self.neg_a[h] * softplus(a[h] + self.dt_bias[h]);
+            }
+        }
+        assert_eq!(state.len(), nv * dk * dv, "a delta-net state of this layer's shape");
         let base = state.as_mut_ptr() as usize;
-        pool::for_each_piece_mut(&mut o[..vw], dv, |hd, out| {
-            let kh = hd / group;
-            // SAFETY: value head hd's block of the state (checked long enough above); each head is one task's.
-            let s = unsafe { head_state(base, hd, dk * dv) };
-            let qn: Vec<f32> = l2norm(&q[kh * dk..(kh + 1) * dk]).iter().map(|v| v * scale).collect();
-            let kn = l2norm(&k[kh * dk..(kh + 1) * dk]);
-            let vh = &v[hd * dv..(hd + 1) * dv];
-            let beta = sigmoid(b[hd]);
-            let decay = (self.neg_a[hd] * softplus(a[hd] + self.dt_bias[hd])).exp();
-            for x in s.iter_mut() {
-                *x *= decay;
-            }
-            // kv_mem = kᵀS; delta = (v − kv_mem)·β; S += k ⊗ delta; out = qᵀS.
-            let mut delta = vec![0f32; dv];
-            for (i, &ki) in kn.iter().enumerate() {
-                for (m, &sv) in delta.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
-                    *m += sv * ki;
-                }
-            }
-            for (m, &vv) in delta.iter_mut().zip(vh) {
-                *m = (vv - *m) * beta;
-            }
-            out.fill(0.0);
-            for (i, (&ki, &qi)) in kn.iter().zip(&qn).enumerate() {
-                let row = &mut s[i * dv..(i + 1) * dv];
-                for ((sv, &m), ov) in row.iter_mut().zip(&delta).zip(out.iter_mut()) {
-                    *sv += ki * m;
-                    *ov += *sv * qi;
-                }
-            }
-            // The gated RMSNorm: rms over the head, its weight, times silu(z).
-            let ss = out.iter().map(|v| v * v).sum::<f32>() / dv as f32;
-            let inv = 1.0 / (ss + eps).sqrt();
-            for ((ov, &w), &zv) in out.iter_mut().zip(&self.norm).zip(&z[hd * dv..(hd + 1) * dv]) {
-                *ov = w * (*ov * inv) * (zv * sigmoid(zv));
+        let mut heads = vec![0f32; nv * n * dv];
+        pool::for_each_piece_mut(&mut heads, n * dv, |h, out| {
+            let kh = h / group;
+            let x = rule::HeadTokens {
+                q: &q[kh * n * dk..(kh + 1) * n * dk],
+                k: &k[kh * n * dk..(kh + 1) * n * dk],
+                v: &v[h * n * dv..(h + 1) * n * dv],
+                beta: &beta[h * n..(h + 1) * n],
+                g: &g[h * n..(h + 1) * n],
+                dk,
+                dv,
+            };
+            // SAFETY: value head h's block of the state (checked long enough above); each head is one task's.
+            let s = unsafe { head_state(base, h, dk * dv) };
+            if n == 1 {
+                rule::recurrent(&x, s, out);
+            } else {
+                rule::chunked(&x, s, out);
             }
         });
+        // The gated RMSNorm per token and head: rms over the head, its weight, times silu(z).
+        for t in 0..n {
+            let z = &p[t * width + ch..t * width + ch + vw];
+            for h in 0..nv {
+                let src = &heads[(h * n + t) * dv..(h * n + t + 1) * dv];
+                let ss = src.iter().map(|v| v * v).sum::<f32>() / dv as f32;
+                let inv = 1.0 / (ss + c.norm_eps).sqrt();
+                let dst = &mut o[t * vw + h * dv..t * vw + (h + 1) * dv];
+                for (((ov, &sv), &w), &zv) in dst.iter_mut().zip(src).zip(&self.norm).zip(&z[h * dv..(h + 1) * dv]) {
+                    *ov = w * (sv * inv) * (zv * sigmoid(zv));
+                }
+            }
+        }
     }
 
     /// The causal depthwise convolution of one token's q/k/v channels over the sequence's last inputs (kept in
@@ -165,9 +188,12 @@ unsafe fn head_state<'s>(base: usize, h: usize, len: usize) -> &'s mut [f32] {
     unsafe { std::slice::from_raw_parts_mut((base as *mut f32).add(h * len), len) }
 }
 
-fn l2norm(x: &[f32]) -> Vec<f32> {
+/// `x` L2-normed (as transformers' `l2norm`, ε 1e-6 inside the root) and times `scale`, into `out`.
+fn l2norm_into(x: &[f32], scale: f32, out: &mut [f32]) {
     let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() + 1e-6).sqrt();
-    x.iter().map(|v| v * inv).collect()
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = v * inv * scale;
+    }
 }
 
 fn sigmoid(x: f32) -> f32 {

@@ -7,6 +7,7 @@
 mod attn;
 mod config;
 mod delta;
+mod rule;
 
 use crate::arch::entry::{no_gguf, ArchEntry};
 use crate::config::{ArchKind, ModelConfig};

@@ -6,7 +6,7 @@
 
 use crate::seam::{GenParams, Work};
 use crate::{EngineError, GenerateOptions, Sampled, Sampler, SamplingParams};
-use kvad_models::{CausalLm, LogitsMode, SeqInput, SeqState};
+use kvad_models::{CausalLm, LogitsMode, SeqInput, SeqState, SNAPSHOT_SPACING};
 use std::collections::VecDeque;
 
 /// Rows up to which a pass runs the decode kernels, whose every row computes exactly what it would alone.
@@ -246,11 +246,21 @@ pub fn run(
         }
         outs
     };
+    let recurrent = model.state_spec().has_recurrent();
     let mut out = Vec::with_capacity(works.len());
     for (((w, s), got), t) in works.iter().zip(seqs.iter_mut()).zip(outs).zip(&tokens) {
         match w {
             Work::Chunk(_) => {
+                let before = s.read;
                 s.read += t.len();
+                // A recurrent state is cut back only to a snapshot: one where the prompt ends (a next turn whose
+                // template rewrites this reply parts from the conversation there) and one every spacing of a long
+                // prompt, so a kept conversation resumes from the longest one it shares. (A device without a free
+                // slot records none: the conversation then resumes from an earlier one, or reads again.)
+                if recurrent && (s.read + 1 == s.prompt.len() || s.read / SNAPSHOT_SPACING > before / SNAPSHOT_SPACING)
+                {
+                    s.state.snapshot_spaced();
+                }
                 out.push(None);
                 continue;
             }
@@ -273,4 +283,43 @@ pub fn run(
         out.push(Some(sampled));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::SamplingParams;
+
+    /// A delta-net model's prompt, read in chunks, leaves a snapshot where the prompt ends (all but its last token):
+    /// a next turn that parts from this one after the prompt resumes there instead of reading everything again,
+    /// and computes what reading from scratch computes.
+    #[test]
+    fn a_recurrent_prompt_leaves_a_snapshot_where_it_ends_and_a_turn_resumes_there() {
+        let dir = format!("{}/../../fixtures/models/qwen3-next", env!("CARGO_MANIFEST_DIR"));
+        let files = kvad_models::ModelFiles::detect(std::path::Path::new(&dir)).unwrap();
+        let model = kvad_models::load_model(&files).unwrap().model;
+        let prompt: Vec<u32> = (0..23).map(|i| 3 + (i * 37 % 250)).collect();
+        let params = GenParams { sampling: SamplingParams::default(), max_tokens: 4, options: Default::default() };
+        let mut seq = Sequence::new(prompt.clone(), model.new_state(), 0, params);
+        while seq.read + 1 < prompt.len() {
+            run(model.as_ref(), Stepping::default(), &[Work::Chunk(5)], &mut [&mut seq]).unwrap();
+        }
+        run(model.as_ref(), Stepping::default(), &[Work::Last], &mut [&mut seq]).unwrap();
+        for _ in 0..3 {
+            run(model.as_ref(), Stepping::default(), &[Work::Decode], &mut [&mut seq]).unwrap();
+        }
+        let end = prompt.len() - 1;
+        // Chunks of 5 end at 5, 10, 15, 20 and 22: only the prompt's end is kept (the others are closer than a
+        // spacing to it), and the state past it can be cut back there and nowhere after.
+        assert_eq!(seq.state.cut_point(end + 2), end);
+        let mut resumed = seq.state.copy_prefix(end).unwrap();
+        let turn = [prompt[end], 9, 8, 7];
+        let a = model.forward(&mut [SeqInput { tokens: &turn, state: &mut resumed }], LogitsMode::Last).unwrap();
+        let mut all = prompt[..end].to_vec();
+        all.extend_from_slice(&turn);
+        let mut fresh = model.new_state();
+        let b = model.forward(&mut [SeqInput { tokens: &all, state: &mut fresh }], LogitsMode::Last).unwrap();
+        let worst = a[0].iter().zip(&b[0]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(worst < 2e-4, "resumed and fresh logits differ by {worst}");
+    }
 }

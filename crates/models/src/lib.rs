@@ -23,7 +23,7 @@ pub use arch::registry::{arch_of_model_type, config_from_gguf, config_from_hf, p
 pub use config::{ArchKind, ModelConfig, RopeScaling};
 pub use error::ModelError;
 pub use load::{load_model, load_model_with, read_config, CacheUse, LoadOptions, LoadedModel, ModelFiles};
-pub use state::{KvDtype, LayerSpec, SeqState, StateSpec};
+pub use state::{KvDtype, LayerSpec, SeqState, StateSpec, SNAPSHOT_SPACING};
 
 /// Which rows of a forward pass need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -348,6 +348,14 @@ impl LayerState {
         true
     }
 
+    /// Drops a recurrent layer's snapshots taken less than `spacing` tokens before the one at `len` (nothing for
+    /// the other kinds).
+    pub(crate) fn thin_snapshots(&mut self, len: usize, spacing: usize) {
+        if let LayerState::Recurrent(r) = self {
+            r.snapshots.retain(|(at, _)| *at == len || *at + spacing <= len);
+        }
+    }
+
     /// Bytes held on the CPU or the device by this layer (pages shared by the layers are counted by the sequence).
     pub(crate) fn bytes(&self) -> usize {
         match self {

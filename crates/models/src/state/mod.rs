@@ -13,7 +13,7 @@ mod tests;
 
 pub(crate) use layer::KvRows;
 pub use layer::{DeviceSlot, KvLayer, LatentLayer, LayerState, Recurrence, RecurrentLayer, WindowLayer};
-pub use spec::{KvDtype, LayerSpec, StateSpec};
+pub use spec::{KvDtype, LayerSpec, StateSpec, SNAPSHOT_SPACING};
 
 use std::any::Any;
 
@@ -150,6 +150,19 @@ impl SeqState {
             all &= l.snapshot(len);
         }
         all
+    }
+
+    /// [`SeqState::snapshot`], then lets go of the earlier snapshots closer than [`SNAPSHOT_SPACING`] tokens to this
+    /// one: what the engine records at the end of each prompt and every `SNAPSHOT_SPACING` prompt tokens, so a
+    /// conversation holds at most one snapshot a spacing however many turns it has (what admission charges:
+    /// [`LayerSpec::bytes_for`]).
+    pub fn snapshot_spaced(&mut self) -> bool {
+        let len = self.len;
+        let ok = self.snapshot();
+        for l in &mut self.layers {
+            l.thin_snapshots(len, SNAPSHOT_SPACING);
+        }
+        ok
     }
 
     /// Lets go of what no query can see any more, in a state whose per-token layers are all sliding windows (a

@@ -71,7 +71,7 @@ impl LayerSpec {
         }
     }
 
-    /// Bytes held whatever the length (one snapshot not included: each snapshot costs this again).
+    /// Bytes held whatever the length (snapshots not included: each costs this again).
     pub fn fixed_bytes(&self) -> usize {
         match *self {
             LayerSpec::Recurrent { state, conv } => (state + conv) * 4,
@@ -80,15 +80,26 @@ impl LayerSpec {
     }
 
     /// Bytes a sequence of `tokens` holds in this layer between passes. A window lets go of old rows once it holds
-    /// twice its width (so the rows move once every `window` tokens, not at every token): it is charged for that.
+    /// twice its width (so the rows move once every `window` tokens, not at every token): it is charged for that. A
+    /// recurrent layer is charged its state and the snapshots a conversation keeps
+    /// ([`crate::SeqState::snapshot_spaced`]: one a [`SNAPSHOT_SPACING`] tokens, and the latest prompt's end).
     pub fn bytes_for(&self, tokens: usize) -> usize {
         let held = match *self {
             LayerSpec::Window { window, .. } => tokens.min(2 * window),
             _ => tokens,
         };
-        self.fixed_bytes() + held * self.bytes_per_token()
+        let copies = match self {
+            LayerSpec::Recurrent { .. } => 2 + tokens / SNAPSHOT_SPACING,
+            _ => 1,
+        };
+        copies * self.fixed_bytes() + held * self.bytes_per_token()
     }
 }
+
+/// Tokens between the snapshots a conversation keeps of a recurrent state: each costs the whole state again, so
+/// they are spaced (2,048 tokens of a Qwen3-Next-80B prompt add about as much K/V to its attention layers as one
+/// snapshot of its delta-net layers holds).
+pub const SNAPSHOT_SPACING: usize = 2048;
 
 /// Every layer's state, in layer order.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -127,7 +127,9 @@ fn each_kind_holds_the_bytes_its_spec_charges() {
         }
     }
     let rec = StateSpec { layers: vec![LayerSpec::Recurrent { state: 10, conv: 6 }] };
-    assert_eq!((rec.bytes_per_token(), rec.fixed_bytes(), rec.bytes_for(1000)), (0, 64, 64));
+    // A recurrent layer: its state, the latest prompt's end, and one snapshot a spacing.
+    assert_eq!((rec.bytes_per_token(), rec.fixed_bytes(), rec.bytes_for(1000)), (0, 64, 128));
+    assert_eq!(rec.bytes_for(2 * SNAPSHOT_SPACING + 5), 4 * 64);
     let kv = StateSpec::kv(2, 8, KvDtype::F16);
     assert_eq!((kv.bytes_per_token(), kv.bytes_for(10)), (64, 640));
 }
@@ -236,4 +238,22 @@ fn a_window_state_lets_go_of_what_no_query_sees() {
         SeqState::new(&StateSpec { layers: vec![window, LayerSpec::Kv { kv_dim: DIM, dtype: KvDtype::F32 }] });
     run(&mut full, &t[..6]);
     assert_eq!(full.release_before(100), 0);
+}
+
+#[test]
+fn spaced_snapshots_keep_one_a_spacing_and_the_latest() {
+    let spec = StateSpec { layers: vec![LayerSpec::Recurrent { state: 4, conv: 2 }] };
+    let mut s = SeqState::new(&spec);
+    let mut points = Vec::new();
+    for len in [10, 20, SNAPSHOT_SPACING + 30, SNAPSHOT_SPACING + 40, 2 * SNAPSHOT_SPACING + 50] {
+        s.len = len;
+        assert!(s.snapshot_spaced());
+        points.push(s.layers[0].snapshot_points().unwrap());
+    }
+    // Each new snapshot drops those less than a spacing before it; the bytes stay within what admission charges.
+    assert_eq!(points[1], [20]);
+    assert_eq!(points[2], [20, SNAPSHOT_SPACING + 30]);
+    assert_eq!(points[3], [20, SNAPSHOT_SPACING + 40]);
+    assert_eq!(points[4], [20, SNAPSHOT_SPACING + 40, 2 * SNAPSHOT_SPACING + 50]);
+    assert!(s.bytes() <= spec.bytes_for(s.len), "{} > {}", s.bytes(), spec.bytes_for(s.len));
 }

@@ -7,12 +7,12 @@
 //! The state (f32) and the convolution's last inputs live in the sequence's [`crate::state::Recurrence`]. A decode
 //! token runs the recurrence, a prompt the chunked form (`rule.rs`), each value head a task of its own.
 
+use super::rule;
 use crate::config::{DeltaConfig, ModelConfig};
 use crate::error::ModelError;
 use crate::layers::{Linear, Spans};
 use crate::state::SeqState;
 use crate::tensors::{target, Recorded, Role, Tensors};
-use super::rule;
 use kvad_tensor::cpu::{pool, QMatrix};
 
 /// One delta-net layer's weights.

@@ -459,7 +459,7 @@ mod tests {
             assert_eq!(head.is_6bit(), backend == BackendKind::CpuQ4, "{backend}");
             assert!(!m.embed.0.is_6bit(), "{backend}: the embedding stays at 8 bits");
             let layer = if backend == BackendKind::CpuQ4 { QType::Q4_0 } else { QType::Q8_0 };
-            let crate::arch::llama::Ffn::Dense(mlp) = &m.layers[0].ffn else { panic!("dense") };
+            let crate::moe::Ffn::Dense(mlp) = &m.layers[0].ffn else { panic!("dense") };
             assert_eq!(mlp.down.matrix().qtype(), layer, "{backend}");
         }
     }

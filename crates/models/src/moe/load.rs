@@ -3,8 +3,8 @@
 //! `ffn_*_exps` stacks), and the shared experts. Whatever the layout, the experts end in kvad's one layout
 //! ([`Experts`]), recorded for the quantised cache under `<layer>.mlp.experts.{gate_up,down}.weight`.
 
-use super::{Experts, Moe};
-use crate::config::MoeConfig;
+use super::{Experts, Ffn, Moe};
+use crate::config::{ModelConfig, MoeConfig};
 use crate::error::ModelError;
 use crate::layers::{Linear, SwiGlu};
 use crate::tensors::{target, Recorded, Role, Tensors};
@@ -21,6 +21,15 @@ impl Tensors<'_> {
                 false,
             )?,
             down: self.linear(&format!("{prefix}.down_proj"), hidden, ff, false)?,
+        })
+    }
+
+    /// Layer `i`'s feed-forward part under `prefix` (`<layer>.mlp`): routed where the config says so, else the
+    /// dense SwiGLU of `intermediate`.
+    pub(crate) fn ffn(&mut self, prefix: &str, cfg: &ModelConfig, i: usize) -> Result<Ffn, ModelError> {
+        Ok(match &cfg.moe {
+            Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(self.moe(prefix, moe, cfg.hidden)?)),
+            _ => Ffn::Dense(self.swiglu(prefix, cfg.intermediate, cfg.hidden)?),
         })
     }
 

@@ -143,6 +143,32 @@ impl Moe {
     }
 }
 
+/// A decoder layer's feed-forward part, dense or routed (`MoeConfig::sparse` says which).
+pub(crate) enum Ffn {
+    /// One SwiGLU MLP.
+    Dense(SwiGlu),
+    /// Routed experts.
+    Moe(Box<Moe>),
+}
+
+impl Ffn {
+    /// Bytes of weights.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Ffn::Dense(m) => m.bytes(),
+            Ffn::Moe(m) => m.bytes(),
+        }
+    }
+
+    /// `rows × hidden` in and out.
+    pub(crate) fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        match self {
+            Ffn::Dense(m) => m.forward(x, rows),
+            Ffn::Moe(m) => m.forward(x, rows),
+        }
+    }
+}
+
 /// Which layers of `n` route, by Qwen3-MoE's rule: not in `mlp_only_layers`, and every `decoder_sparse_step`-th.
 pub(crate) fn qwen_sparse_layers(n: usize, step: usize, mlp_only: &[usize]) -> Vec<bool> {
     (0..n).map(|i| !mlp_only.contains(&i) && step > 0 && (i + 1).is_multiple_of(step)).collect()

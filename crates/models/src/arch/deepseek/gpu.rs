@@ -2,12 +2,13 @@
 //! up-projections absorbed), a dense SwiGLU in the first layers and routed experts with shared ones after.
 
 use super::mla::{QProj, INNER_EPS};
-use super::{Deepseek, Ffn};
+use super::Deepseek;
 use crate::error::ModelError;
 use crate::gpu::{
     Activation, AttnBlock, DenseMlp, GpuDecoder, Layer, MlaAttn, MlaQ, MlaShape, MlpBlock, MoeMlp, Norm, Parts,
     Uploader,
 };
+use crate::moe::Ffn;
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;

@@ -8,11 +8,12 @@ mod gpu;
 mod mla;
 
 use crate::arch::entry::ArchEntry;
+use crate::batch::PassIn;
 use crate::config::{ArchKind, ModelConfig};
 use crate::error::ModelError;
-use crate::layers::{Embedding, Linear, Rope, Spans, SwiGlu};
-use crate::moe::Moe;
-use crate::state::{LayerSpec, SeqState, StateSpec};
+use crate::layers::{Embedding, Head, Linear, Rope};
+use crate::moe::Ffn;
+use crate::state::{LayerSpec, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
@@ -43,11 +44,6 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
     },
 };
 
-enum Ffn {
-    Dense(SwiGlu),
-    Moe(Box<Moe>),
-}
-
 struct Layer {
     attn_norm: Vec<f32>,
     attn: Mla,
@@ -74,10 +70,7 @@ impl Deepseek {
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let p = format!("model.layers.{i}");
-            let ffn = match &cfg.moe {
-                Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(t.moe(&format!("{p}.mlp"), moe, h)?)),
-                _ => Ffn::Dense(t.swiglu(&format!("{p}.mlp"), cfg.intermediate, h)?),
-            };
+            let ffn = t.ffn(&format!("{p}.mlp"), &cfg, i)?;
             layers.push(Layer {
                 attn_norm: t.vector(&format!("{p}.input_layernorm.weight"), &[h])?,
                 attn: Mla::load(t, &format!("{p}.self_attn"), &cfg)?,
@@ -130,13 +123,7 @@ impl CausalLm for Deepseek {
         let layers: usize = self
             .layers
             .iter()
-            .map(|l| {
-                let ffn = match &l.ffn {
-                    Ffn::Dense(m) => m.bytes(),
-                    Ffn::Moe(m) => m.bytes(),
-                };
-                l.attn.bytes() + ffn + (l.attn_norm.len() + l.mlp_norm.len()) * 4
-            })
+            .map(|l| l.attn.bytes() + l.ffn.bytes() + (l.attn_norm.len() + l.mlp_norm.len()) * 4)
             .sum();
         layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
     }
@@ -156,36 +143,18 @@ impl Deepseek {
         let c = &self.cfg;
         let m = c.mla.as_ref().expect("a DeepSeek config has latent attention");
         let h = c.hidden;
-        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
-        let rows: usize = counts.iter().sum();
-        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
-        let mut x = Vec::with_capacity(rows * h);
-        for s in batch.iter() {
-            self.embed.lookup(s.tokens, &mut x);
-        }
-        let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
-        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
+        let mut p = PassIn::begin(c, &self.spec, &self.embed, &self.rope, batch)?;
+        let rows = p.rows;
         let mut hbuf = vec![0f32; rows * h];
         for (li, l) in self.layers.iter().enumerate() {
-            ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
-            let att = l.attn.forward(m, c.n_heads, &hbuf, rows, &tables, li, &mut caches, &spans);
-            ops::add_inplace(&mut x, &att);
-            ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
-            let y = match &l.ffn {
-                Ffn::Dense(d) => d.forward(&hbuf, rows),
-                Ffn::Moe(e) => e.forward(&hbuf, rows),
-            };
-            ops::add_inplace(&mut x, &y);
+            ops::rms_norm(&p.x, &l.attn_norm, c.norm_eps, &mut hbuf);
+            let att = l.attn.forward(m, c.n_heads, &hbuf, rows, &p.tables, li, &mut p.caches, &p.spans);
+            ops::add_inplace(&mut p.x, &att);
+            ops::rms_norm(&p.x, &l.mlp_norm, c.norm_eps, &mut hbuf);
+            let y = l.ffn.forward(&hbuf, rows);
+            ops::add_inplace(&mut p.x, &y);
         }
-        for (state, &n) in caches.iter_mut().zip(&counts) {
-            state.len += n;
-        }
-        let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
-        Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
-            let mut normed = vec![0f32; n * h];
-            ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
-            head.forward(&normed, n)
-        }))
+        let head = self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear);
+        Ok(p.finish(c, &self.norm, head, mode))
     }
 }

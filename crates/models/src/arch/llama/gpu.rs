@@ -1,11 +1,12 @@
 //! The llama family on the GPU: RMSNorm, stacked q/k/v (Qwen2's bias, Qwen3's per-head q/k norm), rotate-half
 //! RoPE, sliding window, SwiGLU with gate and up stacked, or Qwen3-MoE's routed experts.
 
-use super::{Ffn, Llama};
+use super::Llama;
 use crate::error::ModelError;
 use crate::gpu::{
     Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, MoeMlp, Norm, Parts, Uploader,
 };
+use crate::moe::Ffn;
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;

@@ -8,12 +8,13 @@ mod config;
 mod gpu;
 
 use crate::arch::entry::ArchEntry;
+use crate::batch::PassIn;
 use crate::config::ArchKind;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::layers::{attention, AttnShape, Embedding, Linear, Rope, Spans, SwiGlu};
-use crate::moe::Moe;
-use crate::state::{SeqState, StateSpec};
+use crate::layers::{attention, AttnShape, Embedding, Head, Linear, Rope};
+use crate::moe::Ffn;
+use crate::state::StateSpec;
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cpu::ops;
@@ -60,30 +61,6 @@ pub(crate) struct Layer {
     pub(crate) ffn: Ffn,
 }
 
-/// A layer's feed-forward part.
-pub(crate) enum Ffn {
-    /// One SwiGLU MLP.
-    Dense(SwiGlu),
-    /// Routed experts (Qwen3-MoE).
-    Moe(Box<Moe>),
-}
-
-impl Ffn {
-    fn bytes(&self) -> usize {
-        match self {
-            Ffn::Dense(m) => m.bytes(),
-            Ffn::Moe(m) => m.bytes(),
-        }
-    }
-
-    fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
-        match self {
-            Ffn::Dense(m) => m.forward(x, rows),
-            Ffn::Moe(m) => m.forward(x, rows),
-        }
-    }
-}
-
 /// A llama-family model with f32 weights on the CPU.
 pub struct Llama {
     pub(crate) cfg: ModelConfig,
@@ -100,7 +77,7 @@ pub struct Llama {
 impl Llama {
     /// Builds the model from checked tensors.
     pub(crate) fn load(cfg: ModelConfig, t: &mut Tensors<'_>) -> Result<Self, ModelError> {
-        let (h, q, kv, ff) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim(), cfg.intermediate);
+        let (h, q, kv) = (cfg.hidden, cfg.q_dim(), cfg.kv_dim());
         let embed = t.embedding("model.embed_tokens.weight", cfg.vocab_size, h)?;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
@@ -120,11 +97,7 @@ impl Llama {
             } else {
                 (None, None)
             };
-            let m = format!("{p}.mlp");
-            let ffn = match &cfg.moe {
-                Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(t.moe(&m, moe, h)?)),
-                _ => Ffn::Dense(t.swiglu(&m, ff, h)?),
-            };
+            let ffn = t.ffn(&format!("{p}.mlp"), &cfg, i)?;
             layers.push(Layer {
                 attn_norm: t.vector(&format!("{p}.input_layernorm.weight"), &[h])?,
                 qkv,
@@ -175,20 +148,12 @@ impl Llama {
     fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
-        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
-        let rows: usize = counts.iter().sum();
-        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
-        let mut x = Vec::with_capacity(rows * h);
-        for s in batch.iter() {
-            self.embed.lookup(s.tokens, &mut x);
-        }
-        let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
+        let mut p = PassIn::begin(c, &self.spec, &self.embed, &self.rope, batch)?;
+        let rows = p.rows;
         let shape = AttnShape { n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: hd, window: c.sliding_window };
-        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
         let mut hbuf = vec![0f32; rows * h];
         for (li, l) in self.layers.iter().enumerate() {
-            ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
+            ops::rms_norm(&p.x, &l.attn_norm, c.norm_eps, &mut hbuf);
             let qkv = l.qkv.forward(&hbuf, rows);
             let w = qd + 2 * kvd;
             let mut q = Vec::with_capacity(rows * qd);
@@ -204,7 +169,7 @@ impl Llama {
                 ops::rms_norm_inplace(&mut q, qn, c.norm_eps);
                 ops::rms_norm_inplace(&mut k, kn, c.norm_eps);
             }
-            for (r, (cos, sin)) in tables.iter().enumerate() {
+            for (r, (cos, sin)) in p.tables.iter().enumerate() {
                 for head in q[r * qd..(r + 1) * qd].chunks_exact_mut(hd) {
                     ops::rope_half(head, cos, sin);
                 }
@@ -212,19 +177,12 @@ impl Llama {
                     ops::rope_half(head, cos, sin);
                 }
             }
-            let att = attention(shape, li, (&q, &k, &v), &mut caches, &spans);
-            ops::add_inplace(&mut x, &l.o.forward(&att, rows));
-            ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
-            ops::add_inplace(&mut x, &l.ffn.forward(&hbuf, rows));
+            let att = attention(shape, li, (&q, &k, &v), &mut p.caches, &p.spans);
+            ops::add_inplace(&mut p.x, &l.o.forward(&att, rows));
+            ops::rms_norm(&p.x, &l.mlp_norm, c.norm_eps, &mut hbuf);
+            ops::add_inplace(&mut p.x, &l.ffn.forward(&hbuf, rows));
         }
-        for (state, &n) in caches.iter_mut().zip(&counts) {
-            state.len += n;
-        }
-        let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
-        Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
-            let mut normed = vec![0f32; n * h];
-            ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
-            head.forward(&normed, n)
-        }))
+        let head = self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear);
+        Ok(p.finish(c, &self.norm, head, mode))
     }
 }

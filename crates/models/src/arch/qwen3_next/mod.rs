@@ -10,11 +10,12 @@ mod delta;
 mod rule;
 
 use crate::arch::entry::{no_gguf, ArchEntry};
+use crate::batch::PassIn;
 use crate::config::{ArchKind, ModelConfig};
 use crate::error::ModelError;
-use crate::layers::{Embedding, Linear, Rope, Spans, SwiGlu};
-use crate::moe::Moe;
-use crate::state::{LayerSpec, SeqState, StateSpec};
+use crate::layers::{Embedding, Head, Linear, Rope};
+use crate::moe::Ffn;
+use crate::state::{LayerSpec, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
 use attn::{zero_centred, GatedAttn};
@@ -49,11 +50,6 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
 enum Mixer {
     Delta(DeltaNet),
     Attn(GatedAttn),
-}
-
-enum Ffn {
-    Dense(SwiGlu),
-    Moe(Box<Moe>),
 }
 
 struct Layer {
@@ -97,10 +93,7 @@ impl Qwen3Next {
                 specs.push(LayerSpec::Kv { kv_dim: cfg.kv_dim(), dtype });
                 Mixer::Attn(GatedAttn::load(t, &format!("{p}.self_attn"), &cfg)?)
             };
-            let ffn = match &cfg.moe {
-                Some(moe) if moe.sparse[i] => Ffn::Moe(Box::new(t.moe(&format!("{p}.mlp"), moe, h)?)),
-                _ => Ffn::Dense(t.swiglu(&format!("{p}.mlp"), cfg.intermediate, h)?),
-            };
+            let ffn = t.ffn(&format!("{p}.mlp"), &cfg, i)?;
             layers.push(Layer {
                 attn_norm: zero_centred(t.vector(&format!("{p}.input_layernorm.weight"), &[h])?),
                 mixer,
@@ -158,11 +151,7 @@ impl CausalLm for Qwen3Next {
                     Mixer::Delta(m) => m.bytes(),
                     Mixer::Attn(a) => a.bytes(),
                 };
-                let ffn = match &l.ffn {
-                    Ffn::Dense(m) => m.bytes(),
-                    Ffn::Moe(m) => m.bytes(),
-                };
-                mixer + ffn + (l.attn_norm.len() + l.mlp_norm.len()) * 4
+                mixer + l.ffn.bytes() + (l.attn_norm.len() + l.mlp_norm.len()) * 4
             })
             .sum();
         layers + self.embed.0.bytes().len() + self.head.as_ref().map_or(0, Linear::bytes) + self.norm.len() * 4
@@ -183,40 +172,22 @@ impl Qwen3Next {
         let c = &self.cfg;
         let d = c.delta.as_ref().expect("a Qwen3-Next config has delta-net layers");
         let h = c.hidden;
-        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
-        let spans = Spans { counts: counts.clone(), starts: batch.iter().map(|s| s.state.len()).collect() };
-        let rows: usize = counts.iter().sum();
-        let positions = crate::batch::check_batch(c, &self.spec, batch)?;
-        let mut x = Vec::with_capacity(rows * h);
-        for s in batch.iter() {
-            self.embed.lookup(s.tokens, &mut x);
-        }
-        let tables: Vec<(Vec<f32>, Vec<f32>)> = positions.iter().map(|&p| self.rope.table(p)).collect();
-        let mut caches: Vec<&mut SeqState> = batch.iter_mut().map(|s| &mut *s.state).collect();
+        let mut p = PassIn::begin(c, &self.spec, &self.embed, &self.rope, batch)?;
+        let rows = p.rows;
         let mut hbuf = vec![0f32; rows * h];
         for (li, l) in self.layers.iter().enumerate() {
-            ops::rms_norm(&x, &l.attn_norm, c.norm_eps, &mut hbuf);
+            ops::rms_norm(&p.x, &l.attn_norm, c.norm_eps, &mut hbuf);
             let y = match &l.mixer {
-                Mixer::Delta(m) => m.forward(c, d, &hbuf, li, &mut caches, &spans),
-                Mixer::Attn(a) => a.forward(c, &hbuf, &tables, li, &mut caches, &spans),
+                Mixer::Delta(m) => m.forward(c, d, &hbuf, li, &mut p.caches, &p.spans),
+                Mixer::Attn(a) => a.forward(c, &hbuf, &p.tables, li, &mut p.caches, &p.spans),
             };
-            ops::add_inplace(&mut x, &y);
-            ops::rms_norm(&x, &l.mlp_norm, c.norm_eps, &mut hbuf);
-            let y = match &l.ffn {
-                Ffn::Dense(m) => m.forward(&hbuf, rows),
-                Ffn::Moe(m) => m.forward(&hbuf, rows),
-            };
-            ops::add_inplace(&mut x, &y);
+            ops::add_inplace(&mut p.x, &y);
+            ops::rms_norm(&p.x, &l.mlp_norm, c.norm_eps, &mut hbuf);
+            let y = l.ffn.forward(&hbuf, rows);
+            ops::add_inplace(&mut p.x, &y);
         }
-        for (state, &n) in caches.iter_mut().zip(&counts) {
-            state.len += n;
-        }
-        let head = self.head.as_ref().map_or(crate::layers::Head::Tied(&self.embed), crate::layers::Head::Linear);
-        Ok(crate::layers::final_logits(&x, h, &counts, mode, |rows, n| {
-            let mut normed = vec![0f32; n * h];
-            ops::rms_norm(rows, &self.norm, c.norm_eps, &mut normed);
-            head.forward(&normed, n)
-        }))
+        let head = self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear);
+        Ok(p.finish(c, &self.norm, head, mode))
     }
 }
 

@@ -5,6 +5,9 @@ expert) and their logits/greedy goldens.
   qwen3-next         transformers 5 spelling: layer_types, rope_parameters with partial_rotary_factor; three
                      delta-net layers then one full-attention layer; 4 value heads over 2 key heads; a dense layer
                      by mlp_only_layers; norm_topk_prob
+  qwen3-next-moe     experts in every layer (llama.cpp's qwen3next has no dense layer), smaller weights (a tiny
+                     model routed in every layer at 0.3 flips experts at the quantised backends' rounding); its
+                     GGUF form, qwen3-next-gguf, is llama.cpp's layout
   qwen3-next-legacy  the published spelling: full_attention_interval, top-level rope_theta and
                      partial_rotary_factor, torch_dtype; alternating layers; decoder_sparse_step 2; no
                      norm_topk_prob; equal key and value heads; a tied head
@@ -48,6 +51,13 @@ def specs():
             linear_num_key_heads=2, linear_num_value_heads=4, num_experts=8, num_experts_per_tok=2,
             norm_topk_prob=True, mlp_only_layers=[1], decoder_sparse_step=1, tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), 141,
+            False, Qwen3NextForCausalLM),
+        "qwen3-next-moe": (Qwen3NextConfig, dict(
+            BASE, initializer_range=0.1, num_hidden_layers=4,
+            layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"],
+            linear_num_key_heads=2, linear_num_value_heads=4, num_experts=8, num_experts_per_tok=2,
+            norm_topk_prob=True, mlp_only_layers=[], decoder_sparse_step=1, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}), 146,
             False, Qwen3NextForCausalLM),
         "qwen3-next-legacy": (Qwen3NextConfig, dict(
             BASE, num_hidden_layers=4, full_attention_interval=2, linear_num_key_heads=4, linear_num_value_heads=4,
@@ -108,6 +118,94 @@ def published_config(d):
         f.write("\n")
 
 
+def write_qwen3next_gguf(model, path):
+    """As llama.cpp's converter (conversion/qwen.py, Qwen3NextModel, with --no-mtp) writes it, checked tensor by
+    tensor against that converter's own output for this model (2026-12-06): norms stored as 1 + w (the delta net's
+    gated norm as is), A as -exp(A_log), dt_bias as ssm_dt.bias, the convolution squeezed to [channels, taps], the
+    grouped in_proj_qkvz split into attn_qkv (all q, all k, all v) and attn_gate (z), in_proj_ba kept as ssm_ba,
+    experts stacked, the shared expert and its gate as *_shexp."""
+    import gguf
+    import numpy as np
+    cfg = model.config
+    sd = {k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()}
+    n, h = cfg.num_hidden_layers, cfg.hidden_size
+    nk, nv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                      cfg.linear_value_head_dim)
+    w = gguf.GGUFWriter(path, "qwen3next")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(h)
+    w.add_block_count(n)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+    # (gguf 0.19 has no writer for these keys yet: written by name, as the converter's newer gguf-py names them.)
+    arch = "qwen3next"
+    w.add_uint32(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
+    w.add_uint32(f"{arch}.ssm.state_size", dk)
+    w.add_uint32(f"{arch}.ssm.group_count", nk)
+    w.add_uint32(f"{arch}.ssm.time_step_rank", nv)
+    w.add_uint32(f"{arch}.ssm.inner_size", dv * nv)
+    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types])
+    w.add_uint32(f"{arch}.full_attention_interval", 4)
+    w.add_rope_dimension_count(int(cfg.head_dim * cfg.rope_parameters["partial_rotary_factor"]))
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    per = 2 * dk + 2 * (nv // nk) * dv
+    for i in range(n):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"] + 1)
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"] + 1)
+        if cfg.layer_types[i] == "linear_attention":
+            a = p + "linear_attn."
+            w.add_tensor(f"blk.{i}.ssm_a", (-torch.exp(torch.from_numpy(sd[a + "A_log"]))).numpy())
+            w.add_tensor(f"blk.{i}.ssm_conv1d.weight", sd[a + "conv1d.weight"].squeeze(1))
+            w.add_tensor(f"blk.{i}.ssm_dt.bias", sd[a + "dt_bias"])
+            w.add_tensor(f"blk.{i}.ssm_ba.weight", sd[a + "in_proj_ba.weight"])
+            qkvz = sd[a + "in_proj_qkvz.weight"].reshape(nk, per, h)
+            vg = (nv // nk) * dv
+            q, k, v, z = (qkvz[:, :dk], qkvz[:, dk:2 * dk], qkvz[:, 2 * dk:2 * dk + vg], qkvz[:, 2 * dk + vg:])
+            w.add_tensor(f"blk.{i}.attn_qkv.weight", np.concatenate([x.reshape(-1, h) for x in (q, k, v)]))
+            w.add_tensor(f"blk.{i}.attn_gate.weight", z.reshape(-1, h).copy())
+            w.add_tensor(f"blk.{i}.ssm_norm.weight", sd[a + "norm.weight"])
+            w.add_tensor(f"blk.{i}.ssm_out.weight", sd[a + "out_proj.weight"])
+        else:
+            a = p + "self_attn."
+            for hf, gg in [("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"), ("o_proj", "attn_output")]:
+                w.add_tensor(f"blk.{i}.{gg}.weight", sd[a + hf + ".weight"])
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", sd[a + "q_norm.weight"] + 1)
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", sd[a + "k_norm.weight"] + 1)
+        m = p + "mlp."
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", sd[m + "gate.weight"])
+        for proj, gg in [("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")]:
+            if m + "experts.gate_up_proj" in sd:
+                gu = sd[m + "experts.gate_up_proj"]
+                ff = cfg.moe_intermediate_size
+                stack = {"gate_proj": gu[:, :ff], "up_proj": gu[:, ff:], "down_proj": sd[m + "experts.down_proj"]}[proj]
+            else:
+                stack = np.stack([sd[f"{m}experts.{e}.{proj}.weight"] for e in range(cfg.num_experts)])
+            w.add_tensor(f"blk.{i}.{gg}.weight", np.ascontiguousarray(stack))
+        for proj, gg in [("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"), ("down_proj", "ffn_down_shexp")]:
+            w.add_tensor(f"blk.{i}.{gg}.weight", sd[f"{m}shared_expert.{proj}.weight"])
+        w.add_tensor(f"blk.{i}.ffn_gate_inp_shexp.weight", sd[m + "shared_expert_gate.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"] + 1)
+    if not cfg.tie_word_embeddings:
+        w.add_tensor("output.weight", sd["lm_head.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     from transformers import AutoModelForCausalLM
     only = set(sys.argv[1:])
@@ -131,6 +229,14 @@ def main():
         models.write_golden(name, common.rel(d) + "/model.safetensors", cases,
                             {"seed": seed, "noised": len(touched),
                              "reference": "transformers in float64, logits written as f32 (see the script's header)"})
+        if name == "qwen3-next-moe":
+            dg = os.path.join(common.FIX, "models", "qwen3-next-gguf")
+            os.makedirs(dg, exist_ok=True)
+            write_qwen3next_gguf(reloaded, os.path.join(dg, "model.gguf"))
+            models.write_golden("qwen3-next-gguf", common.rel(dg) + "/model.gguf", cases, {
+                "seed": seed, "same_weights_as": name,
+                "note": "GGUF in llama.cpp's qwen3next layout written from the safetensors fixture's weights; the "
+                        "goldens are that fixture's (the GGUF form must give the same logits)"})
         print(name, [c["greedy"] for c in cases])
 
 

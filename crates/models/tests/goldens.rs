@@ -267,3 +267,13 @@ fn qwen3_5_text_plain_projections_and_a_dense_mlp() {
 fn qwen3_5_moe_text_experts_in_every_layer() {
     check("qwen3-5-moe");
 }
+
+#[test]
+fn qwen3_next_from_llama_cpp() {
+    check("qwen3-next-gguf");
+}
+
+#[test]
+fn qwen3_next_experts_in_every_layer() {
+    check("qwen3-next-moe");
+}

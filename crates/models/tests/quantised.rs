@@ -44,6 +44,8 @@ const ROUTED: &[&str] = &[
     "deepseek-v3-gguf",
     "deepseek-v3-half",
     "qwen3-next",
+    "qwen3-next-moe",
+    "qwen3-next-gguf",
     "qwen3-next-legacy",
     "qwen3-5",
     "qwen3-5-moe",

@@ -7,7 +7,7 @@ use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::{attention, AttnShape, Linear, Spans};
 use crate::state::SeqState;
-use crate::tensors::Tensors;
+use crate::tensors::{Recorded, Tensors};
 use kvad_tensor::cpu::ops;
 
 /// One gated attention layer's weights.
@@ -33,8 +33,8 @@ impl GatedAttn {
         )?;
         Ok(GatedAttn {
             qkv,
-            q_norm: zero_centred(t.vector(&format!("{p}.q_norm.weight"), &[hd])?),
-            k_norm: zero_centred(t.vector(&format!("{p}.k_norm.weight"), &[hd])?),
+            q_norm: norm_weights(t, &format!("{p}.q_norm.weight"), hd)?,
+            k_norm: norm_weights(t, &format!("{p}.k_norm.weight"), hd)?,
             o: t.linear(&format!("{p}.o_proj"), h, q, false)?,
         })
     }
@@ -90,7 +90,27 @@ impl GatedAttn {
     }
 }
 
-/// Qwen3-Next's RMSNorm weights are stored as offsets from one: the norm multiplies by `1 + w`.
-pub(crate) fn zero_centred(w: Vec<f32>) -> Vec<f32> {
-    w.into_iter().map(|v| 1.0 + v).collect()
+/// A decoder RMSNorm's multipliers: the checkpoint stores offsets from one (the norm multiplies by `1 + w`), which
+/// llama.cpp's converter adds in, so a GGUF holds the multipliers themselves.
+pub(crate) fn norm_weights(t: &mut Tensors<'_>, name: &str, dim: usize) -> Result<Vec<f32>, ModelError> {
+    let gguf = t.gguf.is_some();
+    derived(t, name, &[dim], &[dim], |w| if gguf { w } else { w.into_iter().map(|v| 1.0 + v).collect() })
+}
+
+/// A vector kvad changes at load (`f`: the norms' offsets, the decay's `-exp`), read as stored (`stored`, its shape
+/// in this checkpoint) and recorded for the quantised cache as changed (`shape`), so a load from the cache takes it
+/// as it is, whichever file the cache was made from.
+pub(crate) fn derived(
+    t: &mut Tensors<'_>,
+    name: &str,
+    stored: &[usize],
+    shape: &[usize],
+    f: impl FnOnce(Vec<f32>) -> Vec<f32>,
+) -> Result<Vec<f32>, ModelError> {
+    if t.cached.is_some() {
+        return t.vector(name, shape);
+    }
+    let v = f(t.get(name, stored)?);
+    t.record.push((name.to_string(), Recorded::Vector(v.clone(), shape.to_vec())));
+    Ok(v)
 }

@@ -3,10 +3,11 @@
 //! transformers 5 writes it (`layer_types`, `rope_parameters` holding both). Defaults are the config classes' own.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, index_list, need, rope_params, usize_field, ArchKind, DeltaConfig, ModelConfig,
-    MoeConfig, Routing, Scoring,
+    bool_field, f64_field, get, ids, index_list, need, rope_params, usize_field, ArchKind, DeltaConfig, GgufKeys,
+    ModelConfig, MoeConfig, Routing, Scoring,
 };
 use crate::error::ModelError;
+use crate::weights::{GgufFile, WeightSource};
 use serde_json::Value;
 
 /// Reads and checks an HF config.json of class `name`.
@@ -178,4 +179,166 @@ fn experts(cfg: &Value, n_layers: usize, every: bool) -> Result<Option<MoeConfig
     };
     crate::moe::check(&m)?;
     Ok(Some(m))
+}
+
+/// Reads and checks a GGUF's `qwen3next` metadata as llama.cpp's converter writes it: the delta net as `ssm.*`
+/// (`state_size` the key width, `group_count` the key heads, `time_step_rank` the value heads, `inner_size` their
+/// width), the layer kinds as `attention.recurrent_layers` (else every `full_attention_interval`-th is attention),
+/// experts where a layer has a router; llama.cpp's graph always normalises the chosen weights, so kvad does too.
+pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelError> {
+    let meta = GgufKeys { g, arch };
+    // The converter appends the multi-token-prediction layers as blocks past the model's own.
+    let n_layers = meta.need("block_count")?.saturating_sub(meta.uint("nextn_predict_layers")?.unwrap_or(0));
+    let n_heads = meta.need("attention.head_count")?;
+    let head_dim = meta.need("attention.key_length")?;
+    let v_heads = meta.need("ssm.time_step_rank")?;
+    let inner = meta.need("ssm.inner_size")?;
+    if v_heads == 0 || !inner.is_multiple_of(v_heads) {
+        return Err(ModelError::refused(
+            meta.key("ssm.inner_size"),
+            inner,
+            format!("must be a multiple of ssm.time_step_rank ({v_heads})"),
+        ));
+    }
+    let linear = match g.get(&meta.key("attention.recurrent_layers")).and_then(|v| v.as_array()) {
+        Some(a) => a.iter().map(|v| v.as_bool().or_else(|| v.as_u64().map(|n| n != 0))).collect::<Option<Vec<_>>>(),
+        None => None,
+    };
+    let linear = match linear {
+        Some(l) if l.len() >= n_layers => l[..n_layers].to_vec(),
+        Some(l) => {
+            return Err(ModelError::refused(
+                meta.key("attention.recurrent_layers"),
+                l.len(),
+                format!("must name a kind for each of the {n_layers} layers"),
+            ))
+        }
+        None => {
+            let every = meta.uint("full_attention_interval")?.unwrap_or(4).max(1);
+            (0..n_layers).map(|i| !(i + 1).is_multiple_of(every)).collect()
+        }
+    };
+    let delta = DeltaConfig {
+        linear,
+        k_heads: meta.need("ssm.group_count")?,
+        v_heads,
+        k_dim: meta.need("ssm.state_size")?,
+        v_dim: inner / v_heads,
+        conv: meta.uint("ssm.conv_kernel")?.unwrap_or(4),
+        rope_dim: meta.need("rope.dimension_count")?,
+        grouped: true,
+    };
+    if delta.k_heads == 0 || !delta.v_heads.is_multiple_of(delta.k_heads) || !(1..=16).contains(&delta.conv) {
+        return Err(ModelError::refused(
+            meta.key("ssm.group_count"),
+            delta.k_heads,
+            format!("must divide ssm.time_step_rank ({v_heads}), with ssm.conv_kernel in 1..=16"),
+        ));
+    }
+    let sparse: Vec<bool> = (0..n_layers).map(|i| g.info(&format!("blk.{i}.ffn_gate_inp.weight")).is_some()).collect();
+    let moe = match meta.uint("expert_count")? {
+        Some(n) if n > 0 => {
+            let shared_ff = meta.uint("expert_shared_feed_forward_length")?.unwrap_or(0);
+            let m = MoeConfig {
+                routing: Routing {
+                    n_experts: n,
+                    top_k: meta.need("expert_used_count")?,
+                    scoring: Scoring::Softmax,
+                    groups: None,
+                    normalise: true,
+                    scale: 1.0,
+                    choice_bias: false,
+                },
+                expert_ff: meta.need("expert_feed_forward_length")?,
+                shared_ff,
+                sparse,
+                shared_gate: shared_ff > 0,
+            };
+            crate::moe::check(&m)?;
+            Some(m)
+        }
+        _ => None,
+    };
+    let embd =
+        g.info("token_embd.weight").ok_or_else(|| ModelError::MissingTensor { name: "token_embd.weight".into() })?;
+    let cfg = ModelConfig {
+        arch: ArchKind::Qwen3Next,
+        arch_name: format!("gguf:{arch}"),
+        vocab_size: match meta.uint("vocab_size")? {
+            Some(v) => v,
+            None => embd.shape.first().copied().unwrap_or(0),
+        },
+        hidden: meta.need("embedding_length")?,
+        n_layers,
+        n_heads,
+        n_kv_heads: meta.uint("attention.head_count_kv")?.unwrap_or(n_heads),
+        head_dim,
+        intermediate: meta.uint("feed_forward_length")?.unwrap_or(1),
+        norm_eps: meta.float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6) as f32,
+        rope_theta: meta.float("rope.freq_base").unwrap_or(10000.0),
+        rope_scaling: None,
+        max_position: meta.uint("context_length")?.unwrap_or(32768),
+        sliding_window: None,
+        window_cap: None,
+        qkv_bias: false,
+        qk_norm: true,
+        tie_embeddings: g.info("output.weight").is_none(),
+        bos_token_id: meta.id("tokenizer.ggml.bos_token_id"),
+        eos_token_ids: meta.eos_ids(),
+        moe,
+        mla: None,
+        delta: Some(delta),
+    };
+    cfg.check_dims()?;
+    Ok(cfg)
+}
+
+/// HF tensor name to llama.cpp's `qwen3next` one. The delta net's input projection is read, from a GGUF, as the
+/// converter splits it: `in_proj_qkv` (q, k, v), `in_proj_z` and the grouped `in_proj_ba`.
+pub(crate) fn gguf_name(hf: &str) -> String {
+    let fixed = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
+    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
+    let map = [
+        ("input_layernorm", "attn_norm"),
+        ("post_attention_layernorm", "post_attention_norm"),
+        ("linear_attn.A_log", "ssm_a"),
+        ("linear_attn.conv1d", "ssm_conv1d"),
+        ("linear_attn.dt_bias", "ssm_dt.bias"),
+        ("linear_attn.in_proj_qkv", "attn_qkv"),
+        ("linear_attn.in_proj_z", "attn_gate"),
+        ("linear_attn.in_proj_ba", "ssm_ba"),
+        ("linear_attn.norm", "ssm_norm"),
+        ("linear_attn.out_proj", "ssm_out"),
+        ("self_attn.q_proj", "attn_q"),
+        ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"),
+        ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"),
+        ("self_attn.k_norm", "attn_k_norm"),
+        ("mlp.experts.gate_proj", "ffn_gate_exps"),
+        ("mlp.experts.up_proj", "ffn_up_exps"),
+        ("mlp.experts.down_proj", "ffn_down_exps"),
+        ("mlp.gate.weight", "ffn_gate_inp.weight"),
+        ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
+        ("mlp.shared_expert.gate_proj", "ffn_gate_shexp"),
+        ("mlp.shared_expert.up_proj", "ffn_up_shexp"),
+        ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
+        ("mlp.gate_proj", "ffn_gate"),
+        ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"),
+    ];
+    for (h, g) in map {
+        if let Some(suffix) = tail.strip_prefix(h) {
+            return format!("blk.{idx}.{g}{suffix}");
+        }
+    }
+    hf.to_string()
 }

@@ -7,6 +7,7 @@
 //! The state (f32) and the convolution's last inputs live in the sequence's [`crate::state::Recurrence`]. A decode
 //! token runs the recurrence, a prompt the chunked form (`rule.rs`), each value head a task of its own.
 
+use super::attn::derived;
 use super::rule;
 use crate::config::{DeltaConfig, ModelConfig};
 use crate::error::ModelError;
@@ -35,12 +36,21 @@ impl DeltaNet {
     pub(crate) fn load(t: &mut Tensors<'_>, p: &str, c: &ModelConfig, d: &DeltaConfig) -> Result<Self, ModelError> {
         let h = c.hidden;
         let channels = d.conv_channels();
-        let conv_w = t.vector(&format!("{p}.conv1d.weight"), &[channels, 1, d.conv])?;
-        let a_log = t.vector(&format!("{p}.A_log"), &[d.v_heads])?;
+        // llama.cpp's converter squeezes the convolution to [channels, taps] and stores A as -exp(A_log).
+        let gguf = t.gguf.is_some();
+        let stored = if gguf { vec![channels, d.conv] } else { vec![channels, 1, d.conv] };
+        let conv = derived(t, &format!("{p}.conv1d.weight"), &stored, &[channels, d.conv], |w| w)?;
+        let neg_a = derived(t, &format!("{p}.A_log"), &[d.v_heads], &[d.v_heads], |a| {
+            if gguf {
+                a
+            } else {
+                a.iter().map(|v| -v.exp()).collect()
+            }
+        })?;
         Ok(DeltaNet {
             in_proj: Linear::new(in_proj(t, p, h, d)?, None),
-            conv: conv_w,
-            neg_a: a_log.iter().map(|v| -v.exp()).collect(),
+            conv,
+            neg_a,
             dt_bias: t.vector(&format!("{p}.dt_bias"), &[d.v_heads])?,
             norm: t.vector(&format!("{p}.norm.weight"), &[d.v_dim])?,
             out: t.linear(&format!("{p}.out_proj"), h, d.value_width(), false)?,
@@ -211,39 +221,44 @@ fn softplus(x: f32) -> f32 {
 
 /// The input projection in kvad's order (q, k, v, z, b, a). Qwen3-Next stores it as two matrices whose rows are
 /// grouped by key head (`[q_g, k_g, v_g, z_g]` for each head g, and `[b_g, a_g]`), regrouped here once; Qwen3.5 as
-/// four plain ones, stacked.
+/// four plain ones; llama.cpp's qwen3next GGUF as plain q/k/v and z beside the grouped b/a.
 fn in_proj(t: &mut Tensors<'_>, p: &str, h: usize, d: &DeltaConfig) -> Result<QMatrix, ModelError> {
     let (kw, vw, nv) = (d.key_width(), d.value_width(), d.v_heads);
     let key = format!("{p}.in_proj.weight");
     if t.cached.is_some() {
         return t.matrix(&key, 2 * kw + 2 * vw + 2 * nv, h, Role::Layer);
     }
-    if !d.grouped {
-        // Qwen3.5: q, k, v, then z, b and a, each its own matrix, already in kvad's order.
-        let parts = [("in_proj_qkv", 2 * kw + vw), ("in_proj_z", vw), ("in_proj_b", nv), ("in_proj_a", nv)]
-            .map(|(n, rows)| (format!("{p}.{n}"), rows));
-        let refs: Vec<(&str, usize)> = parts.iter().map(|(n, r)| (n.as_str(), *r)).collect();
-        return Ok(t.stacked(&format!("{p}.in_proj"), &refs, h, false)?.matrix().clone());
-    }
-    let qkvz = t.matrix_unrecorded(&format!("{p}.in_proj_qkvz.weight"), 2 * kw + 2 * vw, h, Role::Layer)?;
-    let ba = t.matrix_unrecorded(&format!("{p}.in_proj_ba.weight"), 2 * nv, h, Role::Layer)?;
-    let (ba, qkvz) = if ba.qtype() == qkvz.qtype() {
-        (ba, qkvz)
-    } else {
-        let q = target(t.backend, Role::Layer);
-        let re = |m: QMatrix| m.requantize(q).map_err(|e| ModelError::BadInput(format!("tensor {key}: {e}")));
-        (re(ba)?, re(qkvz)?)
-    };
     let (g, dk, r) = (d.k_heads, d.k_dim, nv / d.k_heads);
     let vg = r * d.v_dim;
-    let per = 2 * dk + 2 * vg;
+    let from_gguf = t.gguf.is_some();
+    let mut read = |name: &str, rows: usize| t.matrix_unrecorded(&format!("{p}.{name}.weight"), rows, h, Role::Layer);
     let mut parts = Vec::new();
-    // Within key head i's group: q at 0, k at dk, v at 2·dk, z at 2·dk + vg.
-    for (off, len) in [(0, dk), (dk, dk), (2 * dk, vg), (2 * dk + vg, vg)] {
-        parts.extend((0..g).map(|i| qkvz.rows_view(i * per + off..i * per + off + len)));
+    if d.grouped && !from_gguf {
+        let qkvz = read("in_proj_qkvz", 2 * kw + 2 * vw)?;
+        let per = 2 * dk + 2 * vg;
+        // Within key head i's group: q at 0, k at dk, v at 2·dk, z at 2·dk + vg.
+        for (off, len) in [(0, dk), (dk, dk), (2 * dk, vg), (2 * dk + vg, vg)] {
+            parts.extend((0..g).map(|i| qkvz.rows_view(i * per + off..i * per + off + len)));
+        }
+    } else {
+        parts.push(read("in_proj_qkv", 2 * kw + vw)?);
+        parts.push(read("in_proj_z", vw)?);
     }
-    for off in [0, r] {
-        parts.extend((0..g).map(|i| ba.rows_view(i * 2 * r + off..i * 2 * r + off + r)));
+    if d.grouped {
+        let ba = read("in_proj_ba", 2 * nv)?;
+        for off in [0, r] {
+            parts.extend((0..g).map(|i| ba.rows_view(i * 2 * r + off..i * 2 * r + off + r)));
+        }
+    } else {
+        parts.push(read("in_proj_b", nv)?);
+        parts.push(read("in_proj_a", nv)?);
+    }
+    // Parts stored in different formats (a mixed GGUF) are brought to the backend's one first.
+    if parts.iter().any(|m| m.qtype() != parts[0].qtype()) {
+        let q = target(t.backend, Role::Layer);
+        for m in parts.iter_mut() {
+            *m = m.requantize(q).map_err(|e| ModelError::BadInput(format!("tensor {key}: {e}")))?;
+        }
     }
     let m = QMatrix::stack(&parts).map_err(|e| ModelError::BadInput(format!("tensor {key}: {e}")))?;
     let m = t.reference(m)?;

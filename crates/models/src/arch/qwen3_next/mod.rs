@@ -9,7 +9,7 @@ mod config;
 mod delta;
 mod rule;
 
-use crate::arch::entry::{no_gguf, ArchEntry};
+use crate::arch::entry::ArchEntry;
 use crate::batch::PassIn;
 use crate::config::{ArchKind, ModelConfig};
 use crate::error::ModelError;
@@ -18,7 +18,7 @@ use crate::moe::Ffn;
 use crate::state::{LayerSpec, StateSpec};
 use crate::tensors::Tensors;
 use crate::{CausalLm, LogitsMode, SeqInput};
-use attn::{zero_centred, GatedAttn};
+use attn::{norm_weights, GatedAttn};
 use delta::DeltaNet;
 use kvad_tensor::cpu::ops;
 use kvad_tensor::BackendKind;
@@ -30,12 +30,12 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
     covers: "Qwen3-Next, Qwen3.5 text (gated delta net, gated attention)",
     hf_classes: &["Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"],
     model_types: &["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"],
-    gguf_archs: &[],
+    gguf_archs: &["qwen3next"],
     backends: &[BackendKind::CpuF32, BackendKind::CpuQ8, BackendKind::CpuQ4],
     mlp_matrices: 3,
     from_hf: config::from_hf,
-    from_gguf: no_gguf,
-    gguf_name: |n| n.to_string(),
+    from_gguf: config::from_gguf,
+    gguf_name: config::gguf_name,
     gguf_permute: |_, _| None,
     build: |cfg, t, gpu| match gpu {
         None => Ok(Box::new(Qwen3Next::load(cfg, t)?)),
@@ -95,15 +95,15 @@ impl Qwen3Next {
             };
             let ffn = t.ffn(&format!("{p}.mlp"), &cfg, i)?;
             layers.push(Layer {
-                attn_norm: zero_centred(t.vector(&format!("{p}.input_layernorm.weight"), &[h])?),
+                attn_norm: norm_weights(t, &format!("{p}.input_layernorm.weight"), h)?,
                 mixer,
-                mlp_norm: zero_centred(t.vector(&format!("{p}.post_attention_layernorm.weight"), &[h])?),
+                mlp_norm: norm_weights(t, &format!("{p}.post_attention_layernorm.weight"), h)?,
                 ffn,
             });
         }
         skip_prediction_weights(t);
         refuse_vision_tower(t)?;
-        let norm = zero_centred(t.vector("model.norm.weight", &[h])?);
+        let norm = norm_weights(t, "model.norm.weight", h)?;
         let head = t.head(&cfg, &embed)?;
         let rope = Rope::for_dim(&cfg, d.rope_dim);
         Ok(Qwen3Next { cfg, embed, layers, norm, head, rope, spec: StateSpec { layers: specs } })

@@ -101,7 +101,7 @@ fn elements(path: &std::path::Path, keep: impl Fn(&str) -> bool) -> usize {
 
 #[test]
 fn the_parameter_count_is_the_checkpoints_matrices() {
-    for name in ["qwen3-next", "qwen3-next-legacy", "qwen3-5", "qwen3-5-moe"] {
+    for name in ["qwen3-next", "qwen3-next-moe", "qwen3-next-legacy", "qwen3-5", "qwen3-5-moe"] {
         let c = config_from_hf(&fixture_config(name)).unwrap();
         // param_count leaves out the vectors (norms, A_log, dt_bias) and the one-row shared-expert gate.
         let small = |k: &str| {
@@ -110,4 +110,31 @@ fn the_parameter_count_is_the_checkpoints_matrices() {
         let want = elements(&root().join(format!("fixtures/models/{name}/model.safetensors")), |k| !small(k));
         assert_eq!(param_count(&c), want, "{name}");
     }
+}
+
+#[test]
+fn the_gguf_config_is_the_checkpoints_and_refusals_name_the_key() {
+    use crate::weights::{GgufFile, GgufValue, GgufWriter};
+    let g = GgufFile::open(&root().join("fixtures/models/qwen3-next-gguf/model.gguf")).unwrap();
+    let from_gguf = crate::arch::registry::config_from_gguf(&g).unwrap();
+    let from_hf = config_from_hf(&fixture_config("qwen3-next-moe")).unwrap();
+    assert_eq!(from_gguf.delta, from_hf.delta.clone().map(|d| crate::config::DeltaConfig { grouped: true, ..d }));
+    assert_eq!(from_gguf.moe, from_hf.moe);
+    let same = |c: &crate::config::ModelConfig| {
+        (c.hidden, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.rope_theta, c.tie_embeddings)
+    };
+    assert_eq!(same(&from_gguf), same(&from_hf));
+    // A value-head width that does not divide is refused naming the key.
+    let mut w = GgufWriter::new(3);
+    w.kv("general.architecture", GgufValue::String("qwen3next".into()));
+    for (k, v) in [("block_count", 2u32), ("attention.head_count", 4), ("attention.key_length", 32)] {
+        w.kv(&format!("qwen3next.{k}"), GgufValue::U32(v));
+    }
+    w.kv("qwen3next.ssm.time_step_rank", GgufValue::U32(3));
+    w.kv("qwen3next.ssm.inner_size", GgufValue::U32(64));
+    let path = std::env::temp_dir().join(format!("kvad-q3n-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes().unwrap()).unwrap();
+    let e = crate::arch::registry::config_from_gguf(&GgufFile::open(&path).unwrap()).unwrap_err().to_string();
+    let _ = std::fs::remove_file(&path);
+    assert!(e.contains("qwen3next.ssm.inner_size") && e.contains("64"), "{e}");
 }

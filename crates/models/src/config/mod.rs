@@ -266,6 +266,29 @@ pub(crate) fn ids(v: Option<&Value>) -> Vec<u32> {
     }
 }
 
+/// An HF tensor name as llama.cpp's converter names it: the embedding, final norm and head by their fixed names,
+/// a layer's tensor `model.layers.<i>.<hf>…` as `blk.<i>.<gguf>…` by the family's `layer_map` of `(hf, gguf)`
+/// prefixes (first match wins); anything else as it is.
+pub(crate) fn gguf_tensor_name(hf: &str, layer_map: &[(&str, &str)]) -> String {
+    let fixed = [
+        ("model.embed_tokens.weight", "token_embd.weight"),
+        ("model.norm.weight", "output_norm.weight"),
+        ("lm_head.weight", "output.weight"),
+    ];
+    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
+        return g.to_string();
+    }
+    let Some((idx, tail)) = hf.strip_prefix("model.layers.").and_then(|r| r.split_once('.')) else {
+        return hf.to_string();
+    };
+    for (h, g) in layer_map {
+        if let Some(suffix) = tail.strip_prefix(h) {
+            return format!("blk.{idx}.{g}{suffix}");
+        }
+    }
+    hf.to_string()
+}
+
 /// A GGUF's `<arch>.*` metadata, read with the refusals every family's reader gives (the key named in full).
 pub(crate) struct GgufKeys<'a> {
     pub(crate) g: &'a crate::weights::GgufFile,

@@ -3,8 +3,8 @@
 //! own code disagree, or that kvad does not run, are refused naming the field.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, need, usize_field, ArchKind, GgufKeys, MlaConfig, ModelConfig, MoeConfig,
-    RopeScaling, Routing, Scoring,
+    bool_field, f64_field, get, gguf_tensor_name, ids, need, usize_field, ArchKind, GgufKeys, MlaConfig, ModelConfig,
+    MoeConfig, RopeScaling, Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -377,48 +377,35 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
 /// HF tensor name to llama.cpp's `deepseek2` one. (`kv_b_proj` is split by the converter into `attn_k_b` and
 /// `attn_v_b`, read apart: see `mla.rs`.)
 pub(crate) fn gguf_name(hf: &str) -> String {
-    let fixed = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
-        return g.to_string();
-    }
-    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
-    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
-    let map = [
-        ("mlp.experts.gate_proj", "ffn_gate_exps"),
-        ("mlp.experts.up_proj", "ffn_up_exps"),
-        ("mlp.experts.down_proj", "ffn_down_exps"),
-        ("mlp.gate.weight", "ffn_gate_inp.weight"),
-        ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
-        ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
-        ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
-        ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
-        ("input_layernorm", "attn_norm"),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.q_a_proj", "attn_q_a"),
-        ("self_attn.q_a_layernorm", "attn_q_a_norm"),
-        ("self_attn.q_b_proj", "attn_q_b"),
-        ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"),
-        ("self_attn.kv_a_layernorm", "attn_kv_a_norm"),
-        ("self_attn.kv_b_proj", "attn_kv_b"),
-        ("self_attn.k_b_proj", "attn_k_b"),
-        ("self_attn.v_b_proj", "attn_v_b"),
-        ("self_attn.o_proj", "attn_output"),
-        ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-    ];
-    for (h, g) in map {
-        if let Some(suffix) = tail.strip_prefix(h) {
-            return format!("blk.{idx}.{g}{suffix}");
-        }
-    }
-    hf.to_string()
+    gguf_tensor_name(hf, LAYER_NAMES)
 }
+
+/// Layer tensors: HF prefix, GGUF name.
+const LAYER_NAMES: &[(&str, &str)] = &[
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+    ("mlp.gate.weight", "ffn_gate_inp.weight"),
+    ("mlp.gate.e_score_correction_bias", "exp_probs_b.bias"),
+    ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+    ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+    ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.q_a_proj", "attn_q_a"),
+    ("self_attn.q_a_layernorm", "attn_q_a_norm"),
+    ("self_attn.q_b_proj", "attn_q_b"),
+    ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"),
+    ("self_attn.kv_a_layernorm", "attn_kv_a_norm"),
+    ("self_attn.kv_b_proj", "attn_kv_b"),
+    ("self_attn.k_b_proj", "attn_k_b"),
+    ("self_attn.v_b_proj", "attn_v_b"),
+    ("self_attn.o_proj", "attn_output"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
 
 #[cfg(test)]
 mod tests {

@@ -2,8 +2,8 @@
 //! qwen2, qwen3), and its GGUF tensor names.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, index_list, need, rope_params, usize_field, ArchKind, GgufKeys, ModelConfig,
-    MoeConfig, RopeScaling, Routing, Scoring,
+    bool_field, f64_field, get, gguf_tensor_name, ids, index_list, need, rope_params, usize_field, ArchKind, GgufKeys,
+    ModelConfig, MoeConfig, RopeScaling, Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -252,40 +252,27 @@ pub(crate) fn gguf_permute(cfg: &ModelConfig, arch: &str) -> Option<(usize, usiz
 
 /// HF tensor name to GGUF's.
 pub(crate) fn gguf_name(hf: &str) -> String {
-    let fixed = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
-        return g.to_string();
-    }
-    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
-    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
-    let map = [
-        ("mlp.experts.gate_proj", "ffn_gate_exps"),
-        ("mlp.experts.up_proj", "ffn_up_exps"),
-        ("mlp.experts.down_proj", "ffn_down_exps"),
-        ("mlp.gate.weight", "ffn_gate_inp.weight"),
-        ("input_layernorm", "attn_norm"),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"),
-        ("self_attn.o_proj", "attn_output"),
-        ("self_attn.q_norm", "attn_q_norm"),
-        ("self_attn.k_norm", "attn_k_norm"),
-        ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-    ];
-    for (h, g) in map {
-        if let Some(suffix) = tail.strip_prefix(h) {
-            return format!("blk.{idx}.{g}{suffix}");
-        }
-    }
-    hf.to_string()
+    gguf_tensor_name(hf, LAYER_NAMES)
 }
+
+/// Layer tensors: HF prefix, GGUF name.
+const LAYER_NAMES: &[(&str, &str)] = &[
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+    ("mlp.gate.weight", "ffn_gate_inp.weight"),
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("post_attention_layernorm", "ffn_norm"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];
 
 #[cfg(test)]
 mod tests {

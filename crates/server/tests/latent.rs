@@ -37,7 +37,10 @@ fn kvad_ps_charges_a_deepseek_model_its_latent_cache_per_token() {
     for (backend, elem) in [("cpu-q8", 2), ("cpu-f32", 4)] {
         let (code, v) = s.post("/api/load", &json!({"model": dir, "backend": backend}).to_string());
         assert_eq!(code, 200, "{backend}: {v}");
-        let (code, v) = s.post("/v1/completions", &json!({"model": dir, "prompt": "a b", "max_tokens": 2}).to_string());
+        let (code, v) = s.post(
+            "/v1/completions",
+            &json!({"model": dir, "prompt": "a b", "max_tokens": 2, "temperature": 0, "ignore_eos": true}).to_string(),
+        );
         assert_eq!((code, &v["usage"]["completion_tokens"]), (200, &json!(2)), "{backend}: {v}");
         let (code, ps) = s.get("/api/ps");
         assert_eq!(code, 200, "{ps}");

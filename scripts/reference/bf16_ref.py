@@ -2,7 +2,7 @@
 16 greedy steps from each golden prompt re-running the full sequence, and at every step the gap between the top
 two logits, so a test can tell a near-tie (where bf16 arithmetic of two implementations may part) from a bug.
 
-Writes fixtures/goldens/models-bf16/<name>.json. Run after models.py.
+Writes fixtures/goldens/models-bf16/<name>.json. Run after models.py (names as arguments: only those fixtures).
 """
 import json
 import os
@@ -26,8 +26,11 @@ def main():
     gold_dir = common.fix("goldens", "models")
     out_dir = common.fix("goldens", "models-bf16")
     os.makedirs(out_dir, exist_ok=True)
+    only = set(sys.argv[1:])
     for f in sorted(os.listdir(gold_dir)):
         name = f[:-5]
+        if only and name not in only:
+            continue
         with open(os.path.join(gold_dir, f)) as fh:
             gold = json.load(fh)
         d = os.path.join(common.FIX, "models", SOURCES.get(name, name))

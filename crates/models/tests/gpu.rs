@@ -15,7 +15,7 @@ use kvad_tensor::BackendKind;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FIXTURES: [&str; 17] = [
+const FIXTURES: [&str; 23] = [
     "llama",
     "llama-tied",
     "llama-gguf",
@@ -33,6 +33,12 @@ const FIXTURES: [&str; 17] = [
     "deepseek-v3",
     "deepseek-v3-gguf",
     "deepseek-v3-half",
+    "qwen3-next",
+    "qwen3-next-legacy",
+    "qwen3-next-moe",
+    "qwen3-next-gguf",
+    "qwen3-5",
+    "qwen3-5-moe",
 ];
 
 fn no_gpu() -> bool {
@@ -321,7 +327,17 @@ fn batched_decode_is_bit_identical_to_alone_and_prompt_passes_agree() {
         return;
     }
     for backend in [BackendKind::GpuBf16, BackendKind::GpuQ8, BackendKind::GpuQ4] {
-        for name in ["llama", "qwen3", "gpt2", "mistral", "qwen3-moe", "deepseek-v2", "deepseek-v3"] {
+        for name in [
+            "llama",
+            "qwen3",
+            "gpt2",
+            "mistral",
+            "qwen3-moe",
+            "deepseek-v2",
+            "deepseek-v3",
+            "qwen3-next",
+            "qwen3-5-moe",
+        ] {
             let m = load(name, backend);
             let g = common::golden_json(name);
             let prompts: Vec<Vec<u32>> = g["cases"].as_array().unwrap().iter().map(|c| ids(&c["prompt"])).collect();
@@ -411,6 +427,50 @@ fn a_copied_prefix_continues_like_the_prefix_read_alone() {
     }
 }
 
+/// A recurrent model's state on the device: cut back to a snapshot or copied at one (a conversation parting from a
+/// kept one), it goes on as the prefix read alone does; with every slot held, a new sequence is refused by name.
+#[test]
+fn a_recurrent_state_restored_or_copied_at_a_snapshot_continues_like_the_prefix_read_alone() {
+    if no_gpu() {
+        return;
+    }
+    for (name, backend) in [("qwen3-next", BackendKind::GpuBf16), ("qwen3-5-moe", BackendKind::GpuQ8)] {
+        let m = load(name, backend);
+        let p: Vec<u32> = (3..40).collect();
+        let mut kv = m.new_state();
+        m.forward(&mut [SeqInput { tokens: &p[..20], state: &mut kv }], LogitsMode::None).unwrap();
+        assert!(kv.snapshot(), "{name}: a free slot for the snapshot");
+        m.forward(&mut [SeqInput { tokens: &p[20..], state: &mut kv }], LogitsMode::None).unwrap();
+        assert!(kv.copy_prefix(25).is_none(), "{name}: no snapshot at 25");
+        let mut copy = kv.copy_prefix(20).expect("a copy at the snapshot");
+        let a = m.forward(&mut [SeqInput { tokens: &[7, 9], state: &mut copy }], LogitsMode::All).unwrap().remove(0);
+        let mut fresh = m.new_state();
+        m.forward(&mut [SeqInput { tokens: &p[..20], state: &mut fresh }], LogitsMode::None).unwrap();
+        let b = m.forward(&mut [SeqInput { tokens: &[7, 9], state: &mut fresh }], LogitsMode::All).unwrap().remove(0);
+        let d = max_diff(&a, &b) / spread(&b);
+        assert!(d <= tol_same(name), "{name} {backend}: copy {d} of the spread");
+        assert!(kv.truncate(20), "{name}: cut back to the snapshot");
+        let c = m.forward(&mut [SeqInput { tokens: &[7, 9], state: &mut kv }], LogitsMode::All).unwrap().remove(0);
+        assert!(c == a, "{name} {backend}: the restored state and the copy compute the same bits");
+        eprintln!("{name} {backend}: copied and restored at a snapshot, {d:.2e} of the spread from read alone");
+    }
+    // Every slot held: the pass names it.
+    let m = load("qwen3-5", BackendKind::GpuBf16);
+    let mut held = Vec::new();
+    loop {
+        let mut s = m.new_state();
+        match m.forward(&mut [SeqInput { tokens: &[3], state: &mut s }], LogitsMode::Last) {
+            Ok(_) => held.push(s),
+            Err(e) => {
+                assert!(e.to_string().contains("slots are held"), "{e}");
+                break;
+            }
+        }
+        assert!(held.len() <= 100_000, "the slots never ran out");
+    }
+    eprintln!("qwen3-5: {} sequences held every slot", held.len());
+}
+
 #[test]
 fn a_cache_of_another_model_is_refused_by_name() {
     if no_gpu() {
@@ -442,6 +502,8 @@ fn decode_passes_over_8_rows_do_not_depend_on_the_other_rows() {
         ("qwen3-moe", BackendKind::GpuQ4),
         ("deepseek-v3", BackendKind::GpuBf16),
         ("deepseek-v2-lite", BackendKind::GpuQ8),
+        ("qwen3-next", BackendKind::GpuBf16),
+        ("qwen3-5-moe", BackendKind::GpuQ4),
     ] {
         let m = load(name, backend);
         let prompts: Vec<Vec<u32>> =

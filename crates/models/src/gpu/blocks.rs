@@ -3,11 +3,12 @@
 //! kernels; the decoder's pass only asks a block for the product that reads its input, the product that writes the
 //! residual stream, and its kernels in between.
 
+use super::delta::{DeltaAttn, DeltaPass, DeltaScratch, DeltaShape, GatedAttn};
 use super::mla::{MlaAttn, MlaPass, MlaScratch, MlaShape};
 use super::moe::{MoeMlp, MoePass, MoeScratch, MoeShape};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
-use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, Gpu, Meta, QkvPost};
+use kvad_tensor::cuda::{Act, Attn, DevBuf, DevMatrix, Gpu, Meta, QkvPost, SlotTable};
 
 /// A norm before attention, before the MLP, and at the end.
 pub(crate) enum Norm {
@@ -53,6 +54,10 @@ pub(crate) enum AttnBlock {
     Gqa(GqaAttn),
     /// Latent attention over one paged row a token (`gpu/mla.rs`).
     Mla(MlaAttn),
+    /// A gated delta net, its state in the sequence's slot (`gpu/delta.rs`).
+    Delta(DeltaAttn),
+    /// Gated attention over paged K/V (`gpu/delta.rs`).
+    Gated(GatedAttn),
 }
 
 /// The MLP's activation between its two products.
@@ -120,6 +125,10 @@ pub(crate) struct PassCtx<'a> {
     pub(crate) moe: Option<&'a MoeScratch>,
     /// The latent layers' buffers (None: no layer is latent).
     pub(crate) mla: Option<&'a MlaScratch>,
+    /// The recurrent slots of the pass's sequences.
+    pub(crate) slots: SlotTable,
+    /// The delta-net and gated attention layers' buffers (None: no such layer).
+    pub(crate) delta: Option<&'a DeltaScratch>,
 }
 
 fn ptr(b: &Option<DevBuf>) -> u64 {
@@ -136,32 +145,43 @@ impl AttnBlock {
         match self {
             AttnBlock::Gqa(a) => &a.qkv,
             AttnBlock::Mla(a) => a.input(),
+            AttnBlock::Delta(a) => &a.in_proj,
+            AttnBlock::Gated(a) => &a.qkv,
         }
     }
 
     /// Device bytes of one page of this layer's cache, in K and in V (a latent layer's one row a token in K).
     pub(crate) fn page_bytes(&self, c: &ModelConfig) -> (usize, usize) {
         match self {
-            AttnBlock::Gqa(_) => {
+            AttnBlock::Gqa(_) | AttnBlock::Gated(_) => {
                 let b = kvad_tensor::cuda::KV_PAGE * c.kv_dim() * 2;
                 (b, b)
             }
             AttnBlock::Mla(a) => (kvad_tensor::cuda::KV_PAGE * a.shape().row_bytes(), 0),
+            AttnBlock::Delta(_) => (0, 0),
         }
     }
 
     /// A latent layer's widths (None: not latent).
     pub(crate) fn mla_shape(&self) -> Option<MlaShape> {
         match self {
-            AttnBlock::Gqa(_) => None,
             AttnBlock::Mla(a) => Some(a.shape()),
+            _ => None,
+        }
+    }
+
+    /// A delta-net layer's widths (None: not one).
+    pub(crate) fn delta_shape(&self) -> Option<DeltaShape> {
+        match self {
+            AttnBlock::Delta(a) => Some(a.shape),
+            _ => None,
         }
     }
 
     /// Whether the product before it may norm its input in its own tail, in the form its input product reads:
     /// a latent block reads its input with two products, so its norm runs as a kernel.
     pub(crate) fn takes_tail_norm(&self) -> bool {
-        matches!(self, AttnBlock::Gqa(_))
+        !matches!(self, AttnBlock::Mla(_))
     }
 
     /// The product that adds the block's output to the residual stream, and its bias (0: none).
@@ -169,6 +189,8 @@ impl AttnBlock {
         match self {
             AttnBlock::Gqa(a) => (&a.o, ptr(&a.o_bias)),
             AttnBlock::Mla(a) => (a.output(), 0),
+            AttnBlock::Delta(a) => (&a.out, 0),
+            AttnBlock::Gated(a) => (&a.o, 0),
         }
     }
 
@@ -177,6 +199,8 @@ impl AttnBlock {
         match self {
             AttnBlock::Gqa(a) => vec![&a.qkv, &a.o],
             AttnBlock::Mla(a) => a.products(),
+            AttnBlock::Delta(a) => vec![&a.in_proj, &a.out],
+            AttnBlock::Gated(a) => vec![&a.qkv, &a.o],
         }
     }
 
@@ -192,6 +216,8 @@ impl AttnBlock {
                     + vec_bytes(&a.k_norm)
             }
             AttnBlock::Mla(a) => a.bytes(),
+            AttnBlock::Delta(a) => a.bytes(),
+            AttnBlock::Gated(a) => a.bytes(),
         }
     }
 
@@ -216,6 +242,14 @@ impl AttnBlock {
                 };
                 // SAFETY: the caller's contract.
                 return unsafe { a.issue(&mp, input, pages.0) };
+            }
+            AttnBlock::Delta(a) => {
+                // SAFETY: the caller's contract (the slot table holds every sequence's slots).
+                return unsafe { a.issue(&delta_pass(p), input) };
+            }
+            AttnBlock::Gated(a) => {
+                // SAFETY: the caller's contract.
+                return unsafe { a.issue(&delta_pass(p), input, pages) };
             }
         };
         let (c, gpu, rows) = (p.cfg, p.gpu, p.rows);
@@ -269,6 +303,25 @@ impl AttnBlock {
                 Ok(Act::rows(p.att.ptr(), p.gemv))
             }
         }
+    }
+}
+
+/// The pass context cut to the delta-net and gated attention layers.
+fn delta_pass<'a>(p: &PassCtx<'a>) -> DeltaPass<'a> {
+    let c = p.cfg;
+    DeltaPass {
+        gpu: p.gpu,
+        rows: p.rows,
+        gemv: p.gemv,
+        meta: p.meta,
+        tiles: p.tiles,
+        inv_freq: p.inv_freq,
+        wtmp: p.wtmp,
+        slots: p.slots,
+        heads: (c.n_heads, c.n_kv_heads, c.head_dim, c.norm_eps),
+        q: p.q,
+        att: p.att.ptr(),
+        scratch: p.delta,
     }
 }
 

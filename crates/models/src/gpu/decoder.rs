@@ -9,14 +9,15 @@ use super::moe::largest;
 use super::pages::{PagePool, Pages, Store};
 use super::plan::{norm_steps, NormStep, Plan};
 use super::scratch::{Scratch, GREEDY_AHEAD_MAX};
+use super::slots::{Slot, SlotPool};
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::layers::logit_rows;
-use crate::state::{KvDtype, LayerSpec, SeqState, StateSpec};
+use crate::state::{DeviceSlot, KvDtype, LayerSpec, LayerState, Recurrence, SeqState, StateSpec};
 use crate::{CausalLm, LogitsMode, SeqInput};
 use kvad_tensor::cuda::{
-    flash_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, NormTo, FLASH_TILE, GEMV_MAX_ROWS,
-    KV_PAGE, MMA_FEW_MAX_ROWS,
+    flash_takes, Act, DevBuf, DevFormat, DevMatrix, GemvKernel, Gpu, NormOut, NormTo, SlotTable, FLASH_TILE,
+    GEMV_MAX_ROWS, KV_PAGE, MMA_FEW_MAX_ROWS,
 };
 use std::sync::{Arc, Mutex};
 
@@ -40,8 +41,12 @@ pub(crate) struct GpuDecoder {
     p: Parts,
     /// The KV pages (`[layers][pages][nkv][PAGE][hd]` f16, K and V) and which are free.
     pool: Arc<PagePool>,
-    /// Every layer's keys and values, f16 in the pages.
+    /// Every layer's keys and values, f16 in the pages; a recurrent layer's state in a slot.
     spec: StateSpec,
+    /// The recurrent layers' slots (None: no recurrent layer).
+    slots: Option<Arc<SlotPool>>,
+    /// Recurrent layers.
+    n_rec: usize,
     scratch: Mutex<Option<Scratch>>,
     /// Passes with cuBLAS calls may be recorded as graphs (cleared when such a capture fails).
     blas_graph: std::sync::atomic::AtomicBool,
@@ -62,6 +67,11 @@ const GPU_PREFILL_CHUNK: usize = 4096;
 /// memory.
 const DEFAULT_KV_TOKENS: usize = 65_536;
 
+/// Sequences and snapshots a recurrent model's slots hold (each takes one slot a recurrent layer); at most a quarter
+/// of the memory free after the pages. 256: the server's largest batch with two snapshots each still fits a
+/// Qwen3-Next-80B-shaped model's 2 MB a layer in about 40 GB; the engine's admission counts what is held.
+const DEFAULT_RECURRENT_SETS: usize = 256;
+
 impl GpuDecoder {
     /// Takes the uploaded parts and allocates the page pool.
     pub(crate) fn new(gpu: Arc<Gpu>, p: Parts) -> Result<GpuDecoder, ModelError> {
@@ -78,16 +88,32 @@ impl GpuDecoder {
             layers: p
                 .layers
                 .iter()
-                .map(|l| match l.attn.mla_shape() {
-                    None => LayerSpec::Kv { kv_dim: c.kv_dim(), dtype: KvDtype::F16 },
-                    Some(m) => LayerSpec::Latent { latent_dim: m.r, rope_dim: m.rope, dtype: KvDtype::F16 },
+                .map(|l| match (l.attn.mla_shape(), l.attn.delta_shape()) {
+                    (Some(m), _) => LayerSpec::Latent { latent_dim: m.r, rope_dim: m.rope, dtype: KvDtype::F16 },
+                    (_, Some(d)) => {
+                        LayerSpec::Recurrent { state: d.nv * d.dk * d.dv, conv: d.slot_floats() - d.nv * d.dk * d.dv }
+                    }
+                    _ => LayerSpec::Kv { kv_dim: c.kv_dim(), dtype: KvDtype::F16 },
                 })
                 .collect(),
+        };
+        let delta = p.layers.iter().find_map(|l| l.attn.delta_shape());
+        let n_rec = p.layers.iter().filter(|l| l.attn.delta_shape().is_some()).count();
+        let slots = match delta {
+            Some(d) => {
+                let slot_bytes = d.slot_floats() * 4;
+                let (free, _) = gpu.memory()?;
+                let sets = DEFAULT_RECURRENT_SETS.min(free / 4 / (slot_bytes * n_rec)).max(1);
+                Some(SlotPool::new(&gpu, sets * n_rec, slot_bytes)?)
+            }
+            None => None,
         };
         Ok(GpuDecoder {
             gpu,
             pool,
             spec,
+            slots,
+            n_rec,
             scratch: Mutex::new(None),
             p,
             blas_graph: std::sync::atomic::AtomicBool::new(true),
@@ -162,7 +188,16 @@ impl CausalLm for GpuDecoder {
     }
 
     fn new_state(&self) -> SeqState {
-        SeqState::with_pages(&self.spec, Box::new(Pages::new(self.pool.clone())))
+        let pages = Box::new(Pages::new(self.pool.clone()));
+        // A recurrent layer's state in a slot; with every slot held, a state on the host, which a pass refuses
+        // saying so (`slot_table`).
+        let slotted = self.slots.as_ref().and_then(|pool| {
+            SeqState::with_slots(&self.spec, |_| pool.take().map(|s| Box::new(s) as Box<dyn DeviceSlot>))
+        });
+        match slotted {
+            Some(s) => SeqState { pages: Some(pages), ..s },
+            None => SeqState::with_pages(&self.spec, pages),
+        }
     }
 
     fn weight_bytes(&self) -> usize {
@@ -209,7 +244,13 @@ impl CausalLm for GpuDecoder {
     }
 
     fn greedy_ahead(&self) -> usize {
-        GREEDY_AHEAD
+        // A recurrent state cannot be cut back to the step where a reply stopped (only to a snapshot), so a model
+        // with one runs a step at a time.
+        if self.n_rec > 0 {
+            1
+        } else {
+            GREEDY_AHEAD
+        }
     }
 
     /// One sequence's greedy steps back to back on the device: the first pass as [`CausalLm::forward_greedy`]'s,
@@ -219,7 +260,12 @@ impl CausalLm for GpuDecoder {
     /// unrecorded goes on a step at a time.
     fn forward_greedy_steps(&self, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
         let SeqInput { tokens, state } = seq;
-        if steps <= 1 || tokens.len() != 1 || steps > GREEDY_AHEAD_MAX || state.len + steps > self.p.cfg.max_position {
+        if steps <= 1
+            || tokens.len() != 1
+            || steps > GREEDY_AHEAD_MAX
+            || state.len + steps > self.p.cfg.max_position
+            || self.n_rec > 0
+        {
             return crate::greedy_one_by_one(self, SeqInput { tokens, state }, steps);
         }
         // Pages for every step first: the replays read the table run() writes now. Where the pool cannot give them
@@ -332,7 +378,8 @@ impl GpuDecoder {
         let all_rows = sel.iter().enumerate().all(|(i, &r)| r as usize == i) && sel.len() == rows;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);
         let norms = norm_steps(&self.gpu, &self.p.layers, &self.p.final_norm, head, rows, all_rows);
-        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows, norms };
+        let slots_at = 3 * rows + sel.len() + batch.len() * width + tiles.len();
+        let plan = Plan { rows, sel: sel.len(), width, n_tiles: tiles.len() / 2, all_rows, norms, slots_at };
         let mut meta: Vec<i32> = Vec::with_capacity(3 * rows + sel.len() + batch.len() * width + tiles.len());
         for s in batch.iter() {
             meta.extend(s.tokens.iter().map(|&t| t as i32));
@@ -348,6 +395,18 @@ impl GpuDecoder {
             meta.extend(std::iter::repeat_n(0, width - ids.len()));
         }
         meta.extend_from_slice(&tiles);
+        debug_assert_eq!(meta.len(), slots_at, "the slot table where the plan says");
+        if let Some(pool) = &self.slots {
+            let mut r = 0;
+            for &n in &counts {
+                meta.push(r as i32);
+                r += n;
+            }
+            meta.push(r as i32);
+            for s in batch.iter() {
+                meta.extend(self.slot_ids(pool, s.state)?);
+            }
+        }
 
         let gpu = &self.gpu;
         let fits = guard.as_ref().is_some_and(|s| s.rows >= rows && s.sel >= sel.len() && s.meta_ints >= meta.len());
@@ -359,7 +418,8 @@ impl GpuDecoder {
             let up = self.p.layers.iter().map(|l| l.mlp.up_width()).max().unwrap_or(0);
             let moe = largest(self.p.layers.iter().filter_map(|l| l.mlp.moe_shape()));
             let mla = self.p.layers.iter().find_map(|l| l.attn.mla_shape());
-            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, moe, mla, r, n, m)?;
+            let delta = self.p.layers.iter().find_map(|l| l.attn.delta_shape());
+            let mut fresh = Scratch::new(gpu, &self.p.cfg, up, moe, mla, delta, r, n, m)?;
             fresh.wtmp = old.and_then(|s| s.wtmp);
             *guard = Some(fresh);
         }
@@ -400,6 +460,27 @@ impl GpuDecoder {
         Ok(Some(sel_spans))
     }
 
+    /// The slot ids of a sequence's recurrent layers, in layer order (the pass's slot table row).
+    fn slot_ids(&self, pool: &Arc<SlotPool>, s: &SeqState) -> Result<Vec<i32>, ModelError> {
+        let mut ids = Vec::with_capacity(self.n_rec);
+        for l in s.layers() {
+            let LayerState::Recurrent(r) = l else { continue };
+            let slot = match &r.now {
+                Recurrence::Device(d) => d.as_any().downcast_ref::<Slot>().filter(|s| s.of(pool)),
+                Recurrence::Host { .. } => None,
+            };
+            let slot = slot.ok_or_else(|| {
+                ModelError::BadInput(format!(
+                    "no GPU slot for this sequence's recurrent state: all {} slots are held by other sequences and \
+                     snapshots (or the state is another model's)",
+                    pool.total()
+                ))
+            })?;
+            ids.push(slot.id() as i32);
+        }
+        Ok(ids)
+    }
+
     /// The greedy picks of the pass just run: the argmax of each of its `n` logit rows, on the device, and only
     /// the ids copied back.
     fn picks(&self, s: &Scratch, n: usize) -> Result<Vec<u32>, ModelError> {
@@ -437,6 +518,16 @@ impl GpuDecoder {
             x: s.x.ptr(),
             moe: s.moe.as_ref(),
             mla: s.mla.as_ref(),
+            slots: SlotTable {
+                base: self.slots.as_ref().map_or(0, |p| p.base()),
+                slot_floats: self.p.layers.iter().find_map(|l| l.attn.delta_shape()).map_or(0, |d| d.slot_floats()),
+                slots: s.meta.at((plan.slots_at + seqs + 1) * 4),
+                n_rec: self.n_rec,
+                rec: 0,
+                seq_start: s.meta.at(plan.slots_at * 4),
+                seqs,
+            },
+            delta: s.delta.as_ref(),
         };
         let layers = &self.p.layers;
         let head = self.p.head.as_ref().unwrap_or(&self.p.embed);

@@ -7,6 +7,7 @@
 
 mod blocks;
 mod decoder;
+mod delta;
 mod mla;
 mod moe;
 mod pages;
@@ -17,6 +18,7 @@ mod upload;
 
 pub(crate) use blocks::{Activation, AttnBlock, DenseMlp, GqaAttn, Layer, MlpBlock, Norm};
 pub(crate) use decoder::{GpuDecoder, Parts};
+pub(crate) use delta::{DeltaAttn, DeltaShape, GatedAttn};
 pub(crate) use mla::{MlaAttn, MlaQ, MlaShape};
 pub(crate) use moe::MoeMlp;
 pub use pages::Pages;

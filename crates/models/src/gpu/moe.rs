@@ -46,6 +46,8 @@ pub(crate) struct MoeMlp {
 pub(crate) struct SharedMlp {
     gate_up: DevMatrix,
     down: DevMatrix,
+    /// `[hidden]` f32: Qwen3-Next scales the shared expert's output by `sigmoid(gate · x)` per token.
+    gate: Option<DevBuf>,
 }
 
 /// The widths a routed layer's working buffers take (the largest over the model's layers).
@@ -153,7 +155,11 @@ impl MoeMlp {
             ));
         }
         let shared = match &m.shared {
-            Some(sh) => Some(SharedMlp { gate_up: matrix(sh.gate_up.matrix())?, down: matrix(sh.down.matrix())? }),
+            Some(sh) => Some(SharedMlp {
+                gate_up: matrix(sh.gate_up.matrix())?,
+                down: matrix(sh.down.matrix())?,
+                gate: m.shared_gate.as_ref().map(|g| shared_gate_row(gpu, g.matrix())).transpose()?,
+            }),
             None => None,
         };
         let (mut gu, mut dn) = (Vec::new(), Vec::new());
@@ -189,7 +195,10 @@ impl MoeMlp {
 
     /// Device bytes of its weights.
     pub(crate) fn bytes(&self) -> usize {
-        let shared = self.shared.as_ref().map_or(0, |s| s.gate_up.bytes() + s.down.bytes());
+        let shared = self
+            .shared
+            .as_ref()
+            .map_or(0, |s| s.gate_up.bytes() + s.down.bytes() + s.gate.as_ref().map_or(0, DevBuf::len));
         self.router.len()
             + self.bias.as_ref().map_or(0, DevBuf::len)
             + self.gate_up.bytes()
@@ -277,10 +286,27 @@ impl MoeMlp {
             gpu.matmul(&sh.gate_up, a, rows, s.sup.ptr(), 0, false, p.wtmp)?;
             gpu.silu_mul(s.sup.ptr(), s.sact.ptr(), rows, ff, !gemv)?;
             let a = if gemv { Act::F32(s.sact.ptr()) } else { Act::Bf16(s.sact.ptr()) };
-            gpu.matmul(&sh.down, a, rows, x, 0, true, p.wtmp)?;
+            match &sh.gate {
+                // The routed experts' outputs in y are summed into x already: y takes the shared one, gated.
+                Some(g) => {
+                    gpu.matmul(&sh.down, a, rows, s.y.ptr(), 0, false, p.wtmp)?;
+                    gpu.moe_shared_gate_add(x, s.y.ptr(), input, g.ptr(), rows, p.hidden)?;
+                }
+                None => gpu.matmul(&sh.down, a, rows, x, 0, true, p.wtmp)?,
+            }
         }
         Ok(())
     }
+}
+
+/// The shared expert's gate (`[1][hidden]`, any host format) as f32 on the device.
+fn shared_gate_row(gpu: &Arc<Gpu>, m: &kvad_tensor::cpu::QMatrix) -> Result<DevBuf, ModelError> {
+    if m.rows() != 1 {
+        return Err(ModelError::Gpu(format!("a shared expert gate of {} rows", m.rows())));
+    }
+    let mut row = vec![0f32; m.cols()];
+    m.dequantize_row(0, &mut row);
+    Ok(DevBuf::from_slice(gpu, &row)?)
 }
 
 /// A pass's choices (`ids[row·k + slot]`, `k` slots a row) grouped by expert: the rows in expert order (each

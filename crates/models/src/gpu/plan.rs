@@ -32,6 +32,9 @@ pub(crate) struct Plan {
     pub(crate) all_rows: bool,
     /// Every norm of the pass, in order: each layer's two, then the final one (`2 · layers + 1`).
     pub(crate) norms: Vec<NormStep>,
+    /// Where the recurrent slot table starts in the metadata (ints): each sequence's first row and the row count
+    /// (`seqs + 1`), then each sequence's slot ids (`seqs × recurrent layers`).
+    pub(crate) slots_at: usize,
 }
 
 impl Plan {

@@ -1,6 +1,7 @@
 //! The working buffers of a model's passes, sized for the largest pass so far and grown as needed, and the decode
 //! passes recorded over them as CUDA graphs.
 
+use super::delta::{DeltaScratch, DeltaShape};
 use super::mla::{MlaScratch, MlaShape};
 use super::moe::{MoeScratch, MoeShape};
 use crate::config::ModelConfig;
@@ -41,6 +42,8 @@ pub(crate) struct Scratch {
     pub(crate) moe: Option<MoeScratch>,
     /// The latent layers' buffers (None: no layer is latent).
     pub(crate) mla: Option<MlaScratch>,
+    /// The delta-net and gated attention layers' buffers (None: no such layer).
+    pub(crate) delta: Option<DeltaScratch>,
 }
 
 /// A recorded decode pass's key: (rows, logit rows, page-table width, sequences, whether the logit rows are all
@@ -52,7 +55,8 @@ pub(crate) const GREEDY_AHEAD_MAX: usize = 64;
 
 impl Scratch {
     /// Buffers for passes of up to `rows` rows, `sel` logit rows and `meta_ints` metadata; `up_width` is the widest
-    /// MLP intermediate row, `moe` the largest routed layer's widths, `mla` the latent layers'.
+    /// MLP intermediate row, `moe` the largest routed layer's widths, `mla` the latent layers', `delta` the delta-net
+    /// layers'.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         gpu: &Arc<Gpu>,
@@ -60,6 +64,7 @@ impl Scratch {
         up_width: usize,
         moe: Option<MoeShape>,
         mla: Option<MlaShape>,
+        delta: Option<DeltaShape>,
         rows: usize,
         sel: usize,
         meta_ints: usize,
@@ -88,6 +93,7 @@ impl Scratch {
             hist: DevBuf::zeros(gpu, GREEDY_AHEAD_MAX * 4)?,
             moe: moe.map(|m| MoeScratch::new(gpu, m, c.hidden, rows)).transpose()?,
             mla: mla.map(|m| MlaScratch::new(gpu, m, rows)).transpose()?,
+            delta: delta.map(|d| DeltaScratch::new(gpu, d, c.q_dim(), c.kv_dim(), rows)).transpose()?,
         })
     }
 }

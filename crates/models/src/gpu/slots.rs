@@ -45,6 +45,17 @@ impl SlotPool {
     pub fn available(&self) -> usize {
         self.lock().len()
     }
+
+    /// Slots in all.
+    pub fn total(&self) -> usize {
+        self.buf.len() / self.slot_bytes.max(1)
+    }
+
+    /// The first slot's device address: a kernel finds slot `id` at `base + id · slot_bytes`, so a recorded pass
+    /// reads the ids from its metadata rather than addresses.
+    pub fn base(&self) -> u64 {
+        self.buf.ptr()
+    }
 }
 
 /// One slot of a pool; it goes back to the pool when dropped.
@@ -55,6 +66,16 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// Its index in its pool.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Whether it is one of `pool`'s slots.
+    pub fn of(&self, pool: &Arc<SlotPool>) -> bool {
+        Arc::ptr_eq(&self.pool, pool)
+    }
+
     /// The slot's device address (what a kernel reads and writes).
     pub fn addr(&self) -> u64 {
         self.pool.buf.at(self.id as usize * self.pool.slot_bytes)

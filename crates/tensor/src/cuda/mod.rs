@@ -12,6 +12,7 @@ mod blas;
 mod buffer;
 mod compile;
 mod config;
+mod delta;
 mod elementwise;
 mod launch;
 mod limits;
@@ -25,6 +26,7 @@ mod trace;
 pub use attention::{flash_takes, Attn, FLASH_TILE};
 pub use buffer::DevBuf;
 pub use config::Tuning;
+pub use delta::{DeltaArgs, SlotTable, DELTA_KEY_DIMS};
 pub use matrix::{DevFormat, DevMatrix};
 pub use mla::{mla_splits, MlaArgs, MLA_MAX_LATENT, MLA_MAX_WIDTH};
 pub use moe::{ExpertTable, RouteArgs, MOE_MAX_GROUPS, MOE_MAX_K, MOE_MAX_K_WIDTH};
@@ -145,7 +147,7 @@ const GEMV_SPLIT: [&str; 4] = [
 ];
 
 /// The kernel sources in order (a file may use what the files before it define).
-const SOURCES: [&str; 16] = [
+const SOURCES: [&str; 17] = [
     COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
@@ -162,6 +164,7 @@ const SOURCES: [&str; 16] = [
     include_str!("kernels/mma_few.cu"),
     include_str!("kernels/moe.cu"),
     include_str!("kernels/mla.cu"),
+    include_str!("kernels/delta.cu"),
 ];
 
 /// Every kernel entry point, loaded once.
@@ -199,10 +202,22 @@ const KERNELS: &[&str] = &[
     "moe_order",
     "moe_gather_bf16",
     "moe_combine",
+    "moe_shared_gate_add",
     "mla_kv_post",
     "mla_q_absorb",
     "mla_attention_part",
     "mla_attention_out",
+    "delta_conv",
+    "delta_conv_tail",
+    "delta_prep",
+    "delta_rule_4",
+    "delta_rule_8",
+    "delta_rule_16",
+    "delta_rule_32",
+    "delta_rule_64",
+    "delta_gated_norm",
+    "gated_qkv_post",
+    "gate_mul",
 ];
 
 /// The kernels' PTX for a GPU of this compute capability, one text per compile unit, compiled by NVRTC (no GPU

@@ -247,6 +247,25 @@ impl Gpu {
         b.launch(cfg((rows as u32, 1, 1), 256, 0))
     }
 
+    /// `x[r] += sigmoid(input[r] · gw) · y[r]` for `rows` rows of `h`: a shared expert's output under its gate.
+    ///
+    /// # Safety
+    /// `x`, `y` and `input` hold `rows × h` f32, `gw` `h`.
+    pub unsafe fn moe_shared_gate_add(
+        &self,
+        x: u64,
+        y: u64,
+        input: u64,
+        gw: u64,
+        rows: usize,
+        h: usize,
+    ) -> Result<(), GpuError> {
+        let hh = i(h);
+        let mut b = self.launch("moe_shared_gate_add");
+        b.arg(&x).arg(&y).arg(&input).arg(&gw).arg(&hh);
+        b.launch(cfg((rows as u32, 1, 1), 256, 0))
+    }
+
     /// Copies host ints to device address `dst`, in stream order (the host copy may go once this returns).
     ///
     /// # Safety

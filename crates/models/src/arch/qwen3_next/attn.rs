@@ -13,12 +13,12 @@ use kvad_tensor::cpu::ops;
 /// One gated attention layer's weights.
 pub(crate) struct GatedAttn {
     /// q (with its gate, per head `[q | gate]`), k and v stacked: `[2·q_dim + 2·kv_dim, hidden]`.
-    qkv: Linear,
+    pub(super) qkv: Linear,
     /// `1 + q_norm.weight`.
-    q_norm: Vec<f32>,
+    pub(super) q_norm: Vec<f32>,
     /// `1 + k_norm.weight`.
-    k_norm: Vec<f32>,
-    o: Linear,
+    pub(super) k_norm: Vec<f32>,
+    pub(super) o: Linear,
 }
 
 impl GatedAttn {

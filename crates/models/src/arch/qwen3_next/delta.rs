@@ -19,16 +19,16 @@ use kvad_tensor::cpu::{pool, QMatrix};
 /// One delta-net layer's weights.
 pub(crate) struct DeltaNet {
     /// q, k, v, z, b and a stacked in that order, every head's rows together: `[2·kw + 2·vw + 2·nv, hidden]`.
-    in_proj: Linear,
+    pub(super) in_proj: Linear,
     /// Convolution taps, `[channel][tap]`, the oldest input's tap first.
-    conv: Vec<f32>,
+    pub(super) conv: Vec<f32>,
     /// `-exp(A_log)` per value head.
-    neg_a: Vec<f32>,
+    pub(super) neg_a: Vec<f32>,
     /// Added to `a` before the softplus, per value head.
-    dt_bias: Vec<f32>,
+    pub(super) dt_bias: Vec<f32>,
     /// The gated RMSNorm's weight, `[v_dim]`.
-    norm: Vec<f32>,
-    out: Linear,
+    pub(super) norm: Vec<f32>,
+    pub(super) out: Linear,
 }
 
 impl DeltaNet {

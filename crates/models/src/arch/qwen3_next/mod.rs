@@ -1,12 +1,13 @@
 //! Qwen3-Next and Qwen3.5's text models (dense and MoE): pre-norm decoder layers whose token mixer is a gated delta net (`delta.rs`, a recurrent state per
 //! sequence) or, every few layers, gated full attention (`attn.rs`, a K/V cache); the MLP is routed experts with a
 //! gated shared expert ([`crate::moe`]) or, in `mlp_only_layers`, a dense SwiGLU. Every RMSNorm of the decoder
-//! multiplies by `1 + w`. Multi-token-prediction weights (`mtp.*`) are skipped by name. CPU backends for now: the
-//! GPU's blocks have no recurrent layer yet, so the registry refuses the GPU backends by name.
+//! multiplies by `1 + w`. Multi-token-prediction weights (`mtp.*`) are skipped by name. On a GPU the same loaded
+//! model is uploaded (`gpu.rs`).
 
 mod attn;
 mod config;
 mod delta;
+mod gpu;
 mod rule;
 
 use crate::arch::entry::ArchEntry;
@@ -31,19 +32,19 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
     hf_classes: &["Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"],
     model_types: &["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"],
     gguf_archs: &["qwen3next"],
-    backends: &[BackendKind::CpuF32, BackendKind::CpuQ8, BackendKind::CpuQ4],
+    backends: &BackendKind::ALL,
     mlp_matrices: 3,
     from_hf: config::from_hf,
     from_gguf: config::from_gguf,
     gguf_name: config::gguf_name,
     gguf_permute: |_, _| None,
-    build: |cfg, t, gpu| match gpu {
-        None => Ok(Box::new(Qwen3Next::load(cfg, t)?)),
-        Some(_) => Err(ModelError::refused(
-            "backend",
-            t.backend.name(),
-            "Qwen3-Next runs on the CPU backends in this build (the GPU has no delta-net layer yet)",
-        )),
+    build: |cfg, t, gpu| {
+        let backend = t.backend;
+        let m = Qwen3Next::load(cfg, t)?;
+        Ok(match gpu {
+            None => Box::new(m),
+            Some(g) => Box::new(gpu::upload(g, m, backend)?),
+        })
     },
 };
 

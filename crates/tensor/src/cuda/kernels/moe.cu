@@ -354,3 +354,17 @@ extern "C" __global__ void moe_combine(float* __restrict__ x, const float* __res
         x[(size_t)r * H + c] += acc;
     }
 }
+
+// The shared expert's output y gated per row (Qwen3-Next): x[r] += sigmoid(input[r] · gw) · y[r], input the layer's
+// normed f32 rows. Grid R, 256 threads.
+extern "C" __global__ void __launch_bounds__(256)
+    moe_shared_gate_add(float* __restrict__ x, const float* __restrict__ y, const float* __restrict__ input,
+                        const float* __restrict__ gw, int H) {
+    PDL_ENTER();
+    __shared__ float red[32];
+    int r = blockIdx.x;
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < H; c += blockDim.x) s += input[(size_t)r * H + c] * gw[c];
+    float g = 1.0f / (1.0f + expf(-block_sum(s, red)));
+    for (int c = threadIdx.x; c < H; c += blockDim.x) x[(size_t)r * H + c] += g * y[(size_t)r * H + c];
+}

@@ -1,0 +1,179 @@
+//! Gated delta-net launches (`kernels/delta.cu`): the causal convolution with its kept inputs, the L2-normed q/k and
+//! the gates, the delta rule over each sequence's rows with its state in a device slot, and the gated RMSNorm; and
+//! gated attention's q/k/v post-processing and output gate. The model side (kvad-models' `gpu/delta.rs`) runs the
+//! products around them.
+
+use super::ops::{cfg, grid_for, i, Meta};
+use super::{Gpu, GpuError};
+
+/// Key head widths the delta rule's kernels take (`delta_rule_{dk/4}`: rows a thread holds are dk / 4).
+pub const DELTA_KEY_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+
+/// Where each sequence's recurrent state is: the layer's slots and the pass's tables.
+#[derive(Debug, Clone, Copy)]
+pub struct SlotTable {
+    /// The pool's first slot.
+    pub base: u64,
+    /// f32 values a slot.
+    pub slot_floats: usize,
+    /// `[seqs][n_rec]` i32 slot ids (in the pass's metadata).
+    pub slots: u64,
+    /// Recurrent layers in the model (the table's width).
+    pub n_rec: usize,
+    /// This layer's index among them.
+    pub rec: usize,
+    /// `[seqs + 1]` i32: the row each sequence starts at (its rows are consecutive), then the pass's row count.
+    pub seq_start: u64,
+    /// Sequences in the pass.
+    pub seqs: usize,
+}
+
+/// One delta-net layer's shape and addresses for a pass.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaArgs {
+    /// `[rows][2·kw + 2·vw + 2·nv]` f32: the input product's q, k, v, z, b, a.
+    pub proj: u64,
+    /// `[rows][2·kw + vw]` f32 scratch: the convolution's output.
+    pub mixed: u64,
+    /// `[rows][2·kw]` f32 scratch: normed q and k.
+    pub qk: u64,
+    /// `[rows][2·nv]` f32 scratch: β and g.
+    pub bg: u64,
+    /// `[rows][vw]` f32 scratch: the rule's outputs.
+    pub o: u64,
+    /// `[rows][vw]` out: the gated norm's (what the output product reads).
+    pub out: u64,
+    /// Out as bf16 (for cuBLAS) rather than f32.
+    pub out_bf16: bool,
+    /// `[ch][taps]` f32 convolution weights.
+    pub conv_w: u64,
+    /// `[nv]` f32: `-exp(A_log)`.
+    pub neg_a: u64,
+    /// `[nv]` f32.
+    pub dt_bias: u64,
+    /// `[dv]` f32: the gated norm's weight.
+    pub norm_w: u64,
+    /// Rows' sequences (`row_seq` of the pass's metadata).
+    pub meta: Meta,
+    /// Each sequence's slot of this layer.
+    pub slots: SlotTable,
+    /// Rows in the pass.
+    pub rows: usize,
+    /// Key heads.
+    pub kh: usize,
+    /// Value heads.
+    pub nv: usize,
+    /// Width of a key head.
+    pub dk: usize,
+    /// Width of a value head.
+    pub dv: usize,
+    /// Convolution taps.
+    pub taps: usize,
+    /// The gated norm's epsilon.
+    pub eps: f32,
+}
+
+impl DeltaArgs {
+    /// Floats of a slot's state (its convolution inputs follow).
+    pub fn state_floats(&self) -> usize {
+        self.nv * self.dk * self.dv
+    }
+
+    /// Why the kernels cannot take this shape, if they cannot.
+    pub fn unsupported(&self) -> Option<String> {
+        if !DELTA_KEY_DIMS.contains(&self.dk) {
+            return Some(format!("key heads of {}; the GPU's delta rule takes {DELTA_KEY_DIMS:?}", self.dk));
+        }
+        if self.dv == 0 || self.kh == 0 || !self.nv.is_multiple_of(self.kh) || self.taps == 0 {
+            return Some(format!("{} value heads over {} key heads, {} taps", self.nv, self.kh, self.taps));
+        }
+        None
+    }
+}
+
+impl Gpu {
+    /// A delta-net layer's kernels between its two products: the convolution (and the kept inputs moved on), q/k
+    /// and the gates, the rule (each sequence's state read and written in its slot), the gated norm into `a.out`.
+    ///
+    /// # Safety
+    /// Every address must hold what [`DeltaArgs`] says; each sequence's slot holds `slot_floats` floats.
+    pub unsafe fn delta_net(&self, a: &DeltaArgs) -> Result<(), GpuError> {
+        if let Some(why) = a.unsupported() {
+            return Err(GpuError::Shape(why));
+        }
+        let (kw, vw) = (a.kh * a.dk, a.nv * a.dv);
+        let ch = 2 * kw + vw;
+        let w = 2 * kw + 2 * vw + 2 * a.nv;
+        let t = &a.slots;
+        let (wi, chi, taps, sf, st) = (i(w), i(ch), i(a.taps), t.slot_floats as i64, i(a.state_floats()));
+        let (n_rec, rec) = (i(t.n_rec), i(t.rec));
+        let rows = a.rows as u32;
+        let mut b = self.launch("delta_conv");
+        b.arg(&a.proj).arg(&wi).arg(&a.mixed).arg(&chi).arg(&taps).arg(&a.conv_w).arg(&t.base).arg(&sf).arg(&st);
+        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&a.meta.row_seq).arg(&t.seq_start);
+        b.launch(cfg((rows, ch.div_ceil(256) as u32, 1), 256, 0))?;
+        if a.taps > 1 {
+            let mut b = self.launch("delta_conv_tail");
+            b.arg(&a.proj).arg(&wi).arg(&chi).arg(&taps).arg(&t.base).arg(&sf).arg(&st).arg(&t.slots);
+            b.arg(&n_rec).arg(&rec).arg(&t.seq_start);
+            b.launch(cfg((t.seqs as u32, ch.div_ceil(256) as u32, 1), 256, 0))?;
+        }
+        let (kh, dk, nv, vwi, dv) = (i(a.kh), i(a.dk), i(a.nv), i(vw), i(a.dv));
+        let mut b = self.launch("delta_prep");
+        b.arg(&a.proj).arg(&wi).arg(&a.mixed).arg(&chi).arg(&a.qk).arg(&a.bg).arg(&kh).arg(&dk).arg(&nv).arg(&vwi);
+        b.arg(&a.neg_a).arg(&a.dt_bias);
+        b.launch(cfg((rows, a.kh as u32 + 1, 1), 32, 0))?;
+        let mut b = self.launch(&format!("delta_rule_{}", a.dk / 4));
+        b.arg(&a.qk).arg(&a.bg).arg(&a.mixed).arg(&chi).arg(&a.o).arg(&kh).arg(&nv).arg(&dv).arg(&t.base).arg(&sf);
+        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start);
+        b.launch(cfg((t.seqs as u32, a.nv as u32, a.dv.div_ceil(32) as u32), 128, 0))?;
+        let ob = i32::from(a.out_bf16);
+        let mut b = self.launch("delta_gated_norm");
+        b.arg(&a.o).arg(&a.proj).arg(&wi).arg(&chi).arg(&a.norm_w).arg(&a.out).arg(&dv).arg(&vwi).arg(&a.eps).arg(&ob);
+        b.launch(cfg((rows, a.nv as u32, 1), 128, 0))?;
+        Ok(())
+    }
+
+    /// Gated attention's post-processing of its q/gate/k/v product rows (`[nh][2·hd]`, then k and v): q/k norms,
+    /// RoPE on the first `rope` values of each head, q into `q_out`, the gates into `gate`, k and v into the
+    /// pages. `q_norm`/`k_norm` must be given.
+    ///
+    /// # Safety
+    /// `qkv` holds `rows × (2·nh + 2·nkv)·hd` f32, `q_out` and `gate` `rows × nh·hd`, the page tables cover every
+    /// row's position, `inv_freq` holds `rope / 2` values.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gated_qkv_post(
+        &self,
+        qkv: u64,
+        q_out: u64,
+        gate: u64,
+        pages: (u64, u64),
+        norms: (u64, u64),
+        inv_freq: u64,
+        meta: Meta,
+        rows: usize,
+        (nh, nkv, hd, rope): (usize, usize, usize, usize),
+        eps: f32,
+    ) -> Result<(), GpuError> {
+        if rope > hd || !rope.is_multiple_of(2) || norms.0 == 0 || norms.1 == 0 {
+            return Err(GpuError::Shape(format!("gated attention with rope {rope} of head {hd}, norms {norms:?}")));
+        }
+        let (mp, nhi, nkvi, hdi, ropei) = (i(meta.max_pages), i(nh), i(nkv), i(hd), i(rope));
+        let mut b = self.launch("gated_qkv_post");
+        b.arg(&qkv).arg(&q_out).arg(&gate).arg(&pages.0).arg(&pages.1).arg(&norms.0).arg(&norms.1).arg(&inv_freq);
+        b.arg(&meta.row_pos).arg(&meta.row_seq).arg(&meta.tables).arg(&mp).arg(&nhi).arg(&nkvi).arg(&hdi);
+        b.arg(&ropei).arg(&eps);
+        b.launch(cfg((rows as u32, (nh + nkv) as u32, 1), 32, 0))
+    }
+
+    /// `out = att · sigmoid(gate)` over `n` values, f32 or bf16.
+    ///
+    /// # Safety
+    /// `att` and `gate` hold `n` f32, `out` `n` of its type.
+    pub unsafe fn gate_mul(&self, att: u64, gate: u64, out: u64, n: usize, out_bf16: bool) -> Result<(), GpuError> {
+        let (nn, ob) = (n as i64, i32::from(out_bf16));
+        let mut b = self.launch("gate_mul");
+        b.arg(&att).arg(&gate).arg(&out).arg(&nn).arg(&ob);
+        b.launch(cfg((grid_for(n, 256), 1, 1), 256, 0))
+    }
+}

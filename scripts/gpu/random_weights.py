@@ -40,8 +40,9 @@ def to_bf16(x):
 
 
 def write(w, plan, seed=0):
-    """Writes `plan` ((name, row-major shape, kind) in file order; kind 'norm' is f32 ones, 'router' f32 random, 'w'
-    bf16 random) into the GGUFWriter `w` after its key/values, then closes it; returns the random parameters written.
+    """Writes `plan` ((name, row-major shape, kind) in file order; kind 'norm' is f32 ones, 'neg' f32 minus ones (a
+    delta net's decay rates), 'router' f32 random, 'w' bf16 random) into the GGUFWriter `w` after its key/values, then
+    closes it; returns the random parameters written.
     """
     for name, shape, kind in plan:
         if kind == "w":
@@ -53,8 +54,8 @@ def write(w, plan, seed=0):
     w.write_ti_data_to_file()
     src, t0, n = _Source(seed), time.time(), 0
     for name, shape, kind in plan:
-        if kind == "norm":
-            w.write_tensor_data(np.ones(shape, dtype=np.float32))
+        if kind in ("norm", "neg"):
+            w.write_tensor_data(np.full(shape, 1.0 if kind == "norm" else -1.0, dtype=np.float32))
             continue
         x = src.normal(shape)
         w.write_tensor_data(x if kind == "router" else to_bf16(x))

@@ -11,8 +11,10 @@ expert) and their logits/greedy goldens.
   qwen3-next-legacy  the published spelling: full_attention_interval, top-level rope_theta and
                      partial_rotary_factor, torch_dtype; alternating layers; decoder_sparse_step 2; no
                      norm_topk_prob; equal key and value heads; a tied head
-  qwen3-5            Qwen3_5ForCausalLM: the four plain input projections, a dense MLP in every layer
-  qwen3-5-moe        Qwen3_5MoeForCausalLM: experts in every layer, weights always normalised (seed 145: with
+  qwen3-5            Qwen3_5ForCausalLM: the four plain input projections, a dense MLP in every layer; its GGUF
+                     form, qwen3-5-gguf, is llama.cpp's qwen35 layout (value heads tiled)
+  qwen3-5-moe        Qwen3_5MoeForCausalLM: experts in every layer, weights always normalised; its GGUF form
+                     qwen3-5-moe-gguf (seed 145: with
                      144 a router sat within the kernels' rounding of a tie at one position, and cpu-q8 chose
                      another expert there, which the kernel test cannot tell from a kernel bug)
 The prompts are read by transformers' chunked delta rule (no cache); kvad must match it. The goldens are computed
@@ -206,6 +208,110 @@ def write_qwen3next_gguf(model, path):
     w.close()
 
 
+def tiled(x, axis, nk, nv, hd):
+    """llama.cpp's qwen35 order of value heads along `axis`: from grouped by key head ([g][v][hd]) to tiled
+    ([v][g][hd]), as the converter's _reorder_v_heads does."""
+    import numpy as np
+    x = np.moveaxis(x, axis, 0)
+    rest = x.shape[1:]
+    x = x.reshape(nk, nv // nk, hd, *rest).swapaxes(0, 1).reshape(nv * hd, *rest)
+    return np.ascontiguousarray(np.moveaxis(x, 0, axis))
+
+
+def write_qwen35_gguf(model, path, moe):
+    """As llama.cpp's converter (conversion/qwen.py, Qwen3_5TextModel / Qwen3_5MoeTextModel, --no-mtp) writes it,
+    checked tensor by tensor against that converter's own output for these models (2026-12-06): Qwen3-Next's norms
+    (1 + w), A as -exp(A_log) and the squeezed convolution, the four plain input projections as attn_qkv,
+    attn_gate, ssm_beta and ssm_alpha, and where value heads outnumber key heads every value-head tensor (v's rows
+    and channels, z, b, a, A, dt_bias, out_proj's columns) in tiled order."""
+    import gguf
+    import numpy as np
+    cfg = model.config
+    arch = "qwen35moe" if moe else "qwen35"
+    sd = {k: v.detach().float().numpy().copy() for k, v in model.state_dict().items()}
+    n, h = cfg.num_hidden_layers, cfg.hidden_size
+    nk, nv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                      cfg.linear_value_head_dim)
+    re = (lambda x, axis, hd: tiled(x, axis, nk, nv, hd)) if nk != nv else (lambda x, axis, hd: x)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(n)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(h)
+    if not moe:
+        w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    rp = cfg.rope_parameters
+    w.add_array(f"{arch}.rope.dimension_sections", list(rp.get("mrope_section", [11, 11, 10])) + [0])
+    w.add_rope_freq_base(float(rp["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    if moe:
+        w.add_expert_count(cfg.num_experts)
+        w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if moe:
+        w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+        w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
+    w.add_uint32(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
+    w.add_uint32(f"{arch}.ssm.state_size", dk)
+    w.add_uint32(f"{arch}.ssm.group_count", nk)
+    w.add_uint32(f"{arch}.ssm.time_step_rank", nv)
+    w.add_uint32(f"{arch}.ssm.inner_size", dv * nv)
+    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types])
+    w.add_uint32(f"{arch}.full_attention_interval", 4)
+    w.add_rope_dimension_count(int(cfg.head_dim * rp["partial_rotary_factor"]))
+    w.add_bos_token_id(cfg.bos_token_id)
+    w.add_eos_token_id(cfg.eos_token_id)
+    w.add_tensor("output.weight", sd["lm_head.weight"])
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(n):
+        p = f"model.layers.{i}."
+        w.add_tensor(f"blk.{i}.attn_norm.weight", sd[p + "input_layernorm.weight"] + 1)
+        if cfg.layer_types[i] == "linear_attention":
+            a = p + "linear_attn."
+            w.add_tensor(f"blk.{i}.ssm_a", re((-torch.exp(torch.from_numpy(sd[a + "A_log"]))).numpy(), 0, 1))
+            conv = sd[a + "conv1d.weight"].squeeze(1)
+            w.add_tensor(f"blk.{i}.ssm_conv1d.weight", np.concatenate([conv[:2 * nk * dk], re(conv[2 * nk * dk:], 0, dv)]))
+            w.add_tensor(f"blk.{i}.ssm_dt.bias", re(sd[a + "dt_bias"], 0, 1))
+            w.add_tensor(f"blk.{i}.ssm_alpha.weight", re(sd[a + "in_proj_a.weight"], 0, 1))
+            w.add_tensor(f"blk.{i}.ssm_beta.weight", re(sd[a + "in_proj_b.weight"], 0, 1))
+            qkv = sd[a + "in_proj_qkv.weight"]
+            w.add_tensor(f"blk.{i}.attn_qkv.weight", np.concatenate([qkv[:2 * nk * dk], re(qkv[2 * nk * dk:], 0, dv)]))
+            w.add_tensor(f"blk.{i}.attn_gate.weight", re(sd[a + "in_proj_z.weight"], 0, dv))
+            w.add_tensor(f"blk.{i}.ssm_norm.weight", sd[a + "norm.weight"])
+            w.add_tensor(f"blk.{i}.ssm_out.weight", re(sd[a + "out_proj.weight"], 1, dv))
+        m = p + "mlp."
+        if moe:
+            w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", sd[m + "gate.weight"])
+            gu, ff = sd[m + "experts.gate_up_proj"], cfg.moe_intermediate_size
+            w.add_tensor(f"blk.{i}.ffn_gate_exps.weight", np.ascontiguousarray(gu[:, :ff]))
+            w.add_tensor(f"blk.{i}.ffn_up_exps.weight", np.ascontiguousarray(gu[:, ff:]))
+            w.add_tensor(f"blk.{i}.ffn_down_exps.weight", sd[m + "experts.down_proj"])
+            for proj, gg in [("gate_proj", "ffn_gate_shexp"), ("up_proj", "ffn_up_shexp"),
+                             ("down_proj", "ffn_down_shexp")]:
+                w.add_tensor(f"blk.{i}.{gg}.weight", sd[f"{m}shared_expert.{proj}.weight"])
+            w.add_tensor(f"blk.{i}.ffn_gate_inp_shexp.weight", sd[m + "shared_expert_gate.weight"])
+        else:
+            for proj, gg in [("down_proj", "ffn_down"), ("gate_proj", "ffn_gate"), ("up_proj", "ffn_up")]:
+                w.add_tensor(f"blk.{i}.{gg}.weight", sd[m + proj + ".weight"])
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"] + 1)
+        if cfg.layer_types[i] != "linear_attention":
+            a = p + "self_attn."
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", sd[a + "k_norm.weight"] + 1)
+            for hf, gg in [("k_proj", "attn_k"), ("o_proj", "attn_output")]:
+                w.add_tensor(f"blk.{i}.{gg}.weight", sd[a + hf + ".weight"])
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", sd[a + "q_norm.weight"] + 1)
+            for hf, gg in [("q_proj", "attn_q"), ("v_proj", "attn_v")]:
+                w.add_tensor(f"blk.{i}.{gg}.weight", sd[a + hf + ".weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"] + 1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     from transformers import AutoModelForCausalLM
     only = set(sys.argv[1:])
@@ -237,6 +343,14 @@ def main():
                 "seed": seed, "same_weights_as": name,
                 "note": "GGUF in llama.cpp's qwen3next layout written from the safetensors fixture's weights; the "
                         "goldens are that fixture's (the GGUF form must give the same logits)"})
+        if name in ("qwen3-5", "qwen3-5-moe"):
+            dg = os.path.join(common.FIX, "models", name + "-gguf")
+            os.makedirs(dg, exist_ok=True)
+            write_qwen35_gguf(reloaded, os.path.join(dg, "model.gguf"), name.endswith("moe"))
+            models.write_golden(name + "-gguf", common.rel(dg) + "/model.gguf", cases, {
+                "seed": seed, "same_weights_as": name,
+                "note": "GGUF in llama.cpp's qwen35 layout (value heads tiled where they outnumber key heads) written "
+                        "from the safetensors fixture's weights; the goldens are that fixture's"})
         print(name, [c["greedy"] for c in cases])
 
 

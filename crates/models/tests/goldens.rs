@@ -274,6 +274,16 @@ fn qwen3_next_from_llama_cpp() {
 }
 
 #[test]
+fn qwen3_5_from_llama_cpp_value_heads_tiled() {
+    check("qwen3-5-gguf");
+}
+
+#[test]
+fn qwen3_5_moe_from_llama_cpp() {
+    check("qwen3-5-moe-gguf");
+}
+
+#[test]
 fn qwen3_next_experts_in_every_layer() {
     check("qwen3-next-moe");
 }

@@ -15,7 +15,7 @@ use kvad_tensor::BackendKind;
 use serde_json::Value;
 use std::path::PathBuf;
 
-const FIXTURES: [&str; 23] = [
+const FIXTURES: [&str; 25] = [
     "llama",
     "llama-tied",
     "llama-gguf",
@@ -39,6 +39,8 @@ const FIXTURES: [&str; 23] = [
     "qwen3-next-gguf",
     "qwen3-5",
     "qwen3-5-moe",
+    "qwen3-5-gguf",
+    "qwen3-5-moe-gguf",
 ];
 
 fn no_gpu() -> bool {

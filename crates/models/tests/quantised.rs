@@ -49,6 +49,8 @@ const ROUTED: &[&str] = &[
     "qwen3-next-legacy",
     "qwen3-5",
     "qwen3-5-moe",
+    "qwen3-5-gguf",
+    "qwen3-5-moe-gguf",
 ];
 
 /// Largest logit error relative to the spread of the reference logits at that position, over every position.

@@ -8,6 +8,8 @@ mod common;
 use common::{data, gpu};
 
 struct Shape {
+    /// Value heads tiled over the key heads (llama.cpp's qwen35 order).
+    tiled: bool,
     kh: usize,
     nv: usize,
     dk: usize,
@@ -76,7 +78,7 @@ fn reference(
         }
         let l2 = |x: &[f64]| 1.0 / (x.iter().map(|v| v * v).sum::<f64>() + 1e-6).sqrt();
         for h in 0..s.nv {
-            let key = h / (s.nv / s.kh);
+            let key = if s.tiled { h % s.kh } else { h / (s.nv / s.kh) };
             let q = &mixed[key * s.dk..(key + 1) * s.dk];
             let k = &mixed[kw + key * s.dk..kw + (key + 1) * s.dk];
             let (iq, ik) = (l2(q) / (s.dk as f64).sqrt(), l2(k));
@@ -115,9 +117,15 @@ fn reference(
 #[test]
 fn delta_net_kernels_equal_the_layer_in_f64_from_kept_state() {
     let Some(g) = gpu() else { return };
+    for tiled in [false, true] {
+        check(&g, tiled);
+    }
+}
+
+fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool) {
     // Qwen3-Next's delta-net heads (16 key / 32 value heads of 128, cut to 2 / 4 here), 4 taps. Three sequences:
     // a prompt of 70 rows (past a 64-row chunk), a decode row, a prompt of 3 rows (fewer than the kept inputs).
-    let s = Shape { kh: 2, nv: 4, dk: 128, dv: 128, taps: 4 };
+    let s = Shape { tiled, kh: 2, nv: 4, dk: 128, dv: 128, taps: 4 };
     let counts = [70usize, 1, 3];
     let rows: usize = counts.iter().sum();
     let (w, ch, vw) = (s.w(), s.ch(), s.vw());
@@ -151,12 +159,12 @@ fn delta_net_kernels_equal_the_layer_in_f64_from_kept_state() {
     for &n in &counts {
         seq_start.push(seq_start.last().unwrap() + n as i32);
     }
-    let up = |v: &[f32]| DevBuf::from_slice(&g, v).unwrap();
-    let ints = |v: &[i32]| DevBuf::from_slice(&g, v).unwrap();
+    let up = |v: &[f32]| DevBuf::from_slice(g, v).unwrap();
+    let ints = |v: &[i32]| DevBuf::from_slice(g, v).unwrap();
     let (proj_d, conv_d, a_d, dt_d, nw_d) = (up(&proj), up(&conv_w), up(&neg_a), up(&dt_bias), up(&norm_w));
     let (seq_d, start_d, ids_d) = (ints(&row_seq), ints(&seq_start), ints(&slot_ids));
     let slots_d = up(&slots_host);
-    let zeros = |n: usize| DevBuf::zeros(&g, n * 4).unwrap();
+    let zeros = |n: usize| DevBuf::zeros(g, n * 4).unwrap();
     let (mixed, qk, bg, o, out) =
         (zeros(rows * ch), zeros(rows * 2 * s.kw()), zeros(rows * 2 * s.nv), zeros(rows * vw), zeros(rows * vw));
     let args = DeltaArgs {
@@ -188,17 +196,18 @@ fn delta_net_kernels_equal_the_layer_in_f64_from_kept_state() {
         dv: s.dv,
         taps: s.taps,
         eps,
+        tiled,
     };
     // SAFETY: every buffer above holds what DeltaArgs says for these rows and slots.
     let (got, got_slots): (Vec<f32>, Vec<f32>) = unsafe {
         g.delta_net(&args).unwrap();
-        (out.read(&g, rows * vw).unwrap(), slots_d.read(&g, 3 * s.slot()).unwrap())
+        (out.read(g, rows * vw).unwrap(), slots_d.read(g, 3 * s.slot()).unwrap())
     };
     let worst = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0f64, f64::max);
     let scale = |b: &[f64]| b.iter().fold(0f64, |m, y| m.max(y.abs()));
     let (d_out, d_state) = (worst(&got, &want), worst(&got_slots, &want_slots));
     eprintln!(
-        "delta net: outputs within {d_out:.2e} (largest {:.2}), states and kept inputs within {d_state:.2e} (largest {:.2})",
+        "delta net (tiled {tiled}): outputs within {d_out:.2e} (largest {:.2}), states and kept inputs within {d_state:.2e} (largest {:.2})",
         scale(&want),
         scale(&want_slots)
     );

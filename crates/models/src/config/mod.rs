@@ -116,6 +116,10 @@ pub struct DeltaConfig {
     /// (`in_proj_qkvz`, `in_proj_ba`), or Qwen3.5's four plain ones (`in_proj_qkv`, `_z`, `_b`, `_a`).
     #[serde(default)]
     pub grouped: bool,
+    /// Value heads in llama.cpp's qwen35 order, tiled over the key heads (value head h reads key head
+    /// `h mod k_heads`), where the checkpoint's order groups them by key head (`h / (v_heads / k_heads)`).
+    #[serde(default)]
+    pub tiled: bool,
 }
 
 impl DeltaConfig {
@@ -127,6 +131,15 @@ impl DeltaConfig {
     /// Width of v (and of the output gate z) over all value heads.
     pub fn value_width(&self) -> usize {
         self.v_heads * self.v_dim
+    }
+
+    /// The key head value head `h` reads (see `tiled`).
+    pub fn key_head(&self, h: usize) -> usize {
+        if self.tiled {
+            h % self.k_heads
+        } else {
+            h / (self.v_heads / self.k_heads).max(1)
+        }
     }
 
     /// Channels of the convolution: q, k and v side by side.

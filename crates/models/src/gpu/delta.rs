@@ -42,6 +42,8 @@ pub(crate) struct DeltaShape {
     pub(crate) dv: usize,
     pub(crate) taps: usize,
     pub(crate) eps: f32,
+    /// Value heads tiled over the key heads (`DeltaConfig::tiled`).
+    pub(crate) tiled: bool,
 }
 
 impl DeltaShape {
@@ -109,6 +111,7 @@ impl DeltaAttn {
             dv: sh.dv,
             taps: sh.taps,
             eps: sh.eps,
+            tiled: sh.tiled,
         }
     }
 
@@ -167,6 +170,7 @@ impl From<DeltaShape> for DeltaArgs {
             dv: sh.dv,
             taps: sh.taps,
             eps: sh.eps,
+            tiled: sh.tiled,
         }
     }
 }

@@ -71,6 +71,8 @@ pub struct DeltaArgs {
     pub taps: usize,
     /// The gated norm's epsilon.
     pub eps: f32,
+    /// Value head h reads key head `h mod kh` (llama.cpp's qwen35 order), not `h / (nv / kh)`.
+    pub tiled: bool,
 }
 
 impl DeltaArgs {
@@ -125,7 +127,7 @@ impl Gpu {
         b.launch(cfg((rows, a.kh as u32 + 1, 1), 32, 0))?;
         let mut b = self.launch(&format!("delta_rule_{}", a.dk / 4));
         b.arg(&a.qk).arg(&a.bg).arg(&a.mixed).arg(&chi).arg(&a.o).arg(&kh).arg(&nv).arg(&dv).arg(&t.base).arg(&sf);
-        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start);
+        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start).arg(&i32::from(a.tiled));
         b.launch(cfg((t.seqs as u32, a.nv as u32, a.dv.div_ceil(32) as u32), 128, 0))?;
         let ob = i32::from(a.out_bf16);
         let mut b = self.launch("delta_gated_norm");

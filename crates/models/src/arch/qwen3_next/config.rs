@@ -49,6 +49,7 @@ pub(crate) fn from_hf(cfg: &Value, name: &str) -> Result<ModelConfig, ModelError
         conv: usize_field(cfg, "linear_conv_kernel_dim")?.unwrap_or(4),
         rope_dim: rotary_width(cfg, head_dim)?,
         grouped: name == "Qwen3NextForCausalLM",
+        tiled: false,
     };
     if !delta.v_heads.is_multiple_of(delta.k_heads) {
         return Err(ModelError::refused(
@@ -226,7 +227,10 @@ pub(crate) fn from_gguf(g: &GgufFile, arch: &str) -> Result<ModelConfig, ModelEr
         v_dim: inner / v_heads,
         conv: meta.uint("ssm.conv_kernel")?.unwrap_or(4),
         rope_dim: meta.need("rope.dimension_count")?,
-        grouped: true,
+        // qwen3next keeps the checkpoint's grouped b/a (ssm_ba); qwen35 splits them (ssm_beta, ssm_alpha) and tiles
+        // every value-head tensor over the key heads.
+        grouped: arch == "qwen3next",
+        tiled: arch != "qwen3next",
     };
     if delta.k_heads == 0 || !delta.v_heads.is_multiple_of(delta.k_heads) || !(1..=16).contains(&delta.conv) {
         return Err(ModelError::refused(
@@ -309,6 +313,8 @@ const LAYER_NAMES: &[(&str, &str)] = &[
     ("linear_attn.in_proj_qkv", "attn_qkv"),
     ("linear_attn.in_proj_z", "attn_gate"),
     ("linear_attn.in_proj_ba", "ssm_ba"),
+    ("linear_attn.in_proj_b", "ssm_beta"),
+    ("linear_attn.in_proj_a", "ssm_alpha"),
     ("linear_attn.norm", "ssm_norm"),
     ("linear_attn.out_proj", "ssm_out"),
     ("self_attn.q_proj", "attn_q"),

@@ -105,7 +105,6 @@ impl DeltaNet {
         let (kw, vw, ch) = (d.key_width(), d.value_width(), d.conv_channels());
         let (dk, dv, nv) = (d.k_dim, d.v_dim, d.v_heads);
         let width = p.len() / n.max(1);
-        let group = nv / d.k_heads;
         let scale = 1.0 / (dk as f32).sqrt();
         // Per key head: its q (normed, scaled) and k (normed), `[n][dk]`; per value head: v, β and g.
         let mut q = vec![0f32; d.k_heads * n * dk];
@@ -132,7 +131,7 @@ impl DeltaNet {
         let base = state.as_mut_ptr() as usize;
         let mut heads = vec![0f32; nv * n * dv];
         pool::for_each_piece_mut(&mut heads, n * dv, |h, out| {
-            let kh = h / group;
+            let kh = d.key_head(h);
             let x = rule::HeadTokens {
                 q: &q[kh * n * dk..(kh + 1) * n * dk],
                 k: &k[kh * n * dk..(kh + 1) * n * dk],
@@ -221,7 +220,8 @@ fn softplus(x: f32) -> f32 {
 
 /// The input projection in kvad's order (q, k, v, z, b, a). Qwen3-Next stores it as two matrices whose rows are
 /// grouped by key head (`[q_g, k_g, v_g, z_g]` for each head g, and `[b_g, a_g]`), regrouped here once; Qwen3.5 as
-/// four plain ones; llama.cpp's qwen3next GGUF as plain q/k/v and z beside the grouped b/a.
+/// four plain ones; llama.cpp's qwen3next GGUF as plain q/k/v and z beside the grouped b/a, its qwen35 GGUF as four
+/// plain ones with the value heads tiled (`DeltaConfig::tiled`).
 fn in_proj(t: &mut Tensors<'_>, p: &str, h: usize, d: &DeltaConfig) -> Result<QMatrix, ModelError> {
     let (kw, vw, nv) = (d.key_width(), d.value_width(), d.v_heads);
     let key = format!("{p}.in_proj.weight");

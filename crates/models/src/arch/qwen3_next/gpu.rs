@@ -18,7 +18,8 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Qwen3Next, backend: BackendKind) -> Resul
     let up = Uploader { gpu: &gpu, backend };
     let Qwen3Next { cfg, embed, layers, norm, head, rope, .. } = m;
     let d = cfg.delta.clone().expect("a Qwen3-Next config has delta-net layers");
-    let shape = DeltaShape { kh: d.k_heads, nv: d.v_heads, dk: d.k_dim, dv: d.v_dim, taps: d.conv, eps: cfg.norm_eps };
+    let (kh, nv, dk, dv, taps, eps, tiled) = (d.k_heads, d.v_heads, d.k_dim, d.v_dim, d.conv, cfg.norm_eps, d.tiled);
+    let shape = DeltaShape { kh, nv, dk, dv, taps, eps, tiled };
     let mut out = Vec::with_capacity(layers.len());
     let mut rec = 0;
     for l in layers {

@@ -31,7 +31,7 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
     covers: "Qwen3-Next, Qwen3.5 text (gated delta net, gated attention)",
     hf_classes: &["Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"],
     model_types: &["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"],
-    gguf_archs: &["qwen3next"],
+    gguf_archs: &["qwen3next", "qwen35", "qwen35moe"],
     backends: &BackendKind::ALL,
     mlp_matrices: 3,
     from_hf: config::from_hf,

@@ -137,4 +137,21 @@ fn the_gguf_config_is_the_checkpoints_and_refusals_name_the_key() {
     let e = crate::arch::registry::config_from_gguf(&GgufFile::open(&path).unwrap()).unwrap_err().to_string();
     let _ = std::fs::remove_file(&path);
     assert!(e.contains("qwen3next.ssm.inner_size") && e.contains("64"), "{e}");
+    // llama.cpp's qwen35: the four plain projections, value heads tiled over the key heads.
+    for name in ["qwen3-5", "qwen3-5-moe"] {
+        let g = GgufFile::open(&root().join(format!("fixtures/models/{name}-gguf/model.gguf"))).unwrap();
+        let from_gguf = crate::arch::registry::config_from_gguf(&g).unwrap();
+        let from_hf = config_from_hf(&fixture_config(name)).unwrap();
+        assert_eq!(from_gguf.delta, from_hf.delta.clone().map(|d| crate::config::DeltaConfig { tiled: true, ..d }));
+        assert_eq!((&from_gguf.moe, same(&from_gguf)), (&from_hf.moe, same(&from_hf)), "{name}");
+    }
+}
+
+#[test]
+fn a_tiled_value_head_reads_key_head_h_mod_k_heads() {
+    let mut d = config_from_hf(&fixture_config("qwen3-5")).unwrap().delta.unwrap();
+    assert_eq!((d.k_heads, d.v_heads), (2, 4));
+    assert_eq!((0..4).map(|h| d.key_head(h)).collect::<Vec<_>>(), [0, 0, 1, 1], "grouped");
+    d.tiled = true;
+    assert_eq!((0..4).map(|h| d.key_head(h)).collect::<Vec<_>>(), [0, 1, 0, 1], "tiled");
 }

@@ -93,12 +93,13 @@ extern "C" __global__ void delta_prep(const float* __restrict__ proj, int W, con
 // δ = β(v − e·kᵀS₀), o = e·qᵀS₀ + (q·k)·δ, S = e·S₀ + k ⊗ δ: the three sums over dk in one reduction a token.
 // Block: 4 warps over 32 value columns, warp w holding rows [w·RPT, (w+1)·RPT) of them in registers (dk = 4·RPT);
 // grid (seqs, nv, ⌈dv / 32⌉), the columns past dv idle. A token's q and k are staged in shared memory a token ahead (three buffers, so one
-// barrier a token orders them), the reduction's partial sums in two.
+// barrier a token orders them), the reduction's partial sums in two. Value head h reads key head h mod kh where
+// `tiled` (llama.cpp's qwen35 order), else h / (nv / kh) (the checkpoints' order).
 #define DELTA_RULE(RPT)                                                                                              \
     extern "C" __global__ void __launch_bounds__(128) delta_rule_##RPT(                                              \
         const float* __restrict__ qk, const float* __restrict__ bg, const float* __restrict__ mixed, int ch,         \
         float* __restrict__ out, int kh, int nv, int dv, float* slot_base, long long slot_floats,                  \
-        const int* __restrict__ slots, int n_rec, int rec, const int* __restrict__ seq_start) {                    \
+        const int* __restrict__ slots, int n_rec, int rec, const int* __restrict__ seq_start, int tiled) {         \
         PDL_ENTER();                                                                                                 \
         const int DK = 4 * RPT;                                                                                      \
         __shared__ float sqk[3][2 * DK];                                                                             \
@@ -107,7 +108,7 @@ extern "C" __global__ void delta_prep(const float* __restrict__ proj, int W, con
         int col = blockIdx.z * 32 + c, start = seq_start[s], n = seq_start[s + 1] - start;                           \
         bool live = col < dv;                                                                                        \
         if (n == 0) return;                                                                                          \
-        int key = h / (nv / kh), kw = kh * DK, vw = nv * dv;                                                         \
+        int key = tiled ? h % kh : h / (nv / kh), kw = kh * DK, vw = nv * dv;                                        \
         float* st = dn_slot(slot_base, slots, s, n_rec, rec, slot_floats) + (size_t)h * DK * dv;                     \
         float S[RPT];                                                                                                \
         _Pragma("unroll") for (int j = 0; j < RPT; j++) S[j] = live ? st[(size_t)(w * RPT + j) * dv + col] : 0.0f;    \

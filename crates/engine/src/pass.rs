@@ -46,11 +46,12 @@ impl Sequence {
     }
 
     /// The state as the reply left it: picks made ahead and never handed out are dropped, so a conversation kept
-    /// resumes where its reply ended. None where the state cannot be cut back there (a recurrent layer with no
-    /// snapshot at that length): such a conversation is not kept.
+    /// resumes where its reply ended. A recurrent layer cuts back only to a snapshot: the state goes back to the
+    /// latest one before that point, and the next turn that shares the conversation reads the tokens after it
+    /// again (they are its prompt's, past `cached_tokens`). None where no such point is left (not worth keeping).
     pub fn into_state(mut self) -> Option<SeqState> {
-        let keep = self.held();
-        self.state.truncate(keep).then_some(self.state)
+        let at = self.state.cut_point(self.held());
+        (at > 0 && self.state.truncate(at)).then_some(self.state)
     }
 
     /// The tokens a part of this kind feeds the model.
@@ -321,5 +322,10 @@ mod tests {
         let b = model.forward(&mut [SeqInput { tokens: &all, state: &mut fresh }], LogitsMode::Last).unwrap();
         let worst = a[0].iter().zip(&b[0]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         assert!(worst < 2e-4, "resumed and fresh logits differ by {worst}");
+        // Picks run ahead past where the reply stopped: the kept state goes back to the prompt's snapshot (the
+        // next turn reads the reply's tokens again), not thrown away, and not left holding the dropped picks.
+        seq.ahead.extend([11, 12]);
+        assert_eq!(seq.held(), end + 2);
+        assert_eq!(seq.into_state().map(|s| s.len()), Some(end));
     }
 }

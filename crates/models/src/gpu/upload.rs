@@ -1,8 +1,10 @@
 //! Host weights to the device, in the backend's device formats: what every architecture's GPU upload uses.
 
-use super::device_format;
+use super::{device_format, Activation, DenseMlp, GpuDecoder, Layer, MlpBlock, MoeMlp, Norm, Parts};
+use crate::config::ModelConfig;
 use crate::error::ModelError;
-use crate::layers::Linear;
+use crate::layers::{Embedding, Linear};
+use crate::moe::Ffn;
 use crate::tensors::Role;
 use kvad_tensor::cuda::{DevBuf, DevMatrix, Gpu};
 use kvad_tensor::BackendKind;
@@ -51,5 +53,42 @@ impl Uploader<'_> {
     /// An output head of its own (6 bits at gpu-q4 where the loader made it so).
     pub(crate) fn head(&self, m: &kvad_tensor::cpu::QMatrix) -> Result<DevMatrix, ModelError> {
         Ok(DevMatrix::upload(self.gpu, m, device_format(self.backend, Role::Head))?)
+    }
+
+    /// A decoder layer's feed-forward part: a SwiGLU (gate and up stacked) or routed experts.
+    pub(crate) fn ffn(&self, f: &Ffn) -> Result<MlpBlock, ModelError> {
+        Ok(match f {
+            Ffn::Dense(mlp) => MlpBlock::Dense(DenseMlp {
+                act: Activation::SwiGlu,
+                up: self.matrix(&mlp.gate_up)?,
+                up_bias: self.bias(&mlp.gate_up)?,
+                down: self.matrix(&mlp.down)?,
+                down_bias: self.bias(&mlp.down)?,
+            }),
+            Ffn::Moe(moe) => MlpBlock::Moe(MoeMlp::upload(self.gpu, moe, |m| self.expert(m))?),
+        })
+    }
+
+    /// The decoder of an RMSNorm model with RoPE over its uploaded layers: the embedding, the final norm, the head
+    /// (None: tied) and the RoPE frequencies go up here.
+    pub(crate) fn rms_decoder(
+        &self,
+        cfg: ModelConfig,
+        embed: &Embedding,
+        layers: Vec<Layer>,
+        norm: &[f32],
+        head: Option<&Linear>,
+        inv_freq: &[f32],
+    ) -> Result<GpuDecoder, ModelError> {
+        let parts = Parts {
+            embed: self.embedding(embed.0.clone())?,
+            pos_emb: None,
+            layers,
+            final_norm: Norm::Rms(self.vector(norm)?),
+            head: head.map(|h| self.head(h.matrix())).transpose()?,
+            inv_freq: Some(self.vector(inv_freq)?),
+            cfg,
+        };
+        GpuDecoder::new(self.gpu.clone(), parts)
     }
 }

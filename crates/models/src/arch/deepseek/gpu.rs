@@ -4,11 +4,7 @@
 use super::mla::{QProj, INNER_EPS};
 use super::Deepseek;
 use crate::error::ModelError;
-use crate::gpu::{
-    Activation, AttnBlock, DenseMlp, GpuDecoder, Layer, MlaAttn, MlaQ, MlaShape, MlpBlock, MoeMlp, Norm, Parts,
-    Uploader,
-};
-use crate::moe::Ffn;
+use crate::gpu::{AttnBlock, GpuDecoder, Layer, MlaAttn, MlaQ, MlaShape, Norm, Uploader};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
@@ -39,16 +35,7 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Deepseek, backend: BackendKind) -> Result
         if let Some(why) = attn.unsupported() {
             return Err(ModelError::refused("kv_lora_rank", mla.kv_lora_rank, why));
         }
-        let mlp = match &l.ffn {
-            Ffn::Dense(mlp) => MlpBlock::Dense(DenseMlp {
-                act: Activation::SwiGlu,
-                up: up.matrix(&mlp.gate_up)?,
-                up_bias: None,
-                down: up.matrix(&mlp.down)?,
-                down_bias: None,
-            }),
-            Ffn::Moe(moe) => MlpBlock::Moe(MoeMlp::upload(&gpu, moe, |m| up.expert(m))?),
-        };
+        let mlp = up.ffn(&l.ffn)?;
         out.push(Layer {
             norm1: Norm::Rms(up.vector(&l.attn_norm)?),
             attn: AttnBlock::Mla(attn),
@@ -56,14 +43,5 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Deepseek, backend: BackendKind) -> Result
             mlp,
         });
     }
-    let parts = Parts {
-        embed: up.embedding(embed.0.clone())?,
-        pos_emb: None,
-        layers: out,
-        final_norm: Norm::Rms(up.vector(&norm)?),
-        head: head.map(|h| up.head(h.matrix())).transpose()?,
-        inv_freq: Some(up.vector(&rope.inv_freq)?),
-        cfg,
-    };
-    GpuDecoder::new(gpu, parts)
+    up.rms_decoder(cfg, &embed, out, &norm, head.as_ref(), &rope.inv_freq)
 }

@@ -3,10 +3,7 @@
 
 use super::Llama;
 use crate::error::ModelError;
-use crate::gpu::{
-    Activation, AttnBlock, DenseMlp, GpuDecoder, GqaAttn, Layer, MlpBlock, MoeMlp, Norm, Parts, Uploader,
-};
-use crate::moe::Ffn;
+use crate::gpu::{AttnBlock, GpuDecoder, GqaAttn, Layer, Norm, Uploader};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
@@ -17,16 +14,7 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
     let Llama { cfg, embed, layers, norm, head, rope, .. } = m;
     let mut out = Vec::with_capacity(layers.len());
     for l in layers {
-        let mlp = match &l.ffn {
-            Ffn::Dense(mlp) => MlpBlock::Dense(DenseMlp {
-                act: Activation::SwiGlu,
-                up: up.matrix(&mlp.gate_up)?,
-                up_bias: up.bias(&mlp.gate_up)?,
-                down: up.matrix(&mlp.down)?,
-                down_bias: up.bias(&mlp.down)?,
-            }),
-            Ffn::Moe(moe) => MlpBlock::Moe(MoeMlp::upload(&gpu, moe, |m| up.expert(m))?),
-        };
+        let mlp = up.ffn(&l.ffn)?;
         out.push(Layer {
             norm1: Norm::Rms(up.vector(&l.attn_norm)?),
             attn: AttnBlock::Gqa(GqaAttn {
@@ -41,14 +29,5 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Llama, backend: BackendKind) -> Result<Gp
             mlp,
         });
     }
-    let parts = Parts {
-        embed: up.embedding(embed.0.clone())?,
-        pos_emb: None,
-        layers: out,
-        final_norm: Norm::Rms(up.vector(&norm)?),
-        head: head.map(|h| up.head(h.matrix())).transpose()?,
-        inv_freq: Some(up.vector(&rope.inv_freq)?),
-        cfg,
-    };
-    GpuDecoder::new(gpu, parts)
+    up.rms_decoder(cfg, &embed, out, &norm, head.as_ref(), &rope.inv_freq)
 }

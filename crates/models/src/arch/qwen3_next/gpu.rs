@@ -4,11 +4,7 @@
 
 use super::{Mixer, Qwen3Next};
 use crate::error::ModelError;
-use crate::gpu::{
-    Activation, AttnBlock, DeltaAttn, DeltaShape, DenseMlp, GatedAttn, GpuDecoder, Layer, MlpBlock, MoeMlp, Norm,
-    Parts, Uploader,
-};
-use crate::moe::Ffn;
+use crate::gpu::{AttnBlock, DeltaAttn, DeltaShape, GatedAttn, GpuDecoder, Layer, Norm, Uploader};
 use kvad_tensor::cuda::Gpu;
 use kvad_tensor::BackendKind;
 use std::sync::Arc;
@@ -49,31 +45,12 @@ pub(crate) fn upload(gpu: Arc<Gpu>, m: Qwen3Next, backend: BackendKind) -> Resul
                 rope: d.rope_dim,
             }),
         };
-        let mlp = match &l.ffn {
-            Ffn::Dense(mlp) => MlpBlock::Dense(DenseMlp {
-                act: Activation::SwiGlu,
-                up: up.matrix(&mlp.gate_up)?,
-                up_bias: None,
-                down: up.matrix(&mlp.down)?,
-                down_bias: None,
-            }),
-            Ffn::Moe(moe) => MlpBlock::Moe(MoeMlp::upload(&gpu, moe, |m| up.expert(m))?),
-        };
         out.push(Layer {
             norm1: Norm::Rms(up.vector(&l.attn_norm)?),
             attn,
             norm2: Norm::Rms(up.vector(&l.mlp_norm)?),
-            mlp,
+            mlp: up.ffn(&l.ffn)?,
         });
     }
-    let parts = Parts {
-        embed: up.embedding(embed.0.clone())?,
-        pos_emb: None,
-        layers: out,
-        final_norm: Norm::Rms(up.vector(&norm)?),
-        head: head.map(|h| up.head(h.matrix())).transpose()?,
-        inv_freq: Some(up.vector(&rope.inv_freq)?),
-        cfg,
-    };
-    GpuDecoder::new(gpu, parts)
+    up.rms_decoder(cfg, &embed, out, &norm, head.as_ref(), &rope.inv_freq)
 }

@@ -88,9 +88,10 @@ const TOL_SAME_WEIGHTS: f32 = 4e-2;
 /// neighbours.
 const TOL_SAME_WEIGHTS_ROUTED: f32 = 0.3;
 
-/// The bound for a fixture: routed (Qwen3-MoE, every DeepSeek) or not.
+/// The bound for a fixture: routed (Qwen3-MoE, every DeepSeek, every Qwen3-Next: experts beside the delta nets)
+/// or not.
 fn tol_same(name: &str) -> f32 {
-    if name.contains("moe") || name.starts_with("deepseek") {
+    if name.contains("moe") || name.starts_with("deepseek") || name.starts_with("qwen3-next") {
         TOL_SAME_WEIGHTS_ROUTED
     } else {
         TOL_SAME_WEIGHTS

@@ -117,16 +117,18 @@ fn reference(
 #[test]
 fn delta_net_kernels_equal_the_layer_in_f64_from_kept_state() {
     let Some(g) = gpu() else { return };
-    for tiled in [false, true] {
-        check(&g, tiled);
+    // A prompt of 70 rows (past a 64-row chunk), a decode row, a prompt of 3 rows (fewer than the kept inputs); then
+    // a decode pass (every sequence one row: the one-kernel step).
+    for counts in [&[70usize, 1, 3][..], &[1, 1, 1]] {
+        for tiled in [false, true] {
+            check(&g, tiled, counts);
+        }
     }
 }
 
-fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool) {
-    // Qwen3-Next's delta-net heads (16 key / 32 value heads of 128, cut to 2 / 4 here), 4 taps. Three sequences:
-    // a prompt of 70 rows (past a 64-row chunk), a decode row, a prompt of 3 rows (fewer than the kept inputs).
+fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool, counts: &[usize]) {
+    // Qwen3-Next's delta-net heads (16 key / 32 value heads of 128, cut to 2 / 4 here), 4 taps, three sequences.
     let s = Shape { tiled, kh: 2, nv: 4, dk: 128, dv: 128, taps: 4 };
-    let counts = [70usize, 1, 3];
     let rows: usize = counts.iter().sum();
     let (w, ch, vw) = (s.w(), s.ch(), s.vw());
     let mut proj = data(rows * w, 11);
@@ -156,7 +158,7 @@ fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool) {
     // The pass's metadata: rows' sequences, each sequence's first row, slot ids.
     let row_seq: Vec<i32> = counts.iter().enumerate().flat_map(|(i, &n)| std::iter::repeat_n(i as i32, n)).collect();
     let mut seq_start = vec![0i32];
-    for &n in &counts {
+    for &n in counts {
         seq_start.push(seq_start.last().unwrap() + n as i32);
     }
     let up = |v: &[f32]| DevBuf::from_slice(g, v).unwrap();
@@ -207,7 +209,7 @@ fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool) {
     let scale = |b: &[f64]| b.iter().fold(0f64, |m, y| m.max(y.abs()));
     let (d_out, d_state) = (worst(&got, &want), worst(&got_slots, &want_slots));
     eprintln!(
-        "delta net (tiled {tiled}): outputs within {d_out:.2e} (largest {:.2}), states and kept inputs within {d_state:.2e} (largest {:.2})",
+        "delta net ({counts:?} rows, tiled {tiled}): outputs within {d_out:.2e} (largest {:.2}), states and kept inputs within {d_state:.2e} (largest {:.2})",
         scale(&want),
         scale(&want_slots)
     );

@@ -9,6 +9,10 @@ use super::{Gpu, GpuError};
 /// Key head widths the delta rule's kernels take (`delta_rule_{dk/4}`: rows a thread holds are dk / 4).
 pub const DELTA_KEY_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 
+/// Widest value head the one-kernel decode step takes (`delta_step_*`: four column blocks of 32); wider ones decode
+/// through the prompt's kernels.
+pub const DELTA_STEP_MAX_V: usize = 128;
+
 /// Where each sequence's recurrent state is: the layer's slots and the pass's tables.
 #[derive(Debug, Clone, Copy)]
 pub struct SlotTable {
@@ -110,30 +114,53 @@ impl Gpu {
         let (wi, chi, taps, sf, st) = (i(w), i(ch), i(a.taps), t.slot_floats as i64, i(a.state_floats()));
         let (n_rec, rec) = (i(t.n_rec), i(t.rec));
         let rows = a.rows as u32;
+        let (kh, dk, nv, vwi, dv, ob, tiled) =
+            (i(a.kh), i(a.dk), i(a.nv), i(vw), i(a.dv), i32::from(a.out_bf16), i32::from(a.tiled));
+        // A decode pass (every sequence one row): one kernel for the layer, then the kept inputs move on.
+        if a.rows == t.seqs && a.dv <= DELTA_STEP_MAX_V {
+            let mut b = self.launch(&format!("delta_step_{}", a.dk / 4));
+            b.arg(&a.proj).arg(&wi).arg(&a.conv_w).arg(&taps).arg(&a.neg_a).arg(&a.dt_bias).arg(&a.norm_w);
+            b.arg(&a.out).arg(&ob).arg(&kh).arg(&nv).arg(&dv).arg(&a.eps).arg(&t.base).arg(&sf).arg(&st);
+            b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&tiled);
+            b.launch(cfg((t.seqs as u32, a.nv as u32, 1), 512, 0))?;
+            return self.delta_conv_tail(a, (wi, chi, taps, sf, st, n_rec, rec));
+        }
         let mut b = self.launch("delta_conv");
         b.arg(&a.proj).arg(&wi).arg(&a.mixed).arg(&chi).arg(&taps).arg(&a.conv_w).arg(&t.base).arg(&sf).arg(&st);
         b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&a.meta.row_seq).arg(&t.seq_start);
         b.launch(cfg((rows, ch.div_ceil(256) as u32, 1), 256, 0))?;
-        if a.taps > 1 {
-            let mut b = self.launch("delta_conv_tail");
-            b.arg(&a.proj).arg(&wi).arg(&chi).arg(&taps).arg(&t.base).arg(&sf).arg(&st).arg(&t.slots);
-            b.arg(&n_rec).arg(&rec).arg(&t.seq_start);
-            b.launch(cfg((t.seqs as u32, ch.div_ceil(256) as u32, 1), 256, 0))?;
-        }
-        let (kh, dk, nv, vwi, dv) = (i(a.kh), i(a.dk), i(a.nv), i(vw), i(a.dv));
+        self.delta_conv_tail(a, (wi, chi, taps, sf, st, n_rec, rec))?;
         let mut b = self.launch("delta_prep");
         b.arg(&a.proj).arg(&wi).arg(&a.mixed).arg(&chi).arg(&a.qk).arg(&a.bg).arg(&kh).arg(&dk).arg(&nv).arg(&vwi);
         b.arg(&a.neg_a).arg(&a.dt_bias);
         b.launch(cfg((rows, a.kh as u32 + 1, 1), 32, 0))?;
         let mut b = self.launch(&format!("delta_rule_{}", a.dk / 4));
         b.arg(&a.qk).arg(&a.bg).arg(&a.mixed).arg(&chi).arg(&a.o).arg(&kh).arg(&nv).arg(&dv).arg(&t.base).arg(&sf);
-        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start).arg(&i32::from(a.tiled));
+        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start).arg(&tiled);
         b.launch(cfg((t.seqs as u32, a.nv as u32, a.dv.div_ceil(32) as u32), 128, 0))?;
-        let ob = i32::from(a.out_bf16);
         let mut b = self.launch("delta_gated_norm");
         b.arg(&a.o).arg(&a.proj).arg(&wi).arg(&chi).arg(&a.norm_w).arg(&a.out).arg(&dv).arg(&vwi).arg(&a.eps).arg(&ob);
         b.launch(cfg((rows, a.nv as u32, 1), 128, 0))?;
         Ok(())
+    }
+
+    /// Each sequence's slot keeps its last `taps − 1` inputs (after the layer's kernels have read the old ones).
+    ///
+    /// # Safety
+    /// As [`Gpu::delta_net`]'s.
+    unsafe fn delta_conv_tail(
+        &self,
+        a: &DeltaArgs,
+        (wi, chi, taps, sf, st, n_rec, rec): (i32, i32, i32, i64, i32, i32, i32),
+    ) -> Result<(), GpuError> {
+        if a.taps <= 1 {
+            return Ok(());
+        }
+        let t = &a.slots;
+        let mut b = self.launch("delta_conv_tail");
+        b.arg(&a.proj).arg(&wi).arg(&chi).arg(&taps).arg(&t.base).arg(&sf).arg(&st).arg(&t.slots);
+        b.arg(&n_rec).arg(&rec).arg(&t.seq_start);
+        b.launch(cfg((t.seqs as u32, (chi as usize).div_ceil(256) as u32, 1), 256, 0))
     }
 
     /// Gated attention's post-processing of its q/gate/k/v product rows (`[nh][2·hd]`, then k and v): q/k norms,

@@ -160,6 +160,94 @@ DELTA_RULE(16)
 DELTA_RULE(32)
 DELTA_RULE(64)
 
+// A decode pass's whole layer between its products in one kernel (every sequence one row, row s its sequence's): the
+// convolution of the head's q, k and v channels over the kept inputs, the L2 norms and gates, one step of the rule
+// (the layout of delta_rule, four column blocks of 32 side by side: value heads up to 128 wide), the gated norm.
+// The kept inputs move on in delta_conv_tail after it. Grid (seqs, nv), 16 warps.
+#define DELTA_STEP(RPT)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(512) delta_step_##RPT(                                              \
+        const float* __restrict__ proj, int W, const float* __restrict__ conv_w, int taps,                         \
+        const float* __restrict__ neg_a, const float* __restrict__ dt_bias, const float* __restrict__ nw,          \
+        void* out, int out_bf16, int kh, int nv, int dv, float eps, float* slot_base, long long slot_floats,        \
+        int state_floats, const int* __restrict__ slots, int n_rec, int rec, int tiled) {                          \
+        PDL_ENTER();                                                                                                 \
+        const int DK = 4 * RPT;                                                                                      \
+        __shared__ float sq[DK], sk[DK], sv[128], so[128], red2[32], gates[2];                                      \
+        __shared__ float red[4][4][32][3];                                                                           \
+        int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;                                                       \
+        int key = tiled ? h % kh : h / (nv / kh), kw = kh * DK, vw = nv * dv, ch = 2 * kw + vw, held = taps - 1;     \
+        float* slot = dn_slot(slot_base, slots, s, n_rec, rec, slot_floats);                                         \
+        const float* tail = slot + state_floats;                                                                     \
+        const float* row = proj + (size_t)s * W;                                                                     \
+        for (int i = tid; i < 2 * DK + dv; i += blockDim.x) {                                                        \
+            int c = i < DK ? key * DK + i : i < 2 * DK ? kw + key * DK + (i - DK) : 2 * kw + h * dv + (i - 2 * DK);  \
+            const float* w = conv_w + (size_t)c * taps;                                                              \
+            float acc = w[held] * row[c];                                                                            \
+            for (int j = 0; j < held; j++) acc += w[j] * tail[(size_t)j * ch + c];                                   \
+            float m = acc * dn_sigmoid(acc);                                                                         \
+            if (i < DK)                                                                                              \
+                sq[i] = m;                                                                                           \
+            else if (i < 2 * DK)                                                                                     \
+                sk[i - DK] = m;                                                                                      \
+            else                                                                                                     \
+                sv[i - 2 * DK] = m;                                                                                  \
+        }                                                                                                            \
+        if (tid == 0) {                                                                                              \
+            gates[0] = dn_sigmoid(row[ch + vw + h]);                                                                 \
+            gates[1] = neg_a[h] * dn_softplus(row[ch + vw + nv + h] + dt_bias[h]);                                   \
+        }                                                                                                            \
+        __syncthreads();                                                                                             \
+        float nq = block_sum(tid < DK ? sq[tid] * sq[tid] : 0.0f, red2);                                             \
+        float nk = block_sum(tid < DK ? sk[tid] * sk[tid] : 0.0f, red2);                                             \
+        float iq = rsqrtf(nq + 1e-6f) * rsqrtf((float)DK), ik = rsqrtf(nk + 1e-6f);                                  \
+        int wp = tid >> 5, lane = tid & 31, cb = wp & 3, rq = wp >> 2, col = cb * 32 + lane;                         \
+        bool live = col < dv;                                                                                        \
+        float* st = slot + (size_t)h * DK * dv;                                                                      \
+        float S[RPT];                                                                                                \
+        _Pragma("unroll") for (int j = 0; j < RPT; j++) S[j] = live ? st[(size_t)(rq * RPT + j) * dv + col] : 0.0f;  \
+        float beta = gates[0], e = expf(gates[1]);                                                                   \
+        float qs = 0.0f, ks = 0.0f, qq = 0.0f;                                                                       \
+        _Pragma("unroll") for (int j = 0; j < RPT; j++) {                                                            \
+            float qj = sq[rq * RPT + j] * iq, kj = sk[rq * RPT + j] * ik;                                            \
+            qs += qj * S[j];                                                                                         \
+            ks += kj * S[j];                                                                                         \
+            qq += qj * kj;                                                                                           \
+        }                                                                                                            \
+        red[rq][cb][lane][0] = qs;                                                                                   \
+        red[rq][cb][lane][1] = ks;                                                                                   \
+        red[rq][cb][lane][2] = qq;                                                                                   \
+        __syncthreads();                                                                                             \
+        float QS = 0.0f, KS = 0.0f, QK = 0.0f;                                                                       \
+        _Pragma("unroll") for (int u = 0; u < 4; u++) {                                                              \
+            QS += red[u][cb][lane][0];                                                                               \
+            KS += red[u][cb][lane][1];                                                                               \
+            QK += red[u][cb][lane][2];                                                                               \
+        }                                                                                                            \
+        float delta = beta * ((live ? sv[col] : 0.0f) - e * KS);                                                     \
+        if (rq == 0 && live) so[col] = e * QS + QK * delta;                                                          \
+        if (live) {                                                                                                  \
+            _Pragma("unroll") for (int j = 0; j < RPT; j++) st[(size_t)(rq * RPT + j) * dv + col] =                  \
+                e * S[j] + sk[rq * RPT + j] * ik * delta;                                                            \
+        }                                                                                                            \
+        __syncthreads();                                                                                             \
+        float ss = block_sum(tid < dv ? so[tid] * so[tid] : 0.0f, red2);                                             \
+        float inv = rsqrtf(ss / (float)dv + eps);                                                                    \
+        if (tid < dv) {                                                                                              \
+            float zv = row[ch + h * dv + tid];                                                                       \
+            float y = nw[tid] * (so[tid] * inv) * (zv * dn_sigmoid(zv));                                             \
+            size_t at = (size_t)s * vw + h * dv + tid;                                                               \
+            if (out_bf16)                                                                                            \
+                ((bf16_t*)out)[at] = f2bf(y);                                                                        \
+            else                                                                                                     \
+                ((float*)out)[at] = y;                                                                               \
+        }                                                                                                            \
+    }
+DELTA_STEP(4)
+DELTA_STEP(8)
+DELTA_STEP(16)
+DELTA_STEP(32)
+DELTA_STEP(64)
+
 // The gated RMSNorm: per row and value head, o normed over the head (ε eps), times the norm's weight and silu(z) (z
 // from the input product's row), into out [R][vw] f32 or bf16. Grid (R, nv), 128 threads.
 extern "C" __global__ void __launch_bounds__(128)

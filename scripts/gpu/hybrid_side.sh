@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 35: the Qwen3-Next-80B-A3B shape (scripts/gpu/make_hybrid_bench_model.py, 12 layers) side by side with
 # llama.cpp on the same GGUF files (BF16 made here, Q4_0 by llama-quantize): one-stream tg128 at bf16 and q4, pp8192
-# at bf16, decode after 1,024 and 32,768 tokens at q4. Carry .gpu/bin/kvad, .gpu/llama.cpp.tar.xz (the trimmed
+# at bf16, decode after 1,024 and 32,768 tokens at q4, and a kept conversation's second turn through kvad-serve
+# (bench/kept-turn.py). Carry .gpu/bin/kvad and kvad-serve, .gpu/llama.cpp.tar.xz (the trimmed
 # source of ../shared/tools/llamacpp-for-bench.sh), .gpu/smollm2-tokenizer.gguf and .whl/. Call it again in the same
 # lease to go on: each step is skipped once done (markers in /tmp/hs).
 set -u
@@ -38,6 +39,7 @@ step kvad-tg-bf16 .gpu/bin/kvad bench $M --backend gpu-bf16,gpu-q4 --prompt-toke
 step kvad-pp-bf16 .gpu/bin/kvad bench $M --backend gpu-bf16 --prompt-tokens 8192 --gen-tokens 2 --rounds 3 --out "$O/kvad-pp.json"
 step kvad-d1k .gpu/bin/kvad bench $M --backend gpu-q4 --prompt-tokens 1024 --gen-tokens 64 --rounds 2 --out "$O/kvad-d1k.json"
 step kvad-d32k .gpu/bin/kvad bench $M --backend gpu-q4 --prompt-tokens 32768 --gen-tokens 64 --rounds 2 --out "$O/kvad-d32k.json"
+[ -x .gpu/bin/kvad-serve ] && step kvad-kept python3 bench/kept-turn.py .gpu/bin/kvad-serve $M gpu-q4 4096 3
 while [ ! -f /tmp/lc.done ]; do
   if ! pgrep -f "cmake" >/dev/null; then log "llama.cpp build failed"; tail -40 /tmp/lcbuild.log; exit 1; fi
   [ $(el) -lt $LIMIT ] || { log "build still running"; exit 0; }

@@ -88,11 +88,20 @@ const TOL_SAME_WEIGHTS: f32 = 4e-2;
 /// neighbours.
 const TOL_SAME_WEIGHTS_ROUTED: f32 = 0.3;
 
-/// The bound for a fixture: routed (Qwen3-MoE, every DeepSeek, every Qwen3-Next: experts beside the delta nets)
-/// or not.
+/// The same for the dense delta-net fixtures (Qwen3.5): these tiny models carry a rounding error through every
+/// token's decay and state, about five times as far as the llama family's (measured by quantised.rs: cpu-q8 lands
+/// 0.17–0.19 of the spread from f32 on qwen3-5, 0.03–0.07 on llama and qwen3). On the H100 (2026-12-06) their
+/// prompt passes (bf16 activations) came 0.128 of the spread from the decode path, gpu-q8/q4 0.052/0.065 from
+/// cpu-q8/q4, while the delta-net kernels themselves equal the layer in f64 to 1e-6 (cuda_delta.rs).
+const TOL_SAME_WEIGHTS_DELTA: f32 = 0.2;
+
+/// The bound for a fixture: routed (Qwen3-MoE, every DeepSeek, every Qwen3-Next: experts beside the delta nets),
+/// a dense delta net (Qwen3.5), or neither.
 fn tol_same(name: &str) -> f32 {
     if name.contains("moe") || name.starts_with("deepseek") || name.starts_with("qwen3-next") {
         TOL_SAME_WEIGHTS_ROUTED
+    } else if name.starts_with("qwen3-5") {
+        TOL_SAME_WEIGHTS_DELTA
     } else {
         TOL_SAME_WEIGHTS
     }
@@ -171,8 +180,9 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32_and_of_the_cpu_on_the_sam
         .unwrap_or_else(|e| panic!("{name} rounded to bf16: {e}"))
         .model;
         let vocab = m.config().vocab_size;
-        let routed = tol_same(name) > TOL_SAME_WEIGHTS;
-        let tol = if routed { TOL_BF16_ROUTED } else { TOL_BF16 };
+        // Routed fixtures may show a router's jump; they and the delta nets carry rounding further (the bounds above).
+        let routed = tol_same(name) == TOL_SAME_WEIGHTS_ROUTED;
+        let tol = if tol_same(name) > TOL_SAME_WEIGHTS { TOL_BF16_ROUTED } else { TOL_BF16 };
         let (mut step_torch, mut step_cpu, mut whole_step, mut whole_torch) = (0f32, 0f32, 0f32, 0f32);
         let mut jumps = Vec::new();
         for (ci, c) in g["cases"].as_array().unwrap().iter().enumerate() {

@@ -67,7 +67,9 @@ pub fn bf16_rounded_copy(g: &Value, tag: &str) -> (PathBuf, ModelFiles) {
             let st = SafeTensors::deserialize(&bytes).unwrap();
             let mut out: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
             for (name, t) in st.tensors() {
-                let matrix = t.shape().len() >= 2 && !name.ends_with("mlp.gate.weight");
+                // A delta net's convolution taps are a vector to the GPU (kept f32, as the CPU keeps them).
+                let matrix =
+                    t.shape().len() >= 2 && !name.ends_with("mlp.gate.weight") && !name.ends_with("conv1d.weight");
                 let (dtype, data) = match t.dtype() {
                     Dtype::F32 if matrix => (
                         Dtype::BF16,

@@ -89,7 +89,6 @@ pub(crate) struct DeltaAttn {
 
 impl DeltaAttn {
     fn args(&self, p: &DeltaPass<'_>, s: &DeltaScratch) -> DeltaArgs {
-        let sh = self.shape;
         DeltaArgs {
             proj: s.proj.ptr(),
             mixed: s.mixed.ptr(),
@@ -105,13 +104,7 @@ impl DeltaAttn {
             meta: p.meta,
             slots: SlotTable { rec: self.rec, ..p.slots },
             rows: p.rows,
-            kh: sh.kh,
-            nv: sh.nv,
-            dk: sh.dk,
-            dv: sh.dv,
-            taps: sh.taps,
-            eps: sh.eps,
-            tiled: sh.tiled,
+            ..DeltaArgs::from(self.shape)
         }
     }
 

@@ -68,8 +68,8 @@ const GPU_PREFILL_CHUNK: usize = 4096;
 const DEFAULT_KV_TOKENS: usize = 65_536;
 
 /// Sequences and snapshots a recurrent model's slots hold (each takes one slot a recurrent layer); at most a quarter
-/// of the memory free after the pages. 256: the server's largest batch with two snapshots each still fits a
-/// Qwen3-Next-80B-shaped model's 2 MB a layer in about 40 GB; the engine's admission counts what is held.
+/// of the memory free after the pages. 256 sets of a Qwen3-Next-80B-shaped model (36 delta-net layers of 2.1 MB)
+/// take about 20 GB; the engine's admission counts what is held.
 const DEFAULT_RECURRENT_SETS: usize = 256;
 
 impl GpuDecoder {
@@ -190,7 +190,7 @@ impl CausalLm for GpuDecoder {
     fn new_state(&self) -> SeqState {
         let pages = Box::new(Pages::new(self.pool.clone()));
         // A recurrent layer's state in a slot; with every slot held, a state on the host, which a pass refuses
-        // saying so (`slot_table`).
+        // saying so (`slot_ids`).
         let slotted = self.slots.as_ref().and_then(|pool| {
             SeqState::with_slots(&self.spec, |_| pool.take().map(|s| Box::new(s) as Box<dyn DeviceSlot>))
         });

@@ -68,8 +68,14 @@ def main():
                 break
             except Exception:
                 time.sleep(0.5)
+        cpu = open("/proc/cpuinfo").read().split("model name")[1].split(":")[1].splitlines()[0].strip()
+        try:
+            gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=30).stdout.strip() or "none"
+        except OSError:
+            gpu = "none"
         print(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {model} {backend} prompt ~{want} tokens; "
-              f"cpu: {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}")
+              f"cpu: {cpu}; gpu: {gpu}")
         body = {"model": model, "max_tokens": 16, "temperature": 0, "ignore_eos": True, "stream": True,
                 "stream_options": {"include_usage": True}}
         # One untimed turn loads the model.

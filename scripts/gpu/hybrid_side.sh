@@ -2,7 +2,7 @@
 # Issue 35: the Qwen3-Next-80B-A3B shape (scripts/gpu/make_hybrid_bench_model.py, 12 layers) side by side with
 # llama.cpp on the same GGUF files (BF16 made here, Q4_0 by llama-quantize): one-stream tg128 at bf16 and q4, pp8192
 # at bf16, decode after 1,024 and 32,768 tokens at q4, and a kept conversation's second turn through kvad-serve
-# (bench/kept-turn.py). Carry .gpu/bin/kvad and kvad-serve, .gpu/llama.cpp.tar.xz (the trimmed
+# (bench/kept-turn.py). Carry .gpu/pack (kvad and kvad-serve, packed by stage.sh), .gpu/llama.cpp.tar.xz (the trimmed
 # source of ../shared/tools/llamacpp-for-bench.sh), .gpu/smollm2-tokenizer.gguf and .whl/. Call it again in the same
 # lease to go on: each step is skipped once done (markers in /tmp/hs).
 set -u
@@ -14,6 +14,8 @@ W=/tmp/kvad-hybrid; mkdir -p $W
 T0=$(date +%s); el(){ echo $(( $(date +%s) - T0 )); }
 log(){ echo "[$(el)s] $*" | tee -a "$O/log.txt"; }
 LIMIT=${LIMIT:-540}
+# The binaries travel packed (stage.sh's .gpu/pack/bins.tar.xz): the tree and they must fit the 64 MiB carry.
+[ -x .gpu/bin/kvad-serve ] || { mkdir -p .gpu/bin && tar xJf .gpu/pack/bins.tar.xz -C .gpu/bin; }
 M=$W/qwen3next-12l-bf16.gguf; Q=$W/q4.gguf; LCB=/tmp/lcb/bin
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader | tee -a "$O/log.txt"
 if [ ! -f /tmp/lc.started ]; then

@@ -120,6 +120,21 @@ def published_config(d):
         f.write("\n")
 
 
+def add_delta_keys(w, arch, cfg):
+    """The keys both converters write after the file type, in their order: the delta net's widths, the layer kinds,
+    the rotated width, the BOS token. (gguf 0.19 has no writer for the ssm keys yet: written by name, as the
+    converter's newer gguf-py names them.)"""
+    w.add_uint32(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
+    w.add_uint32(f"{arch}.ssm.state_size", cfg.linear_key_head_dim)
+    w.add_uint32(f"{arch}.ssm.group_count", cfg.linear_num_key_heads)
+    w.add_uint32(f"{arch}.ssm.time_step_rank", cfg.linear_num_value_heads)
+    w.add_uint32(f"{arch}.ssm.inner_size", cfg.linear_value_head_dim * cfg.linear_num_value_heads)
+    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types])
+    w.add_uint32(f"{arch}.full_attention_interval", 4)
+    w.add_rope_dimension_count(int(cfg.head_dim * cfg.rope_parameters["partial_rotary_factor"]))
+    w.add_bos_token_id(cfg.bos_token_id)
+
+
 def write_qwen3next_gguf(model, path):
     """As llama.cpp's converter (conversion/qwen.py, Qwen3NextModel, with --no-mtp) writes it, checked tensor by
     tensor against that converter's own output for this model (2026-12-06): norms stored as 1 + w (the delta net's
@@ -149,17 +164,7 @@ def write_qwen3next_gguf(model, path):
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
-    # (gguf 0.19 has no writer for these keys yet: written by name, as the converter's newer gguf-py names them.)
-    arch = "qwen3next"
-    w.add_uint32(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
-    w.add_uint32(f"{arch}.ssm.state_size", dk)
-    w.add_uint32(f"{arch}.ssm.group_count", nk)
-    w.add_uint32(f"{arch}.ssm.time_step_rank", nv)
-    w.add_uint32(f"{arch}.ssm.inner_size", dv * nv)
-    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types])
-    w.add_uint32(f"{arch}.full_attention_interval", 4)
-    w.add_rope_dimension_count(int(cfg.head_dim * cfg.rope_parameters["partial_rotary_factor"]))
-    w.add_bos_token_id(cfg.bos_token_id)
+    add_delta_keys(w, "qwen3next", cfg)
     w.add_eos_token_id(cfg.eos_token_id)
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     per = 2 * dk + 2 * (nv // nk) * dv
@@ -254,15 +259,7 @@ def write_qwen35_gguf(model, path, moe):
     if moe:
         w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
-    w.add_uint32(f"{arch}.ssm.conv_kernel", cfg.linear_conv_kernel_dim)
-    w.add_uint32(f"{arch}.ssm.state_size", dk)
-    w.add_uint32(f"{arch}.ssm.group_count", nk)
-    w.add_uint32(f"{arch}.ssm.time_step_rank", nv)
-    w.add_uint32(f"{arch}.ssm.inner_size", dv * nv)
-    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in cfg.layer_types])
-    w.add_uint32(f"{arch}.full_attention_interval", 4)
-    w.add_rope_dimension_count(int(cfg.head_dim * rp["partial_rotary_factor"]))
-    w.add_bos_token_id(cfg.bos_token_id)
+    add_delta_keys(w, arch, cfg)
     w.add_eos_token_id(cfg.eos_token_id)
     w.add_tensor("output.weight", sd["lm_head.weight"])
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])

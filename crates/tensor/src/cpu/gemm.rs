@@ -15,7 +15,7 @@ use super::quant::QType;
 /// Output columns per panel (two AVX2 registers).
 pub(super) const NR: usize = 16;
 /// Rows of `x` per register tile.
-const MR: usize = 6;
+pub(super) const MR: usize = 6;
 /// Inputs per panel slice: 256 × 16 f32 = 16 KiB.
 const KC: usize = 256;
 
@@ -132,7 +132,16 @@ fn transpose_panel(rows: &[f32], k: usize, packed: &mut [f32]) {
 /// # Safety
 /// `c` must be valid for writes of `rows` rows of 16 floats at stride `ldc`, and not aliased by another task.
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(x: &[f32], ldx: usize, buf: &[f32], kc: usize, c: *mut f32, ldc: usize, rows: usize, first: bool) {
+pub(super) unsafe fn tile(
+    x: &[f32],
+    ldx: usize,
+    buf: &[f32],
+    kc: usize,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    first: bool,
+) {
     assert!(buf.len() >= kc * NR && x.len() >= (rows - 1) * ldx + kc);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {

@@ -13,6 +13,7 @@ pub mod gemv;
 pub mod gemv_rows;
 pub mod gemv_rows8;
 pub mod kv_elem;
+pub mod matmul;
 pub mod matrix;
 pub mod ops;
 pub mod pool;

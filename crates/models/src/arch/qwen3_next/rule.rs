@@ -9,7 +9,10 @@
 //! it): within a chunk, with `c` the cumulative log-decay and `A[i][j] = β_i (k_i·k_j) exp(c_i − c_j)` for `j < i`,
 //! the lower-unitriangular system `(I + A) u = βv` and `(I + A) w = β exp(c) k` gives each token's new value
 //! `u_i − w_iᵀS` (S the state at the chunk's start); outputs and the next state follow from products over the chunk,
-//! so the state is read and written once a chunk instead of three times a token.
+//! so the state is read and written once a chunk instead of three times a token, and those products are GEMM-shaped
+//! (64 × 128 × 128 at Qwen3-Next's widths): they run on the GEMM's register tile (`kvad_tensor::cpu::matmul`).
+
+use kvad_tensor::cpu::matmul::{matmul_f32, BLayout, Dims};
 
 /// Tokens per chunk.
 pub(crate) const CHUNK: usize = 64;
@@ -59,6 +62,7 @@ pub(crate) fn recurrent(x: &HeadTokens<'_>, state: &mut [f32], out: &mut [f32]) 
 /// [`recurrent`] up to rounding.
 pub(crate) fn chunked(x: &HeadTokens<'_>, state: &mut [f32], out: &mut [f32]) {
     let (dk, dv, n) = (x.dk, x.dv, x.len());
+    let mut sc = Scratch::new(dk, dv);
     let mut start = 0;
     while start < n {
         let l = CHUNK.min(n - start);
@@ -71,96 +75,106 @@ pub(crate) fn chunked(x: &HeadTokens<'_>, state: &mut [f32], out: &mut [f32]) {
             dk,
             dv,
         };
-        chunk(&part, state, &mut out[start * dv..(start + l) * dv]);
+        chunk(&part, state, &mut out[start * dv..(start + l) * dv], &mut sc);
         start += l;
     }
 }
 
-/// One chunk of at most [`CHUNK`] tokens.
-fn chunk(x: &HeadTokens<'_>, state: &mut [f32], out: &mut [f32]) {
+/// A chunk's working matrices, made once per call of [`chunked`].
+struct Scratch {
+    /// `[CHUNK][CHUNK]`: k·kᵀ, then the system's strictly lower part A.
+    a: Vec<f32>,
+    /// `[CHUNK][CHUNK]`: (I + A)⁻¹.
+    t: Vec<f32>,
+    /// `[CHUNK][CHUNK]`: q·kᵀ decayed, zero above the diagonal.
+    p: Vec<f32>,
+    /// `[CHUNK][dv]`: βv, then the new values u − wS.
+    xv: Vec<f32>,
+    u: Vec<f32>,
+    /// `[CHUNK][dk]`: β·exp(c)·k, then exp(c)·q.
+    xk: Vec<f32>,
+    w: Vec<f32>,
+    /// `[dk][CHUNK]`: exp(c_last − c)·k, transposed.
+    kt: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(dk: usize, dv: usize) -> Scratch {
+        let sq = vec![0f32; CHUNK * CHUNK];
+        Scratch {
+            a: sq.clone(),
+            t: sq.clone(),
+            p: sq,
+            xv: vec![0f32; CHUNK * dv],
+            u: vec![0f32; CHUNK * dv],
+            xk: vec![0f32; CHUNK * dk],
+            w: vec![0f32; CHUNK * dk],
+            kt: vec![0f32; dk * CHUNK],
+        }
+    }
+}
+
+/// One chunk of at most [`CHUNK`] tokens, its products on the GEMM's register tile (`matmul_f32`).
+fn chunk(x: &HeadTokens<'_>, state: &mut [f32], out: &mut [f32], sc: &mut Scratch) {
     let (dk, dv, l) = (x.dk, x.dv, x.len());
     let (q, k) = (x.q, x.k);
     // Cumulative log-decay within the chunk.
-    let mut c = vec![0f32; l];
+    let mut c = [0f32; CHUNK];
     let mut acc = 0f32;
     for (ci, &g) in c.iter_mut().zip(x.g) {
         acc += g;
         *ci = acc;
     }
-    let kk = |i: usize, j: usize| dot(&k[i * dk..(i + 1) * dk], &k[j * dk..(j + 1) * dk]);
-    // The strictly lower system A, row by row.
-    let mut a = vec![0f32; l * l];
+    // k·kᵀ and q·kᵀ, then A = β_i (k_i·k_j) exp(c_i − c_j) below the diagonal and P = (q_i·k_j) exp(c_i − c_j) on
+    // and below it.
+    matmul_f32(k, dk, k, dk, BLayout::NByK, &mut sc.a, l, Dims { m: l, k: dk, n: l }, false);
+    matmul_f32(q, dk, k, dk, BLayout::NByK, &mut sc.p, l, Dims { m: l, k: dk, n: l }, false);
     for i in 0..l {
-        for j in 0..i {
-            a[i * l + j] = x.beta[i] * kk(i, j) * (c[i] - c[j]).exp();
+        for j in 0..l {
+            let dec = if j <= i { (c[i] - c[j]).exp() } else { 0.0 };
+            sc.a[i * l + j] = if j < i { x.beta[i] * sc.a[i * l + j] * dec } else { 0.0 };
+            sc.p[i * l + j] *= dec;
         }
     }
-    // Forward substitution: u = (I + A)⁻¹ βv, w = (I + A)⁻¹ β exp(c) k.
-    let mut u = vec![0f32; l * dv];
-    let mut w = vec![0f32; l * dk];
+    // T = (I + A)⁻¹, row by row: t_i = e_i − Σ_{m<i} A[i][m] t_m (row m is zero past its diagonal).
+    sc.t[..l * l].fill(0.0);
     for i in 0..l {
-        let (done, row) = u.split_at_mut(i * dv);
-        let ui = &mut row[..dv];
-        for (o, &vv) in ui.iter_mut().zip(&x.v[i * dv..(i + 1) * dv]) {
-            *o = x.beta[i] * vv;
-        }
-        let (wdone, wrow) = w.split_at_mut(i * dk);
-        let wi = &mut wrow[..dk];
-        let bi = x.beta[i] * c[i].exp();
-        for (o, &kv) in wi.iter_mut().zip(&k[i * dk..(i + 1) * dk]) {
-            *o = bi * kv;
-        }
-        for j in 0..i {
-            let aij = a[i * l + j];
-            axpy(ui, -aij, &done[j * dv..(j + 1) * dv]);
-            axpy(wi, -aij, &wdone[j * dk..(j + 1) * dk]);
+        let (done, rest) = sc.t.split_at_mut(i * l);
+        let ti = &mut rest[..l];
+        ti[i] = 1.0;
+        for m in 0..i {
+            axpy(&mut ti[..=m], -sc.a[i * l + m], &done[m * l..m * l + m + 1]);
         }
     }
-    // New values: u_i − w_iᵀS.
+    // u = T·βv, w = T·(β exp(c) k).
     for i in 0..l {
-        let ui = &mut u[i * dv..(i + 1) * dv];
-        for (row, &wv) in state.chunks_exact(dv).zip(&w[i * dk..(i + 1) * dk]) {
-            axpy(ui, -wv, row);
-        }
+        let (b, e) = (x.beta[i], x.beta[i] * c[i].exp());
+        sc.xv[i * dv..(i + 1) * dv].iter_mut().zip(&x.v[i * dv..(i + 1) * dv]).for_each(|(o, &v)| *o = b * v);
+        sc.xk[i * dk..(i + 1) * dk].iter_mut().zip(&k[i * dk..(i + 1) * dk]).for_each(|(o, &v)| *o = e * v);
     }
-    // Outputs: (exp(c_i) q_i)ᵀS + Σ_{j≤i} (q_i·k_j) exp(c_i − c_j) new_j.
+    matmul_f32(&sc.t, l, &sc.xv, dv, BLayout::KByN, &mut sc.u, dv, Dims { m: l, k: l, n: dv }, false);
+    matmul_f32(&sc.t, l, &sc.xk, dk, BLayout::KByN, &mut sc.w, dk, Dims { m: l, k: l, n: dk }, false);
+    // New values: u − w·S (w negated, then added).
+    sc.w[..l * dk].iter_mut().for_each(|v| *v = -*v);
+    matmul_f32(&sc.w, dk, state, dv, BLayout::KByN, &mut sc.u, dv, Dims { m: l, k: dk, n: dv }, true);
+    // Outputs: (exp(c) q)·S + P·new.
     for i in 0..l {
-        let qi = &q[i * dk..(i + 1) * dk];
-        let o = &mut out[i * dv..(i + 1) * dv];
-        o.fill(0.0);
         let e = c[i].exp();
-        for (row, &qv) in state.chunks_exact(dv).zip(qi) {
-            axpy(o, qv * e, row);
-        }
-        for j in 0..=i {
-            let s = dot(qi, &k[j * dk..(j + 1) * dk]) * (c[i] - c[j]).exp();
-            axpy(o, s, &u[j * dv..(j + 1) * dv]);
-        }
+        sc.xk[i * dk..(i + 1) * dk].iter_mut().zip(&q[i * dk..(i + 1) * dk]).for_each(|(o, &v)| *o = e * v);
     }
-    // Next state: exp(c_last)·S + Σ_j (exp(c_last − c_j) k_j) ⊗ new_j.
+    matmul_f32(&sc.xk, dk, state, dv, BLayout::KByN, out, dv, Dims { m: l, k: dk, n: dv }, false);
+    matmul_f32(&sc.p, l, &sc.u, dv, BLayout::KByN, out, dv, Dims { m: l, k: l, n: dv }, true);
+    // Next state: exp(c_last)·S + (exp(c_last − c) k)ᵀ·new.
     let last = c[l - 1];
-    let e = last.exp();
-    state.iter_mut().for_each(|s| *s *= e);
     for j in 0..l {
         let f = (last - c[j]).exp();
-        let uj = &u[j * dv..(j + 1) * dv];
-        for (row, &kv) in state.chunks_exact_mut(dv).zip(&k[j * dk..(j + 1) * dk]) {
-            axpy(row, f * kv, uj);
+        for (d, &kv) in k[j * dk..(j + 1) * dk].iter().enumerate() {
+            sc.kt[d * l + j] = f * kv;
         }
     }
-}
-
-/// `a·b` in eight lanes (a reduction in one running sum would not vectorise: the compiler keeps its order).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
+    let e = last.exp();
+    state.iter_mut().for_each(|s| *s *= e);
+    matmul_f32(&sc.kt, l, &sc.u, dv, BLayout::KByN, state, dv, Dims { m: dk, k: l, n: dv }, true);
 }
 
 /// `y += a·x`.

@@ -59,7 +59,8 @@ pub enum ModelsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Fetch the index again (from KVAD_INDEX_URL); a failed update keeps the copy there was.
+    /// Fetch the index again (its latest release, the PyPI package kvad-index, or KVAD_INDEX_URL); a failed update
+    /// keeps the copy there was.
     Update,
 }
 
@@ -169,8 +170,9 @@ pub fn models(a: ModelsArgs) -> Result<()> {
         ModelsCommand::Update => {
             let idx = index::update()?;
             eprintln!(
-                "kvad: the model index ({} models) is now {}",
+                "kvad: the model index ({} models, from {}) is now {}",
                 idx.models.len(),
+                idx.source,
                 index::downloaded_path().display()
             );
         }

@@ -259,7 +259,7 @@ fn the_default_alias_comes_from_the_hub_at_its_pinned_commit_or_else_from_pypi()
 }
 
 #[test]
-fn models_index_lists_supported_drafts_and_related_and_update_needs_an_address() {
+fn models_index_lists_supported_drafts_and_related_and_an_update_from_a_dead_address_fails() {
     let env = Env::new();
     let (out, _) = env.ok(&["models", "supported"]);
     assert!(out.contains("HuggingFaceTB/SmolLM2-135M-Instruct") && !out.contains("SmolVLM-256M"), "{out}");
@@ -285,8 +285,81 @@ fn models_index_lists_supported_drafts_and_related_and_update_needs_an_address()
         (i["architecture"].as_str(), i["drafts"][0].as_str()),
         (Some("Qwen3ForCausalLM"), Some("Qwen/Qwen3-0.6B"))
     );
-    let e = env.fails(&["models", "update"]);
-    assert!(e.contains("KVAD_INDEX_URL"), "{e}");
+    // An address that does not answer: the update fails naming it (the release's index through pip is the next
+    // test's).
+    let out = env.cmd(&["models", "update"]).env("KVAD_INDEX_URL", "http://127.0.0.1:1/index.json").output().unwrap();
+    let (_, e) = texts(&out);
+    assert!(!out.status.success() && e.contains("127.0.0.1:1"), "{e}");
+}
+
+/// `models update` with no address fetches the release's index, the PyPI package kvad-index as
+/// scripts/index_wheel.py builds it, through pip: here from a package index on loopback (`PIP_INDEX_URL`, Python's
+/// http.server over a PEP 503 page). A failed update afterwards keeps the copy it had.
+#[test]
+fn models_update_fetches_the_released_index_through_pip_and_a_failed_one_keeps_it() {
+    let env = Env::new();
+    let root = tempfile::tempdir().unwrap();
+    let repo_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // This release's index: the committed one and a model it lacks.
+    let mut idx: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_root.join("crates/hub/index/models.json")).unwrap())
+            .unwrap();
+    let extra = serde_json::json!({"repo": "release/only-here", "architecture": "Qwen3ForCausalLM", "kind": "chat"});
+    idx["models"].as_array_mut().unwrap().push(extra);
+    std::fs::write(root.path().join("index.json"), idx.to_string()).unwrap();
+    let script = repo_root.join("scripts/index_wheel.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(root.path().join("packages"))
+        .arg("2026.12.7")
+        .arg(root.path().join("index.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "index_wheel.py: {}", texts(&out).1);
+    let wheel = "kvad_index-2026.12.7-py3-none-any.whl";
+    std::fs::create_dir_all(root.path().join("simple/kvad-index")).unwrap();
+    std::fs::write(
+        root.path().join("simple/kvad-index/index.html"),
+        format!("<html><body><a href=\"../../packages/{wheel}\">{wheel}</a></body></html>"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut server = Command::new("python3")
+        .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"])
+        .arg(root.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    assert!(up, "the package index on port {port} did not start");
+    let update = || {
+        env.cmd(&["models", "update"])
+            .env("PIP_INDEX_URL", format!("http://127.0.0.1:{port}/simple"))
+            .env("PIP_TRUSTED_HOST", "127.0.0.1")
+            .env("PIP_NO_CACHE_DIR", "1")
+            .env("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+            .env("PIP_RETRIES", "0")
+            .env("PIP_TIMEOUT", "5")
+            .output()
+            .unwrap()
+    };
+    let out = update();
+    let (_, e) = texts(&out);
+    assert!(out.status.success() && e.contains("from the PyPI package kvad-index"), "{e}");
+    let (i, _) = env.ok(&["models", "info", "release/only-here"]);
+    assert!(i.contains("Qwen3ForCausalLM"), "the released index is the one read now: {i}");
+    // The package index gone: the update fails naming the package, and the copy fetched before stays.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let out = update();
+    let (_, e) = texts(&out);
+    assert!(!out.status.success() && e.contains("kvad-index"), "{e}");
+    let (i, _) = env.ok(&["models", "info", "release/only-here"]);
+    assert!(i.contains("Qwen3ForCausalLM"), "kept after a failed update: {i}");
 }
 
 /// For a repo the index lacks, `models drafts|related|info` ask the Hub: drafts are the author's smaller models of

@@ -71,7 +71,8 @@ pub fn ollama_registry() -> String {
     var("KVAD_OLLAMA_REGISTRY").unwrap_or_else(|| "https://registry.ollama.ai".into()).trim_end_matches('/').to_string()
 }
 
-/// Where `kvad models update` fetches the model index from: `KVAD_INDEX_URL`; there is no default (see `index`).
+/// Where `kvad models update` fetches the model index from instead of its release on PyPI: `KVAD_INDEX_URL` (see
+/// `index`).
 pub fn index_url() -> Option<String> {
     var("KVAD_INDEX_URL")
 }

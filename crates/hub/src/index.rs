@@ -1,17 +1,25 @@
 //! The model index: which repos kvad knows, their architecture and size, their draft candidates and relatives.
 //!
-//! There is no public kvad index service yet, so the honest arrangement is: a built-in index (committed at
-//! `crates/hub/index/models.json`, the aliases' models and what is known about them), replaced by a downloaded
-//! copy (`<kvad cache>/index.json`) once `kvad models update` has fetched one from `KVAD_INDEX_URL`. Without that
-//! variable `update` says so rather than inventing an address. A failed update leaves the previous copy in place,
-//! and the next `update` asks again.
+//! A built-in index (committed at `crates/hub/index/models.json`, the aliases' models and what is known about them)
+//! is replaced by a downloaded copy (`<kvad cache>/index.json`) once `kvad models update` has fetched one. Each
+//! release publishes that file as the PyPI package [`INDEX_PACKAGE`] (`scripts/index_wheel.py` builds it), beside
+//! the `kvad` wheel: PyPI is where kvad itself is released, so that is where `update` looks by default, through pip
+//! as the default model's offline copy is fetched (pip's mirror and proxy settings apply). `KVAD_INDEX_URL` names
+//! another address (a version-1 index.json over HTTP). A failed update leaves the previous copy in place, and the
+//! next `update` asks again.
 
 use crate::http::{Client, Subject};
-use crate::{config, HubError};
+use crate::{config, pypi, HubError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 const BUILT_IN: &str = include_str!("../index/models.json");
+
+/// The PyPI package that carries each release's model index, as [`INDEX_MEMBER`] of its wheel.
+pub const INDEX_PACKAGE: &str = "kvad-index";
+
+/// The index's file inside that wheel.
+pub const INDEX_MEMBER: &str = "kvad_index/index.json";
 
 /// Repos related to one model.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -98,30 +106,38 @@ pub fn load() -> Index {
     parse(BUILT_IN, "built-in").unwrap_or(Index { version: 1, models: Vec::new(), source: "built-in".into() })
 }
 
-/// Fetches the index from `KVAD_INDEX_URL` and stores it; returns it.
+/// Fetches the index (from `KVAD_INDEX_URL`, else the latest [`INDEX_PACKAGE`] through pip) and stores it; returns
+/// it. Nothing is stored unless the whole index was fetched and reads as one.
 pub fn update() -> Result<Index, HubError> {
-    let Some(url) = config::index_url() else {
-        return Err(HubError::Invalid {
-            field: "KVAD_INDEX_URL".into(),
-            value: String::new(),
-            why: "no index address is configured (kvad has no public index service yet); set it to the URL of a version-1 index.json".into(),
-        });
-    };
+    let url = config::index_url();
+    let source = url.clone().unwrap_or_else(|| format!("the PyPI package {INDEX_PACKAGE}"));
     if config::offline() {
         return Err(HubError::Offline {
             what: "the model index".into(),
-            detail: format!("it would be fetched from {url}"),
+            detail: format!("it would be fetched from {source}"),
         });
     }
-    let body = Client::new(None, None)
-        .get(&url, None, &[], Subject::Other("the model index"))?
-        .read_limited(64 << 20, "model index")?;
-    let text = String::from_utf8_lossy(&body).to_string();
-    let idx = parse(&text, &url)?;
     let p = downloaded_path();
-    if let Some(dir) = p.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| HubError::Io { path: dir.display().to_string(), source })?;
-    }
+    let dir = p.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    std::fs::create_dir_all(&dir).map_err(|source| HubError::Io { path: dir.display().to_string(), source })?;
+    let text = match &url {
+        Some(url) => {
+            let body = Client::new(None, None)
+                .get(url, None, &[], Subject::Other("the model index"))?
+                .read_limited(64 << 20, "model index")?;
+            String::from_utf8_lossy(&body).to_string()
+        }
+        None => {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let got = dir.join(format!(".index-{}-{n}.json", std::process::id()));
+            pypi::fetch_member(INDEX_PACKAGE, INDEX_MEMBER, &dir, &got)?;
+            let text = std::fs::read_to_string(&got);
+            let _ = std::fs::remove_file(&got);
+            text.map_err(|source| HubError::Io { path: got.display().to_string(), source })?
+        }
+    };
+    let idx = parse(&text, &source)?;
     let tmp = p.with_extension("json.tmp");
     std::fs::write(&tmp, &text).map_err(|source| HubError::Io { path: tmp.display().to_string(), source })?;
     std::fs::rename(&tmp, &p).map_err(|source| HubError::Io { path: p.display().to_string(), source })?;

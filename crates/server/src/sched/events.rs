@@ -18,6 +18,9 @@ struct Gauge {
     taken: AtomicUsize,
     /// Milliseconds after `start` the last event was taken (0: none yet).
     taken_at_ms: AtomicU64,
+    /// Milliseconds after `start` an event was last sent with none waiting: since then the client has had
+    /// something to read. A first token that comes after a long prompt's read is not a stall.
+    waiting_since_ms: AtomicU64,
 }
 
 /// The engine thread's end.
@@ -42,6 +45,7 @@ pub fn channel() -> (Events, EventsRx) {
         sent: AtomicUsize::new(0),
         taken: AtomicUsize::new(0),
         taken_at_ms: AtomicU64::new(0),
+        waiting_since_ms: AtomicU64::new(0),
     });
     (Events { tx, gauge: gauge.clone() }, EventsRx { rx, gauge })
 }
@@ -49,16 +53,22 @@ pub fn channel() -> (Events, EventsRx) {
 impl Events {
     /// Sends an event (Err: the HTTP side is gone).
     pub fn send(&self, e: Event) -> Result<(), SendError<Event>> {
+        let g = &self.gauge;
+        if g.sent.load(Ordering::SeqCst) == g.taken.load(Ordering::SeqCst) {
+            g.waiting_since_ms.store(g.start.elapsed().as_millis() as u64, Ordering::SeqCst);
+        }
         // Counted before it can be taken, so `taken` never passes `sent`.
-        self.gauge.sent.fetch_add(1, Ordering::SeqCst);
+        g.sent.fetch_add(1, Ordering::SeqCst);
         self.tx.send(e)
     }
 
-    /// Whether events have waited untaken with nothing taken for `after`: the client stopped reading.
+    /// Whether events have waited untaken for `after` with nothing taken meanwhile: the client stopped reading.
+    /// The wait counts from the later of the last take and the moment something was there to take.
     pub fn stalled(&self, after: Duration) -> bool {
         let g = &self.gauge;
         let waiting = g.sent.load(Ordering::SeqCst) > g.taken.load(Ordering::SeqCst);
-        let idle_ms = (g.start.elapsed().as_millis() as u64).saturating_sub(g.taken_at_ms.load(Ordering::SeqCst));
+        let since = g.taken_at_ms.load(Ordering::SeqCst).max(g.waiting_since_ms.load(Ordering::SeqCst));
+        let idle_ms = (g.start.elapsed().as_millis() as u64).saturating_sub(since);
         waiting && idle_ms > after.as_millis() as u64
     }
 }
@@ -93,5 +103,22 @@ mod tests {
         assert!(!tx.stalled(after), "taken: the client reads");
         tx.send(Event::Failed(crate::error::ApiError::bad_request("y"))).unwrap();
         assert!(!tx.stalled(after), "just taken one, so not idle yet");
+    }
+
+    /// A reply whose first event comes long after the job began (a long prompt read, a non-streamed reply) is not
+    /// stalled the moment it is sent: the client has had nothing to read until then.
+    #[tokio::test]
+    async fn a_first_event_after_a_long_wait_is_not_a_stall() {
+        let (tx, mut rx) = channel();
+        let after = Duration::from_millis(50);
+        std::thread::sleep(Duration::from_millis(80));
+        tx.send(Event::Failed(crate::error::ApiError::bad_request("x"))).unwrap();
+        assert!(!tx.stalled(after), "sent just now, after the wait");
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(tx.stalled(after), "then left untaken past the timeout");
+        assert!(rx.recv().await.is_some());
+        std::thread::sleep(Duration::from_millis(80));
+        tx.send(Event::Failed(crate::error::ApiError::bad_request("y"))).unwrap();
+        assert!(!tx.stalled(after), "a later event after a quiet spell is not a stall either");
     }
 }

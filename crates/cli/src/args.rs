@@ -332,6 +332,29 @@ pub struct BenchArgs {
     /// under way, and report the longest silence of the streams while it is read.
     #[arg(long, value_name = "TOKENS", requires = "concurrency")]
     pub join_prompt: Option<usize>,
+    /// Serving benchmark against a server (as `vllm bench serve`): requests arrive as a Poisson process at this
+    /// many a second (`inf`: all at once); throughput, TTFT, TPOT, inter-token and end-to-end percentiles, goodput.
+    #[arg(long, value_name = "PER_S", conflicts_with = "concurrency")]
+    pub request_rate: Option<f64>,
+    /// With --request-rate: requests sent in all.
+    #[arg(long, default_value_t = 100, requires = "request_rate")]
+    pub requests: usize,
+    /// With --request-rate: at most this many requests in flight (the rest wait their turn in the client).
+    #[arg(long, value_name = "N", requires = "request_rate")]
+    pub max_concurrency: Option<usize>,
+    /// With --request-rate: prompt and output lengths drawn uniformly within this fraction of --prompt-tokens and
+    /// --gen-tokens (0: every request the same; 0.5: from half to one and a half times).
+    #[arg(long, default_value_t = 0.0, requires = "request_rate")]
+    pub length_spread: f64,
+    /// With --request-rate: the SLO's bound on time to first token, in seconds (goodput counts requests meeting it).
+    #[arg(long, value_name = "SECONDS", requires = "request_rate")]
+    pub slo_ttft: Option<f64>,
+    /// With --request-rate: the SLO's bound on time per output token after the first, in seconds.
+    #[arg(long, value_name = "SECONDS", requires = "request_rate")]
+    pub slo_tpot: Option<f64>,
+    /// With --request-rate: the seed of arrivals and lengths (the same seed, the same requests).
+    #[arg(long, requires = "request_rate")]
+    pub seed: Option<u64>,
 }
 
 /// What model, on what backend, sampled how.

@@ -44,6 +44,9 @@ fn main() -> std::process::ExitCode {
             Target::Remote { url, .. } => client::remote::chat(&url, &a, c.json),
             Target::Local { .. } => generate::chat(a),
         }),
+        args::Command::Bench(a) if a.request_rate.is_some() => {
+            client::remote_only(&c, "bench --request-rate").and_then(|url| client::serving::run(&url, &a, c.json))
+        }
         args::Command::Bench(a) if a.concurrency.is_some() => {
             client::remote_only(&c, "bench --concurrency").and_then(|url| client::loadgen::run(&url, &a, c.json))
         }

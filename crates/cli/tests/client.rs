@@ -361,3 +361,67 @@ fn health_reports_the_build_kvad_serve_names() {
     let ours = line(Path::new(env!("CARGO_BIN_EXE_kvad")));
     assert_eq!(ours.trim_start_matches("kvad "), served.trim_start_matches("kvad-serve "));
 }
+
+/// `kvad bench --request-rate`: every request of the plan sent and finished through a real server, the report's
+/// counts are the server's usage, and goodput counts exactly the requests within the SLO (the scripted model
+/// writes a token every 50 ms: a TPOT bound of 1 s holds for all, one of 10 ms for none). Bad input names its flag.
+#[test]
+fn a_serving_benchmark_reports_what_the_server_delivered_and_the_goodput_under_its_slo() {
+    let s = scripted("serving");
+    let d = temp("serving-cli");
+    let run = |slo_tpot: &str| {
+        let o = kvad(
+            &d,
+            &[
+                "--json",
+                "bench",
+                "--remote",
+                &s.1,
+                "slow-scripted",
+                "--request-rate",
+                "40",
+                "--requests",
+                "5",
+                "--prompt-tokens",
+                "6",
+                "--gen-tokens",
+                "4",
+                "--warmup",
+                "0",
+                "--slo-ttft",
+                "5",
+                "--slo-tpot",
+                slo_tpot,
+                "--seed",
+                "2",
+            ],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let r = run("1");
+    assert_eq!((r["requests"].as_u64(), r["completed"].as_u64(), r["failed"].as_u64()), (Some(5), Some(5), Some(0)));
+    assert_eq!(r["output_tokens"].as_u64(), Some(20), "4 tokens each, as usage says: {r}");
+    assert!(r["input_tokens"].as_u64().unwrap() >= 5 * 6, "{r}");
+    let tpot = r["tpot_s"]["p50"].as_f64().unwrap();
+    assert!((0.04..1.0).contains(&tpot), "a token every 50 ms: TPOT {tpot}");
+    assert!(r["ttft_s"]["p99"].as_f64().unwrap() <= r["e2e_s"]["max"].as_f64().unwrap());
+    assert_eq!(r["goodput"]["share"].as_f64(), Some(1.0), "{r}");
+    let strict = run("0.01");
+    assert_eq!((strict["completed"].as_u64(), strict["goodput"]["share"].as_f64()), (Some(5), Some(0.0)));
+    for (flag, value, says) in [
+        ("--request-rate", "0", "--request-rate 0"),
+        ("--length-spread", "1.5", "--length-spread 1.5"),
+        ("--max-concurrency", "0", "--max-concurrency 0"),
+    ] {
+        let mut args = vec!["bench", "--remote", &s.1, "slow-scripted", "--requests", "1"];
+        if flag != "--request-rate" {
+            args.extend(["--request-rate", "10"]);
+        }
+        args.extend([flag, value]);
+        let o = kvad(&d, &args);
+        let (_, err) = text(&o);
+        assert!(!o.status.success() && err.contains(says), "{flag} {value}: {err}");
+    }
+}

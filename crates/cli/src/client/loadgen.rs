@@ -15,17 +15,21 @@ use std::time::{Duration, Instant};
 
 /// One stream's timings.
 #[derive(Debug, Clone, Default)]
-struct Stream {
-    ttft: Option<f64>,
+pub(super) struct Stream {
+    /// Seconds from sending to the first token.
+    pub(super) ttft: Option<f64>,
     /// Seconds between consecutive deltas.
-    gaps: Vec<f64>,
+    pub(super) gaps: Vec<f64>,
     /// When each delta arrived.
-    times: Vec<Instant>,
-    tokens: u64,
-    prompt_tokens: u64,
+    pub(super) times: Vec<Instant>,
+    /// Tokens generated (the server's usage).
+    pub(super) tokens: u64,
+    /// Prompt tokens (the server's usage).
+    pub(super) prompt_tokens: u64,
 }
 
-fn prompt(words: usize, tag: &str) -> String {
+/// A prompt of about `words` words (a token each, roughly), tagged so that no two share a kept conversation.
+pub(super) fn prompt(words: usize, tag: &str) -> String {
     const TEXT: &str = "the river runs past the old mill and the town where people walk slowly in the evening light ";
     let mut s = format!("Request {tag}. ");
     let mut n = 0;
@@ -39,7 +43,8 @@ fn prompt(words: usize, tag: &str) -> String {
     s
 }
 
-fn one(url: &str, model: &str, text: &str, max_tokens: usize) -> Result<Stream> {
+/// One streamed completion of exactly `max_tokens` tokens, timed.
+pub(super) fn one(url: &str, model: &str, text: &str, max_tokens: usize) -> Result<Stream> {
     // A plain completion that goes on to max_tokens (`ignore_eos`), so every trial writes the same number of tokens.
     let body = json!({"model": model, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0,
         "max_tokens": max_tokens, "prompt": text, "ignore_eos": true});

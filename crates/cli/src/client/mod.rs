@@ -15,6 +15,7 @@ pub mod loadgen;
 pub mod pull;
 pub mod remote;
 pub mod service;
+pub mod serving;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;

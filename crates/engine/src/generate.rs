@@ -73,6 +73,9 @@ pub struct GenerateOptions {
     /// Tokens the prompt and reply may take together, when narrower than the model's context (`kvad run --ctx`):
     /// a longer prompt is refused naming it, and the reply ends there (`Length`).
     pub context: Option<usize>,
+    /// What the reply's text must be (a JSON Schema, a regular expression, a grammar: [`crate::grammar`]); its
+    /// tokens are then drawn on the host from the masked logits.
+    pub constraint: Option<crate::grammar::Constraint>,
 }
 
 /// Generates a reply. `on_token` sees every sampled token (stop tokens included) and returns false to stop early.

@@ -11,6 +11,7 @@ pub mod checks;
 mod config;
 mod error;
 pub mod generate;
+pub mod grammar;
 pub mod local;
 pub mod open;
 pub mod pass;

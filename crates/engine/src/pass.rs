@@ -30,6 +30,8 @@ pub struct Sequence {
     /// Greedy picks made ahead of the caller's stop checks, not yet handed out: the cache holds all but the last,
     /// so it is `ahead.len()` tokens past where stepping one at a time would have it.
     ahead: VecDeque<u32>,
+    /// The reply's place in its grammar, when its request constrains it ([`GenerateOptions::constraint`]).
+    pub guide: Option<crate::grammar::Guide>,
 }
 
 impl Sequence {
@@ -37,7 +39,17 @@ impl Sequence {
     pub fn new(prompt: Vec<u32>, state: SeqState, cached: usize, params: GenParams) -> Sequence {
         let reserve = prompt.len() + params.max_tokens;
         let sampler = Sampler::new(params.sampling.clone());
-        Sequence { state, prompt, read: cached, reply: Vec::new(), params, reserve, sampler, ahead: VecDeque::new() }
+        Sequence {
+            state,
+            prompt,
+            read: cached,
+            reply: Vec::new(),
+            params,
+            reserve,
+            sampler,
+            ahead: VecDeque::new(),
+            guide: None,
+        }
     }
 
     /// Tokens the state holds as stepping one token at a time would have it (picks made ahead not counted).
@@ -73,9 +85,9 @@ pub struct Stepping {
 }
 
 /// Whether a reply's tokens are the model's own greedy picks (`forward_greedy`: on a GPU only the ids cross back):
-/// plain greedy sampling and no logit bias.
+/// plain greedy sampling, no logit bias and no grammar (whose mask is applied to the logits on the host).
 pub fn device_picks(params: &SamplingParams, opts: &GenerateOptions) -> bool {
-    params.plain_greedy() && opts.logit_bias.is_empty()
+    params.plain_greedy() && opts.logit_bias.is_empty() && opts.constraint.is_none()
 }
 
 /// The model's greedy pick for each sequence of the pass, checked against its vocabulary (a GPU's ids come back
@@ -276,10 +288,16 @@ pub fn run(
                         *v += b;
                     }
                 }
+                if let Some(g) = s.guide.as_mut() {
+                    g.mask(&mut row)?;
+                }
                 s.sampler.sample(&row, &s.prompt, &s.reply)
             }
             Out::Nothing => return Err(EngineError::internal(format!("step: no token for part {w:?}"))),
         };
+        if let Some(g) = s.guide.as_mut() {
+            g.accept(sampled.id)?;
+        }
         s.reply.push(sampled.id);
         out.push(Some(sampled));
     }

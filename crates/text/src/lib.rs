@@ -18,6 +18,7 @@ mod incremental;
 mod model;
 pub mod stream;
 mod template;
+mod token_bytes;
 mod tokenizer;
 
 pub use bpe::ByteLevelBpe;
@@ -27,4 +28,5 @@ pub use gguf::GgufVocab;
 pub use incremental::{DecoderState, IncrementalDecoder};
 pub use model::{TextModel, TextTokenizer};
 pub use template::{system_clock, ChatContext, ChatTemplate, Clock};
+pub use token_bytes::TokenBytes;
 pub use tokenizer::Tokenizer;

@@ -42,6 +42,24 @@ struct Slot {
     charged: u64,
     context: usize,
     kept: Kept<SeqState>,
+    /// Its vocabulary compiled for grammars, made when the first constrained reply asks.
+    grammars: Option<std::sync::Arc<crate::grammar::Grammars>>,
+}
+
+impl Slot {
+    /// Its vocabulary compiled for grammars (once; a few hundred milliseconds for a large vocabulary).
+    fn grammars(&mut self) -> Result<std::sync::Arc<crate::grammar::Grammars>, EngineError> {
+        if let Some(g) = &self.grammars {
+            return Ok(g.clone());
+        }
+        let end = self.stop.first().copied().ok_or_else(|| {
+            EngineError::unsupported("response_format", "this model names no end token: a grammar could not end it")
+        })?;
+        let vocab = self.m.model.config().vocab_size;
+        let g = std::sync::Arc::new(crate::grammar::Grammars::new(&self.m.tokenizer, vocab, end)?);
+        self.grammars = Some(g.clone());
+        Ok(g)
+    }
 }
 
 /// One running sequence.
@@ -228,7 +246,17 @@ impl LocalEngine {
         }
         let reader = std::sync::Arc::new(reader::LocalReader::new(&self.entries[entry].info.id, &m));
         let charged = weights + kv;
-        self.slots.push(Slot { entry, backend, m, reader, stop, charged, context, kept: Kept::default() });
+        self.slots.push(Slot {
+            entry,
+            backend,
+            m,
+            reader,
+            stop,
+            charged,
+            context,
+            kept: Kept::default(),
+            grammars: None,
+        });
         self.slot(entry).ok_or_else(|| EngineError::internal("the model was not kept after loading"))
     }
 
@@ -280,12 +308,18 @@ impl Engine for LocalEngine {
             .iter_mut()
             .find(|s| s.entry == entry)
             .ok_or_else(|| EngineError::internal(format!("{} was unloaded before its reply began", p.model)))?;
+        // A constraint is compiled first: a grammar kvad cannot honour is refused with nothing taken.
+        let guide = match &params.options.constraint {
+            Some(c) => Some(slot.grammars()?.guide(c)?),
+            None => None,
+        };
         let (kv, cached) = match fresh {
             true => None,
             false => slot.kept.take(&p.tokens),
         }
         .unwrap_or_else(|| (slot.m.model.new_state(), 0));
-        let seq_state = Sequence::new(p.tokens.clone(), kv, cached, params.clone());
+        let mut seq_state = Sequence::new(p.tokens.clone(), kv, cached, params.clone());
+        seq_state.guide = guide;
         self.seqs.insert(seq, Seq { entry, seq: seq_state, dec: DecoderState::default() });
         self.fit(entry);
         Ok(Begun { cached, to_read: p.tokens.len() - cached })

@@ -22,6 +22,7 @@
 //!                                # they end (finish_reason "length", kvad.shutdown, [DONE]) and the server exits 0
 //! stall_timeout = 60             # KVAD_STALL_TIMEOUT: seconds a streaming client may leave its reply unread (its
 //!                                # socket full) before the reply is stopped; 0: never
+//! chat_template = "hermes.jinja"  # a chat template for every model instead of its own (--chat-template)
 //! greedy_ahead = 8               # KVAD_GREEDY_AHEAD: greedy steps a lone reply runs ahead (unset: the model's own)
 //! step_trace = false             # KVAD_STEP_TRACE=1: each pass's times on stderr
 //!
@@ -85,6 +86,8 @@ pub struct ServerSection {
     /// reply is stopped, so a client that stopped reading does not have its whole reply written and held for it
     /// (0: never).
     pub stall_timeout: u64,
+    /// A Jinja chat template file every model's prompts are rendered with instead of its own (None: each its own).
+    pub chat_template: Option<std::path::PathBuf>,
     /// Greedy steps a reply stepping alone runs ahead of its stop checks (None: the model's own count, 8 on a GPU
     /// where it saves the host's wait a step, 1 on the CPU).
     pub greedy_ahead: Option<usize>,
@@ -109,6 +112,7 @@ impl Default for ServerSection {
             max_body: 2 * 1024 * 1024,
             shutdown_timeout: 30,
             stall_timeout: 60,
+            chat_template: None,
             greedy_ahead: None,
             step_trace: false,
         }

@@ -64,6 +64,10 @@ struct Args {
     /// Reload the models that were loaded when the server last ran.
     #[arg(long)]
     autoload: bool,
+    /// A Jinja chat template (a file) to render every model's prompts with instead of its own, as llama.cpp's and
+    /// vLLM's `--chat-template`: a tool-calling template for a model whose own knows no tools, say.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<std::path::PathBuf>,
     /// Seconds running replies get after SIGINT/SIGTERM before they are ended (default 30).
     #[arg(long, value_name = "SECONDS")]
     shutdown_timeout: Option<u64>,
@@ -141,7 +145,17 @@ fn run(args: Args) -> Result<(), String> {
                 stepping: Stepping { greedy_ahead: config.server.greedy_ahead },
                 step_trace: config.server.step_trace,
             };
-            Box::new(LocalEngine::new(&config.server.models, backend, &chosen, settings)?)
+            let engine = LocalEngine::new(&config.server.models, backend, &chosen, settings)?;
+            match args.chat_template.as_ref().or(config.server.chat_template.as_ref()) {
+                Some(path) => {
+                    let source =
+                        std::fs::read_to_string(path).map_err(|e| format!("chat_template {}: {e}", path.display()))?;
+                    let t = kvad_text::ChatTemplate::new(&source)
+                        .map_err(|e| format!("chat_template {}: {e}", path.display()))?;
+                    Box::new(engine.with_chat_template(t))
+                }
+                None => Box::new(engine),
+            }
         }
     };
     // The first model's backend sets the passes' limits until a reply joins on its own model's.

@@ -94,6 +94,8 @@ pub struct LocalEngine {
     backend: Option<BackendKind>,
     /// The backends loads chose per model (kept across restarts by the server).
     chosen: HashMap<String, BackendKind>,
+    /// A chat template that replaces every model's own (`kvad-serve --chat-template`).
+    template: Option<ChatTemplate>,
 }
 
 /// Reads a model's chat template without loading its weights (GGUF metadata is mapped, not read whole).
@@ -109,8 +111,11 @@ fn probe_template(path: &Path) -> Result<Option<ChatTemplate>, String> {
 }
 
 /// What the catalog says of a model whose files are at `path`: its template's capabilities, not loaded.
-fn info_for(name: &str, path: &Path, default: BackendKind) -> Result<ModelInfo, String> {
-    let tpl = probe_template(path)?;
+fn info_for(name: &str, path: &Path, default: BackendKind, over: Option<&ChatTemplate>) -> Result<ModelInfo, String> {
+    let tpl = match over {
+        Some(t) => Some(t.clone()),
+        None => probe_template(path)?,
+    };
     Ok(ModelInfo {
         id: name.to_string(),
         chat: tpl.is_some(),
@@ -130,7 +135,7 @@ pub fn on_disk_info(name: &str) -> Result<ModelInfo, EngineError> {
         e => EngineError::NotOnDisk(e.to_string()),
     })?;
     let default = default_backend_for(&r.path.to_string_lossy()).0;
-    info_for(name, &r.path, default).map_err(|e| EngineError::bad_field("model", format!("{name}: {e}")))
+    info_for(name, &r.path, default, None).map_err(|e| EngineError::bad_field("model", format!("{name}: {e}")))
 }
 
 impl LocalEngine {
@@ -151,6 +156,7 @@ impl LocalEngine {
             seqs: HashMap::new(),
             backend,
             chosen: chosen.clone(),
+            template: None,
         };
         for name in names {
             let r = kvad_hub::resolve(name).map_err(|e| e.to_string())?;
@@ -161,6 +167,19 @@ impl LocalEngine {
         Ok(engine)
     }
 
+    /// Renders every model's prompts with `template` instead of its own (as llama.cpp's and vLLM's
+    /// `--chat-template`): a model whose template knows no tools gets a tool-calling one, say. The catalog's
+    /// capabilities follow the template in force.
+    pub fn with_chat_template(mut self, template: ChatTemplate) -> Self {
+        for e in &mut self.entries {
+            e.info.chat = true;
+            e.info.tools = template.supports_tools();
+            e.info.reasoning = template_reasons(template.source());
+        }
+        self.template = Some(template);
+        self
+    }
+
     /// A model's entry: its capabilities from its template (read without its weights) and its default backend.
     fn describe(&self, name: &str, path: PathBuf) -> Result<Entry, String> {
         let default = match (self.chosen.get(name), self.backend) {
@@ -168,7 +187,7 @@ impl LocalEngine {
             // The files are here: their family decides, nothing is asked of the Hub.
             (None, None) => default_backend_for(&path.to_string_lossy()).0,
         };
-        let info = info_for(name, &path, default)?;
+        let info = info_for(name, &path, default, self.template.as_ref())?;
         Ok(Entry { info, path, default })
     }
 
@@ -238,6 +257,10 @@ impl LocalEngine {
         let resident = self.memory().resident;
         memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
             .map_err(EngineError::insufficient_memory)?;
+        let mut m = m;
+        if let Some(t) = &self.template {
+            m.template = Some(t.clone());
+        }
         let stop = m.stop_ids();
         if named {
             let e = &mut self.entries[entry];

@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions`.
 
-use super::request::{ignored, kind_of, parse_body, sampling, stop, stream, Fields};
+use super::request::{ignored, kind_of, parse_body, response_format, sampling, stop, stream, Fields};
 use super::{respond, Shape, Submit};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -8,6 +8,7 @@ use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
+use kvad_engine::grammar::{Constraint, Grammar};
 use kvad_engine::seam::Prompt;
 use serde_json::{json, Map, Value};
 
@@ -32,19 +33,22 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
     let stops = stop(&mut f)?;
     let tools = tools(&mut f)?;
     let choice = tool_choice(&mut f)?;
-    if let Some(false) = f.opt_bool("parallel_tool_calls")? {
-        return Err(ApiError::unsupported(
-            "parallel_tool_calls",
-            "parallel_tool_calls = false is not supported: the parser returns every call the model makes",
-        ));
-    }
-    if let Some(v) = f.get("response_format") {
-        if v.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(ApiError::unsupported(
+    let parallel = f.opt_bool("parallel_tool_calls")?.unwrap_or(true);
+    params.options.constraint = response_format(&mut f)?;
+    if let Some(c) = forced_calls(&choice, tools.as_deref(), parallel)? {
+        if params.options.constraint.is_some() {
+            return Err(ApiError::bad_field(
                 "response_format",
-                format!("response_format {v} is not supported (constrained decoding is not written yet); only {{\"type\": \"text\"}}"),
+                "response_format and a tool_choice that forces a call cannot both hold the reply: send one",
             ));
         }
+        params.options.constraint = Some(c);
+    } else if !parallel && choice == ToolChoice::Auto {
+        return Err(ApiError::unsupported(
+            "parallel_tool_calls",
+            "parallel_tool_calls = false with tool_choice \"auto\" is not supported: the parser returns every call \
+             the model makes (with \"required\" or a named function one call is forced)",
+        ));
     }
     // kvad's own field: `"cache": false` (benchmarks, evaluations) runs alone from an empty cache.
     let fresh = f.opt_bool("cache")? == Some(false);
@@ -58,7 +62,7 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
             format!("model {model} has no chat template; use /v1/completions with a plain prompt"),
         ));
     }
-    let offered = tools.filter(|_| choice != "none");
+    let offered = tools.filter(|_| choice != ToolChoice::None);
     if offered.is_some() && !info.tools {
         let can: Vec<String> = state.queue.catalog().into_iter().filter(|m| m.tools).map(|m| m.id).collect();
         return Err(ApiError::bad_field(
@@ -264,18 +268,79 @@ fn tools(f: &mut Fields<'_>) -> Result<Option<Vec<Value>>, ApiError> {
         .map(Some)
 }
 
-/// `tool_choice`: `auto` and `none` are honest; `required` and a named function would need constrained decoding.
-fn tool_choice(f: &mut Fields<'_>) -> Result<&'static str, ApiError> {
+/// `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// No tools: they are not shown to the model.
+    None,
+    /// A call to one of the tools is forced.
+    Required,
+    /// A call to this function is forced.
+    Named(String),
+}
+
+/// `tool_choice`: `auto`, `none`, `required`, or `{"type": "function", "function": {"name": …}}`.
+fn tool_choice(f: &mut Fields<'_>) -> Result<ToolChoice, ApiError> {
+    let named = |v: &Value| v.get("function").and_then(|x| x.get("name")).and_then(Value::as_str).map(str::to_string);
     match f.get("tool_choice") {
-        None => Ok("auto"),
-        Some(Value::String(s)) if s == "auto" => Ok("auto"),
-        Some(Value::String(s)) if s == "none" => Ok("none"),
-        Some(v) => Err(ApiError::unsupported(
+        None => Ok(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "auto" => Ok(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "none" => Ok(ToolChoice::None),
+        Some(Value::String(s)) if s == "required" => Ok(ToolChoice::Required),
+        Some(v @ Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("function") => match named(v) {
+            Some(n) => Ok(ToolChoice::Named(n)),
+            None => Err(ApiError::bad_field("tool_choice", "tool_choice.function.name must be a string")),
+        },
+        Some(v) => Err(ApiError::bad_field(
             "tool_choice",
             format!(
-                "tool_choice {v} is not supported: only \"auto\" and \"none\"; forcing a call needs the sampler \
-                 constrained to the tokens that open one, which is not written yet"
+                "tool_choice {v}: one of \"auto\", \"none\", \"required\" or {{\"type\": \"function\", \"function\": \
+                 {{\"name\": …}}}}"
             ),
         )),
     }
+}
+
+/// The grammar a forced call holds the reply to (`required`: a call to one of the tools; a named function: a call
+/// to it): the Hermes form the reply parser reads, `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`, its
+/// arguments valid against the function's parameters; one call, or several one after another where
+/// `parallel_tool_calls` allows. None where nothing is forced.
+fn forced_calls(choice: &ToolChoice, tools: Option<&[Value]>, parallel: bool) -> Result<Option<Constraint>, ApiError> {
+    let name_of = |t: &Value| t["function"]["name"].as_str().unwrap_or_default().to_string();
+    let chosen: Vec<&Value> = match (choice, tools) {
+        (ToolChoice::Auto | ToolChoice::None, _) => return Ok(None),
+        (_, None) => {
+            return Err(ApiError::bad_field("tool_choice", "tool_choice forces a call, but no tools were given"));
+        }
+        (ToolChoice::Required, Some(t)) => t.iter().collect(),
+        (ToolChoice::Named(n), Some(t)) => {
+            let found: Vec<&Value> = t.iter().filter(|x| name_of(x) == *n).collect();
+            if found.is_empty() {
+                let names: Vec<String> = t.iter().map(name_of).collect();
+                return Err(ApiError::bad_field(
+                    "tool_choice",
+                    format!("tool_choice names {n:?}, which is not among the tools: {}", names.join(", ")),
+                ));
+            }
+            found
+        }
+    };
+    let calls: Vec<Value> = chosen
+        .iter()
+        .map(|t| {
+            let params = t["function"].get("parameters").cloned().unwrap_or_else(|| json!({"type": "object"}));
+            json!({"type": "object", "properties": {"name": {"const": name_of(t)}, "arguments": params},
+                   "required": ["name", "arguments"], "additionalProperties": false})
+        })
+        .collect();
+    let schema = match calls.len() {
+        1 => calls.into_iter().next().unwrap_or_default(),
+        _ => json!({"anyOf": calls}),
+    };
+    let schema = kvad_engine::grammar::compact(schema);
+    let more = if parallel && !matches!(choice, ToolChoice::Named(_)) { " (\"\\n\" call)*" } else { "" };
+    let lark = format!("start: call{more}\ncall: \"<tool_call>\\n\" %json {schema} \"\\n</tool_call>\"\n");
+    Ok(Some(Constraint { grammar: Grammar::Lark(lark), field: "tool_choice" }))
 }

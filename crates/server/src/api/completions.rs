@@ -1,6 +1,6 @@
 //! `POST /v1/completions`: a plain prompt, no template.
 
-use super::request::{ignored, kind_of, parse_body, sampling, stop, stream, Fields};
+use super::request::{ignored, kind_of, parse_body, response_format, sampling, stop, stream, Fields};
 use super::{respond, Shape, Submit};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -39,6 +39,7 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
     }
     params.sampling.top_logprobs = f.opt_int("logprobs", 0, 20)?.map(|n| n as usize);
     let stops = stop(&mut f)?;
+    params.options.constraint = response_format(&mut f)?;
     if let Some(true) = f.opt_bool("echo")? {
         return Err(ApiError::unsupported("echo", "echo = true is not supported"));
     }

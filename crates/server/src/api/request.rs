@@ -3,6 +3,7 @@
 
 use crate::error::ApiError;
 pub use crate::fields::{kind_of, parse_body, Fields};
+use kvad_engine::grammar::{Constraint, Grammar};
 use kvad_engine::seam::GenParams;
 use kvad_engine::SamplingParams;
 use serde_json::Value;
@@ -112,4 +113,59 @@ pub fn ignored(f: &mut Fields<'_>) -> Result<(), ApiError> {
     f.get("metadata");
     f.get("store");
     Ok(())
+}
+
+/// `response_format`: `text` (no constraint), `json_object` (any JSON object), `json_schema` (JSON valid against
+/// `json_schema.schema`; `strict` is how kvad always holds it); kvad's own `regex` (`{"type": "regex", "regex":
+/// …}`) and `grammar` (a Lark grammar, `{"type": "grammar", "grammar": …}`). The reply is held to it token by
+/// token (constrained decoding), so it parses whatever the model would have written.
+pub fn response_format(f: &mut Fields<'_>) -> Result<Option<Constraint>, ApiError> {
+    let Some(v) = f.get("response_format") else { return Ok(None) };
+    let Value::Object(o) = v else {
+        return Err(ApiError::bad_field(
+            "response_format",
+            format!("response_format must be an object, not {}", kind_of(v)),
+        ));
+    };
+    let text = |key: &str| match o.get(key) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(ApiError::bad_field(
+            &format!("response_format.{key}"),
+            format!("response_format.{key} must be a non-empty string"),
+        )),
+    };
+    let grammar = match o.get("type").and_then(Value::as_str) {
+        Some("text") => return Ok(None),
+        Some("json_object") => Grammar::JsonObject,
+        Some("json_schema") => {
+            let spec = o.get("json_schema").and_then(Value::as_object).ok_or_else(|| {
+                ApiError::bad_field(
+                    "response_format.json_schema",
+                    "response_format.json_schema must be an object with a name and a schema",
+                )
+            })?;
+            match spec.get("schema") {
+                Some(s @ (Value::Object(_) | Value::Bool(true))) => Grammar::JsonSchema(s.clone()),
+                None => Grammar::JsonObject,
+                Some(s) => {
+                    return Err(ApiError::bad_field(
+                        "response_format.json_schema.schema",
+                        format!("response_format.json_schema.schema must be a JSON Schema object, not {}", kind_of(s)),
+                    ))
+                }
+            }
+        }
+        Some("regex") => Grammar::Regex(text("regex")?),
+        Some("grammar") => Grammar::Lark(text("grammar")?),
+        other => {
+            return Err(ApiError::bad_field(
+                "response_format.type",
+                format!(
+                    "response_format.type = {}: one of \"text\", \"json_object\", \"json_schema\" (and kvad's \"regex\", \"grammar\")",
+                    other.map_or("missing".to_string(), |t| format!("{t:?}"))
+                ),
+            ))
+        }
+    };
+    Ok(Some(Constraint { grammar, field: "response_format" }))
 }

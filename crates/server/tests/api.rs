@@ -69,20 +69,16 @@ fn bad_requests_get_clear_4xx_and_the_server_keeps_serving() {
             "stream_options",
             "only allowed with stream",
         ),
-        (
-            format!(r#"{{{m}, {u}, "tools": {WEATHER}, "tool_choice": "required"}}"#),
-            400,
-            "tool_choice",
-            "not supported",
-        ),
+        (format!(r#"{{{m}, {u}, "tool_choice": "required"}}"#), 400, "tool_choice", "no tools were given"),
         (
             format!(
-                r#"{{{m}, {u}, "tools": {WEATHER}, "tool_choice": {{"type": "function", "function": {{"name": "get_weather"}}}}}}"#
+                r#"{{{m}, {u}, "tools": {WEATHER}, "tool_choice": {{"type": "function", "function": {{"name": "get_time"}}}}}}"#
             ),
             400,
             "tool_choice",
-            "not supported",
+            "not among the tools: get_weather",
         ),
+        (format!(r#"{{{m}, {u}, "tools": {WEATHER}, "tool_choice": "any"}}"#), 400, "tool_choice", "one of"),
         (
             format!(r#"{{{m}, {u}, "tools": [{{"type": "function", "function": {{}}}}]}}"#),
             400,
@@ -91,10 +87,16 @@ fn bad_requests_get_clear_4xx_and_the_server_keeps_serving() {
         ),
         (format!(r#"{{{m}, {u}, "parallel_tool_calls": false}}"#), 400, "parallel_tool_calls", "not supported"),
         (
-            format!(r#"{{{m}, {u}, "response_format": {{"type": "json_object"}}}}"#),
+            format!(r#"{{{m}, {u}, "response_format": {{"type": "xml"}}}}"#),
             400,
-            "response_format",
-            "not supported",
+            "response_format.type",
+            "\"xml\": one of",
+        ),
+        (
+            format!(r#"{{{m}, {u}, "response_format": {{"type": "json_schema"}}}}"#),
+            400,
+            "response_format.json_schema",
+            "must be an object",
         ),
         (
             format!(

@@ -170,6 +170,32 @@ pub struct Held {
     pub tokens: usize,
 }
 
+/// The room a model's running replies share, against which the scheduler admits them: a reply joins only when what
+/// it may hold (prompt + max_tokens, in whole pages) fits beside what the running ones reserved, so an admitted
+/// reply always finishes and nothing running is evicted (kept conversations give way instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Tokens of per-sequence state the replies may hold in all: the context charged at load on the host, the page
+    /// pool on a GPU.
+    pub tokens: usize,
+    /// Tokens a page holds (1 where state is not paged): each reply's reserve is rounded up to whole pages.
+    pub page: usize,
+    /// Sequences that can run at once (a GPU's recurrent slots; `usize::MAX` where tokens alone bound them).
+    pub sequences: usize,
+}
+
+impl Budget {
+    /// `tokens` of unpaged room and no bound on sequences: a host model's context, or a test's.
+    pub fn tokens(tokens: usize) -> Budget {
+        Budget { tokens, page: 1, sequences: usize::MAX }
+    }
+
+    /// What a reserve of `tokens` takes of the budget: whole pages.
+    pub fn reserve(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.page.max(1)) * self.page.max(1)
+    }
+}
+
 /// What ending a sequence leaves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ended {
@@ -231,8 +257,8 @@ pub trait Engine: Send {
         Ok(p)
     }
 
-    /// The tokens of context a model's replies and kept conversations share (0 when it is not loaded).
-    fn budget(&self, model: &str) -> usize;
+    /// The room a model's replies and kept conversations share ([`Budget::tokens`] 0 when it is not loaded).
+    fn budget(&self, model: &str) -> Budget;
 
     /// Starts a sequence: finds the kept conversation sharing the longest prefix with the prompt (unless `fresh`:
     /// a request that asked for no cache) and sets up its sampler.

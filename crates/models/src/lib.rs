@@ -36,6 +36,19 @@ pub enum LogitsMode {
     All,
 }
 
+/// What a model's sequences can hold at once where that is fixed when it loads (a GPU's page pool and recurrent
+/// slots, allocated once): the server admits replies against it, so an admitted reply always finds room to finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateRoom {
+    /// Tokens of per-token state (keys and values, latents) the pool holds in all.
+    pub tokens: usize,
+    /// Tokens one page holds: a sequence holds whole pages.
+    pub page: usize,
+    /// Sequences that can hold state at once (a recurrent layer's slots; `usize::MAX` where nothing but tokens
+    /// bounds them).
+    pub sequences: usize,
+}
+
 /// One sequence's part of a batched forward pass: its new tokens and its state, which the pass extends.
 /// The new tokens' positions follow on from what the state already holds.
 pub struct SeqInput<'a> {
@@ -60,6 +73,11 @@ pub trait CausalLm: Send + Sync {
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
     /// Bytes of weights held (mapped or owned), for memory accounting.
     fn weight_bytes(&self) -> usize;
+    /// The state room fixed at load (a GPU's pages and slots); None where a sequence's state grows in host memory,
+    /// bounded only by the context the model was charged for.
+    fn state_room(&self) -> Option<StateRoom> {
+        None
+    }
     /// Prompt tokens worth reading in one pass: the CPU keeps a pass's activations in cache (256); a GPU fills
     /// its tensor cores and reads (or dequantises) every weight once per pass, so it takes far more.
     fn prefill_chunk(&self) -> usize {

@@ -437,6 +437,21 @@ fn a_copied_prefix_continues_like_the_prefix_read_alone() {
         assert!(d <= tol_same(name), "{name} {backend}: {d} of the spread");
         // The original is untouched by the copy's new token.
         assert_eq!(kv.len(), p.len());
+        // A copy of two whole pages shares them; cut back into the second and written there, it copies that page
+        // first: the copy reads like the prefix alone, and the original still holds its own rows.
+        let mut cut = kv.copy_prefix(32).expect("two whole pages, shared");
+        assert!(cut.truncate(20));
+        let c = m.forward(&mut [SeqInput { tokens: &[7], state: &mut cut }], LogitsMode::Last).unwrap().remove(0);
+        let d = max_diff(&c, &b) / spread(&b);
+        assert!(d <= tol_same(name), "{name} {backend}: a written shared page: {d} of the spread");
+        let mut whole = m.new_state();
+        m.forward(&mut [SeqInput { tokens: &p, state: &mut whole }], LogitsMode::None).unwrap();
+        let next = |s: &mut kvad_models::SeqState| {
+            m.forward(&mut [SeqInput { tokens: &[9], state: s }], LogitsMode::Last).unwrap().remove(0)
+        };
+        let (o, w) = (next(&mut kv), next(&mut whole));
+        let d = max_diff(&o, &w) / spread(&w);
+        assert!(d <= tol_same(name), "{name} {backend}: the original after its copies wrote: {d} of the spread");
     }
 }
 

@@ -7,7 +7,8 @@
 //! queue = 16                     # KVAD_QUEUE: generations that may wait; the next is a 503
 //! queue_per_account = 4          # generations one account may have waiting; the next is a 429
 //! generations_per_minute = 30    # per account (off unless set); over it a 429 says when the next is taken
-//! batch = 4                      # KVAD_BATCH: replies on one model written together
+//! batch = 4                      # KVAD_BATCH: replies on one model written together (unset: 4 on the CPU; on a
+//!                                # GPU as many as its K/V pages hold, each reply's pages reserved as it joins)
 //! context = 8192                 # tokens of KV cache each model is charged for (unset: the model's context)
 //! memory = "24 GB"               # KVAD_MEMORY: what loaded models may be charged in all (unset: available now)
 //! autoload = false               # reload the models that were loaded, in the background, at start
@@ -60,8 +61,9 @@ pub struct ServerSection {
     pub queue_per_account: usize,
     /// Generations one account may start per minute (None: no limit).
     pub generations_per_minute: Option<usize>,
-    /// Replies written together.
-    pub batch: usize,
+    /// Replies written together (None: the backend's rule, 4 on the CPU; on a GPU as many as the K/V page pool
+    /// holds, each reply's prompt + max_tokens reserved as it joins).
+    pub batch: Option<usize>,
     /// Tokens of KV cache each model is charged for (None: the model's own context).
     pub context: Option<usize>,
     /// What loaded models may be charged in all, e.g. "24 GB" (None: the memory available at start).
@@ -102,7 +104,7 @@ impl Default for ServerSection {
             queue: 16,
             queue_per_account: 4,
             generations_per_minute: None,
-            batch: 4,
+            batch: None,
             context: None,
             memory: None,
             autoload: false,
@@ -244,7 +246,8 @@ impl Config {
     /// Checks values no type can: each names the key and the value.
     pub fn check(&self) -> Result<(), String> {
         let s = &self.server;
-        let positive = [("queue", s.queue), ("queue_per_account", s.queue_per_account), ("batch", s.batch)];
+        let positive =
+            [("queue", s.queue), ("queue_per_account", s.queue_per_account), ("batch", s.batch.unwrap_or(1))];
         for (key, v) in positive {
             if v == 0 {
                 return Err(format!("[server] {key} = 0: must be at least 1"));
@@ -296,7 +299,7 @@ impl Config {
             self.server.queue = v.parse().map_err(|_| format!("KVAD_QUEUE = {v:?}: not a whole number"))?;
         }
         if let Some(v) = get("KVAD_BATCH").filter(|v| !v.is_empty()) {
-            self.server.batch = v.parse().map_err(|_| format!("KVAD_BATCH = {v:?}: not a whole number"))?;
+            self.server.batch = Some(v.parse().map_err(|_| format!("KVAD_BATCH = {v:?}: not a whole number"))?);
         }
         if let Some(v) = get("KVAD_MEMORY").filter(|v| !v.is_empty()) {
             self.server.memory = Some(v);
@@ -410,7 +413,7 @@ mod tests {
         let e = c.apply_env(|k| (k == "KVAD_SHUTDOWN_TIMEOUT").then(|| "soon".to_string())).unwrap_err();
         assert!(e.contains("KVAD_SHUTDOWN_TIMEOUT") && e.contains("soon"), "{e}");
         let c = Config::parse("[server]\nbatch = 8\ncontext = 2048\nautoload = true\n").unwrap();
-        assert_eq!((c.server.batch, c.server.context, c.server.autoload), (8, Some(2048), true));
+        assert_eq!((c.server.batch, c.server.context, c.server.autoload), (Some(8), Some(2048), true));
         assert!(c.check().is_ok());
     }
 

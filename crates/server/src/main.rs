@@ -9,7 +9,7 @@ use clap::Parser;
 use kvad_engine::local::{memory, LocalEngine, LocalSettings};
 use kvad_engine::pass::Stepping;
 use kvad_server::config::{data_dir, Config};
-use kvad_server::sched::{backend_limits, Kind, Limits, Queue};
+use kvad_server::sched::{pass_rules, Kind, Limits, Queue};
 use kvad_server::scripted::ScriptedEngine;
 use kvad_server::store::Store;
 use kvad_server::{api, AppState, Engine};
@@ -105,7 +105,7 @@ fn run(args: Args) -> Result<(), String> {
     let sv = &mut config.server;
     sv.queue_per_account = args.queue_per_account.unwrap_or(sv.queue_per_account);
     sv.generations_per_minute = args.generations_per_minute.or(sv.generations_per_minute);
-    sv.batch = args.batch.unwrap_or(sv.batch);
+    sv.batch = args.batch.or(sv.batch);
     sv.context = args.context.or(sv.context);
     sv.memory = args.memory.or(sv.memory.take());
     sv.autoload |= args.autoload;
@@ -161,15 +161,13 @@ fn run(args: Args) -> Result<(), String> {
     // The first model's backend sets the passes' limits until a reply joins on its own model's.
     let first = engine.catalog().first().map(|m| m.default_backend.clone());
     let backend_name = if args.scripted.is_some() { "scripted".to_string() } else { first.unwrap_or_default() };
-    let (batch_from, chunk) = backend_limits(&backend_name);
     let active = if config.server.autoload { store.active_models().map_err(|e| e.to_string())? } else { vec![] };
     let limits = Limits {
         queue: config.server.queue,
         per_account: config.server.queue_per_account,
         per_minute: config.server.generations_per_minute,
         batch: config.server.batch,
-        chunk,
-        batch_from,
+        rules: pass_rules(&backend_name),
         trace_steps: config.server.step_trace,
         stall: (config.server.stall_timeout > 0).then(|| std::time::Duration::from_secs(config.server.stall_timeout)),
     };

@@ -14,8 +14,8 @@
 use crate::sched::{Part, Work};
 use kvad_engine::local::memory;
 use kvad_engine::seam::{
-    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt, Reader,
-    ReaderFor, Resident, SeqId, Stepped, TokenLogprob, TokenPiece, Tokenize,
+    loaded_elsewhere, template_reasons, Begun, Budget, Ended, GenParams, Memory, ModelInfo, Piece, Prepared, Prompt,
+    Reader, ReaderFor, Resident, SeqId, Stepped, TokenLogprob, TokenPiece, Tokenize,
 };
 use kvad_engine::Engine;
 use kvad_engine::EngineError;
@@ -213,8 +213,8 @@ impl Engine for ScriptedEngine {
         Ok(ReaderFor { reader: std::sync::Arc::new(reader), loaded })
     }
 
-    fn budget(&self, model: &str) -> usize {
-        self.index(model).map_or(0, |i| self.models[i].spec.context)
+    fn budget(&self, model: &str) -> Budget {
+        Budget::tokens(self.index(model).map_or(0, |i| self.models[i].spec.context))
     }
 
     fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, _fresh: bool) -> Result<Begun, EngineError> {

@@ -62,23 +62,37 @@ impl<C: Cache> Default for Kept<C> {
     }
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+/// How many leading tokens `a` and `b` share.
+pub(super) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// How much of `prompt` a cache holding `tokens` can give: the shared prefix, at most all but the prompt's last
+/// token (that one is always read by itself), and only as far back as the cache can be cut ([`Cache::cut_point`]).
+pub(super) fn usable<C: Cache>(cache: &C, tokens: &[u32], prompt: &[u32]) -> usize {
+    cache.cut_point(common_prefix(tokens, prompt).min(prompt.len().saturating_sub(1)))
+}
+
 impl<C: Cache> Kept<C> {
-    /// The cache of the conversation sharing the longest usable prefix with `prompt`, cut to that prefix: taken
-    /// out when the prompt continues the whole conversation, copied when it parts from it. At most all but the
-    /// prompt's last token is used (that one is always read by itself), and only as far back as the cache can be cut
-    /// ([`Cache::cut_point`]). None when nothing usable is shared.
-    pub fn take(&mut self, prompt: &[u32]) -> Option<(C, usize)> {
-        let most = prompt.len().saturating_sub(1);
-        let (i, n) = self
-            .all
+    /// The conversation sharing the longest usable prefix with `prompt`, and that length.
+    fn best(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+        self.all
             .iter()
             .enumerate()
-            .map(|(i, c)| (i, c.cache.cut_point(common_prefix(&c.tokens, prompt).min(most))))
-            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))?;
+            .map(|(i, c)| (i, usable(&c.cache, &c.tokens, prompt)))
+            .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+    }
+
+    /// How many of `prompt`'s tokens [`Kept::take`] would give (0: none).
+    pub fn longest(&self, prompt: &[u32]) -> usize {
+        self.best(prompt).map_or(0, |(_, n)| n)
+    }
+
+    /// The cache of the conversation sharing the longest usable prefix with `prompt` ([`usable`]), cut to that
+    /// prefix: taken out when the prompt continues the whole conversation, copied when it parts from it. None when
+    /// nothing usable is shared.
+    pub fn take(&mut self, prompt: &[u32]) -> Option<(C, usize)> {
+        let (i, n) = self.best(prompt)?;
         if n == 0 {
             return None;
         }
@@ -104,9 +118,13 @@ impl<C: Cache> Kept<C> {
         self.all.push(Conversation { tokens, cache, spoke: self.clock });
     }
 
-    /// Lets go of the conversations that spoke longest ago until what is kept fits in `room` tokens.
-    pub fn fit(&mut self, room: usize) {
-        while self.held().tokens > room {
+    /// Lets go of the conversations that spoke longest ago until what is kept fits in `room` tokens (each
+    /// conversation holding whole pages of `page` tokens) and is at most `count` conversations (a GPU's recurrent
+    /// slots, each held by one).
+    pub fn fit(&mut self, room: usize, page: usize, count: usize) {
+        let page = page.max(1);
+        let paged = |all: &[Conversation<C>]| all.iter().map(|c| c.cache.len().div_ceil(page) * page).sum::<usize>();
+        while paged(&self.all) > room || self.all.len() > count {
             let Some(i) = self.all.iter().enumerate().min_by_key(|(_, c)| c.spoke).map(|(i, _)| i) else { return };
             self.all.swap_remove(i);
         }
@@ -177,12 +195,31 @@ mod tests {
         // 1 speaks again, so 2 is now the oldest.
         let (c, _) = k.take(&[1; 11]).unwrap();
         k.put(vec![1; 11], Fake(c.0.into_iter().chain([1]).collect()));
-        k.fit(25);
+        k.fit(25, 1, usize::MAX);
         assert_eq!(k.held(), Held { conversations: 2, tokens: 21 });
         assert!(k.take(&[2, 2, 2]).is_none(), "2 went");
         assert!(k.take(&[3, 3, 3]).is_some() && k.take(&[1, 1, 1]).is_some());
-        k.fit(0);
+        k.fit(0, 1, usize::MAX);
         assert_eq!(k.held(), Held::default());
+    }
+
+    /// On a GPU a conversation holds whole pages, and a recurrent model's conversations hold a slot each: both
+    /// bound what is kept.
+    #[test]
+    fn kept_conversations_fit_in_whole_pages_and_in_the_slots_left() {
+        let mut k = Kept::default();
+        for t in 1..=3 {
+            keep(&mut k, &[t; 10]);
+        }
+        // Three conversations of 10 tokens hold 3 pages of 16: 48 tokens of room keeps them, 47 does not.
+        k.fit(48, 16, usize::MAX);
+        assert_eq!(k.held().conversations, 3);
+        k.fit(47, 16, usize::MAX);
+        assert_eq!(k.held(), Held { conversations: 2, tokens: 20 });
+        assert!(k.take(&[1, 1, 1]).is_none(), "the one that spoke longest ago went");
+        k.fit(1000, 16, 1);
+        assert_eq!(k.held().conversations, 1, "one slot left: one conversation");
+        assert!(k.take(&[3, 3, 3]).is_some(), "the latest stayed");
     }
 
     /// A cache that can be cut back only at some lengths (a recurrent state's snapshots).

@@ -9,8 +9,8 @@ pub mod tokens;
 
 use crate::pass::{self, Sequence, Stepping};
 use crate::seam::{
-    loaded_elsewhere, template_reasons, Begun, Ended, GenParams, Memory, ModelInfo, Part, Piece, Prepared, ReaderFor,
-    Resident, SeqId, Stepped, TokenLogprob,
+    loaded_elsewhere, template_reasons, Begun, Budget, Ended, GenParams, Memory, ModelInfo, Part, Piece, Prepared,
+    ReaderFor, Resident, SeqId, Stepped, TokenLogprob,
 };
 use crate::system::default_backend_for;
 use crate::{open_model, Engine, EngineError, OpenedModel};
@@ -59,6 +59,18 @@ impl Slot {
         let g = std::sync::Arc::new(crate::grammar::Grammars::new(&self.m.tokenizer, vocab, end)?);
         self.grammars = Some(g.clone());
         Ok(g)
+    }
+}
+
+impl Slot {
+    /// The room its replies share: on a GPU the page pool (and recurrent slots) allocated at load, which is what
+    /// bounds them there (a context is one sequence's limit, not theirs together); on the host the context charged,
+    /// unpaged.
+    fn budget(&self) -> Budget {
+        match self.m.model.state_room() {
+            Some(r) => Budget { tokens: r.tokens, page: r.page, sequences: r.sequences },
+            None => Budget::tokens(self.context),
+        }
     }
 }
 
@@ -283,13 +295,14 @@ impl LocalEngine {
         self.slot(entry).ok_or_else(|| EngineError::internal("the model was not kept after loading"))
     }
 
-    /// Lets go of kept conversations of `entry` until they fit beside the running sequences' reserves.
+    /// Lets go of kept conversations of `entry` until they fit beside the running sequences' reserves (in whole
+    /// pages) and, where sequences are bounded (a GPU's recurrent slots), beside the running sequences.
     fn fit(&mut self, entry: usize) {
-        let running: usize = self.seqs.values().filter(|s| s.entry == entry).map(|s| s.seq.reserve).sum();
-        if let Some(slot) = self.slots.iter_mut().find(|s| s.entry == entry) {
-            let room = slot.context.saturating_sub(running);
-            slot.kept.fit(room);
-        }
+        let Some(slot) = self.slots.iter_mut().find(|s| s.entry == entry) else { return };
+        let b = slot.budget();
+        let running = self.seqs.values().filter(|s| s.entry == entry);
+        let (reserved, count) = running.fold((0, 0), |(r, n), s| (r + b.reserve(s.seq.reserve), n + 1));
+        slot.kept.fit(b.tokens.saturating_sub(reserved), b.page, b.sequences.saturating_sub(count));
     }
 }
 
@@ -316,8 +329,8 @@ impl Engine for LocalEngine {
         Ok(ReaderFor { reader: slot.reader.clone(), loaded })
     }
 
-    fn budget(&self, model: &str) -> usize {
-        self.entry(model).ok().and_then(|e| self.slot(e)).map_or(0, |s| s.context)
+    fn budget(&self, model: &str) -> Budget {
+        self.entry(model).ok().and_then(|e| self.slot(e)).map_or(Budget::tokens(0), Slot::budget)
     }
 
     fn begin(&mut self, seq: SeqId, p: &Prepared, params: &GenParams, fresh: bool) -> Result<Begun, EngineError> {
@@ -338,7 +351,7 @@ impl Engine for LocalEngine {
         };
         let (kv, cached) = match fresh {
             true => None,
-            false => slot.kept.take(&p.tokens),
+            false => shared_prefix(&mut slot.kept, self.seqs.values().filter(|s| s.entry == entry), &p.tokens),
         }
         .unwrap_or_else(|| (slot.m.model.new_state(), 0));
         let mut seq_state = Sequence::new(p.tokens.clone(), kv, cached, params.clone());
@@ -450,6 +463,26 @@ impl Engine for LocalEngine {
     fn tokenizers(&self) -> std::sync::Arc<dyn crate::seam::Tokenize> {
         let paths = self.entries.iter().map(|e| (e.info.id.clone(), e.path.clone())).collect();
         std::sync::Arc::new(tokens::LocalTokenizers::new(paths))
+    }
+}
+
+/// The longest usable prefix of `prompt` already in memory: a kept conversation's (taken whole when the prompt
+/// continues it, else copied), or a running reply's prompt as far as it has been read, copied. On a GPU a copy
+/// shares the whole pages (copy on write), so requests that open with the same system prompt or examples hold its
+/// keys and values once, whoever sent them; `cached_tokens` reports what was found. None: read from scratch.
+fn shared_prefix<'a>(
+    kept: &mut Kept<SeqState>,
+    running: impl Iterator<Item = &'a Seq>,
+    prompt: &[u32],
+) -> Option<(SeqState, usize)> {
+    let from_running = running
+        .map(|s| (kept::usable(&s.seq.state, &s.seq.prompt[..s.seq.read.min(s.seq.state.len())], prompt), s))
+        .max_by_key(|&(n, _)| n);
+    match from_running {
+        Some((n, s)) if n > 0 && n > kept.longest(prompt) => {
+            s.seq.state.copy_prefix(n).filter(|c| c.len() == n).map(|c| (c, n)).or_else(|| kept.take(prompt))
+        }
+        _ => kept.take(prompt),
     }
 }
 

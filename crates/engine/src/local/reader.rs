@@ -25,7 +25,9 @@ impl LocalReader {
             model: model.to_string(),
             tokenizer: m.tokenizer.clone(),
             template: m.template.clone(),
-            context: c.max_position,
+            // On a GPU one reply can hold no more than the page pool: past that it is refused at once, naming
+            // max_tokens, rather than admitted to run out of pages.
+            context: m.model.state_room().map_or(c.max_position, |r| c.max_position.min(r.tokens)),
             vocab: c.vocab_size,
             backend: m.backend.to_string(),
         }

@@ -63,9 +63,15 @@ const GREEDY_AHEAD: usize = 8;
 /// is about 1 GB.
 const GPU_PREFILL_CHUNK: usize = 4096;
 
-/// Tokens the page pool holds unless `KVAD_GPU_KV_TOKENS` (the GPU's `Tuning`) says otherwise; at most half the free
-/// memory.
+/// Tokens the page pool holds at least unless `KVAD_GPU_KV_TOKENS` (the GPU's `Tuning`) says otherwise; at most
+/// half the free memory.
 const DEFAULT_KV_TOKENS: usize = 65_536;
+
+/// Share of the device memory free at load the page pool takes unless `KVAD_GPU_KV_TOKENS` names a count: a server
+/// runs together as many replies as their pages hold (each reserved as it joins), so the pool is sized from memory
+/// (vLLM's `gpu_memory_utilization` is the same idea); the rest is left for the pass scratch, cuBLAS and the
+/// recurrent slots. No more than 64 full contexts of the model.
+const KV_SHARE_OF_FREE: f64 = 0.4;
 
 /// Sequences and snapshots a recurrent model's slots hold (each takes one slot a recurrent layer); at most a quarter
 /// of the memory free after the pages. 256 sets of a Qwen3-Next-80B-shaped model (36 delta-net layers of 2.1 MB)
@@ -79,8 +85,10 @@ impl GpuDecoder {
         // Each layer's page: keys and values, or a latent layer's one row a token.
         let widths: Vec<(usize, usize)> = p.layers.iter().map(|l| l.attn.page_bytes(c)).collect();
         let page_bytes: usize = widths.iter().map(|(k, v)| k + v).sum();
-        let want_tokens = gpu.tuning().kv_tokens.unwrap_or(DEFAULT_KV_TOKENS).min(c.max_position.max(KV_PAGE) * 64);
         let (free, _) = gpu.memory()?;
+        let by_memory = (free as f64 * KV_SHARE_OF_FREE) as usize / page_bytes.max(1) * KV_PAGE;
+        let want_tokens =
+            gpu.tuning().kv_tokens.unwrap_or(by_memory.max(DEFAULT_KV_TOKENS)).min(c.max_position.max(KV_PAGE) * 64);
         let pages = (want_tokens.div_ceil(KV_PAGE)).min(free / 2 / page_bytes.max(1)).max(1);
         let store = Store::new(&gpu, pages, &widths)?;
         let pool = PagePool::new(pages, page_bytes, Some(store));
@@ -211,6 +219,12 @@ impl CausalLm for GpuDecoder {
         GPU_PREFILL_CHUNK
     }
 
+    fn state_room(&self) -> Option<crate::StateRoom> {
+        // A sequence of a recurrent model holds one slot a recurrent layer (its snapshots more, when free).
+        let sequences = self.slots.as_ref().map_or(usize::MAX, |s| s.total() / self.n_rec.max(1));
+        Some(crate::StateRoom { tokens: self.pool.total * KV_PAGE, page: KV_PAGE, sequences })
+    }
+
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let vocab = self.p.cfg.vocab_size;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
@@ -270,9 +284,9 @@ impl CausalLm for GpuDecoder {
         }
         // Pages for every step first: the replays read the table run() writes now. Where the pool cannot give them
         // all, a step at a time (which says so at the step that lacks one).
-        let need = state.len + steps;
+        let (held, need) = (state.len, state.len + steps);
         let reserved = match state.pages_as_mut::<Pages>() {
-            Some(p) if Arc::ptr_eq(&p.pool, &self.pool) => p.ensure(need),
+            Some(p) if Arc::ptr_eq(&p.pool, &self.pool) => p.ensure(held, need),
             _ => false,
         };
         if !reserved {
@@ -333,14 +347,14 @@ impl GpuDecoder {
         }
         // Pages for every new position, all or nothing.
         for s in batch.iter_mut() {
-            let need = s.state.len() + s.tokens.len();
+            let (held, need) = (s.state.len(), s.state.len() + s.tokens.len());
             let pages = s.state.pages_as_mut::<Pages>().ok_or_else(|| {
                 ModelError::BadInput("this state was not made by this GPU model (use its new_state)".into())
             })?;
             if !Arc::ptr_eq(&pages.pool, &self.pool) {
                 return Err(ModelError::BadInput("this cache belongs to another model's page pool".into()));
             }
-            if !pages.ensure(need) {
+            if !pages.ensure(held, need) {
                 return Err(ModelError::BadInput(format!(
                     "the GPU KV cache is full: {need} tokens asked, {} pages of {KV_PAGE} free of {} \
                      (KVAD_GPU_KV_TOKENS sets its size)",

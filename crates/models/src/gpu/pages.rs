@@ -38,10 +38,43 @@ impl Store {
     }
 }
 
-/// A model's page pool: which pages are free, what a page costs, and (on the GPU) where the pages are.
+/// Which pages are free, and how many page tables hold each page: a prefix copied from another sequence shares
+/// its whole pages (copy on write), so a page goes back to the free list when its last holder lets go.
+#[derive(Debug)]
+struct Owners {
+    free: Vec<u32>,
+    holders: Vec<u32>,
+}
+
+impl Owners {
+    /// `n` free pages, each now held once; None (nothing taken) when fewer are free.
+    fn take(&mut self, n: usize) -> Option<Vec<u32>> {
+        let at = self.free.len().checked_sub(n)?;
+        let ids: Vec<u32> = self.free.drain(at..).rev().collect();
+        for &i in &ids {
+            self.holders[i as usize] = 1;
+        }
+        Some(ids)
+    }
+
+    /// One holder lets go of page `id` (nothing for a released place).
+    fn put(&mut self, id: u32) {
+        if id == RELEASED {
+            return;
+        }
+        let h = &mut self.holders[id as usize];
+        *h = h.saturating_sub(1);
+        if *h == 0 {
+            self.free.push(id);
+        }
+    }
+}
+
+/// A model's page pool: which pages are free and who holds the others, what a page costs, and (on the GPU) where
+/// the pages are.
 #[derive(Debug)]
 pub(crate) struct PagePool {
-    free: Mutex<Vec<u32>>,
+    owners: Mutex<Owners>,
     pub(crate) total: usize,
     /// Device bytes of one page across all layers, K and V.
     pub(crate) page_bytes: usize,
@@ -52,7 +85,7 @@ impl PagePool {
     pub(crate) fn new(total: usize, page_bytes: usize, store: Option<Store>) -> Arc<PagePool> {
         // Pages handed out from the low ids first.
         let free = (0..total as u32).rev().collect();
-        Arc::new(PagePool { free: Mutex::new(free), total, page_bytes, store })
+        Arc::new(PagePool { owners: Mutex::new(Owners { free, holders: vec![0; total] }), total, page_bytes, store })
     }
 
     /// Address of page `page` of layer `layer` in K and V.
@@ -62,13 +95,27 @@ impl PagePool {
         Some((s.k.at(l.k_at + page * l.k_bytes), s.v.at(l.v_at + page * l.v_bytes)))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
-        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Owners> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Pages free now.
     pub(crate) fn available(&self) -> usize {
-        self.lock().len()
+        self.lock().free.len()
+    }
+
+    /// Copies page `src` to page `dst`, every layer's K and V, on the device (nothing to copy without a store).
+    fn copy_page(&self, src: u32, dst: u32) -> Option<()> {
+        let Some(store) = self.store.as_ref() else { return Some(()) };
+        for (layer, l) in store.layers.iter().enumerate() {
+            let (sk, sv) = self.page_addr(layer, src as usize)?;
+            let (dk, dv) = self.page_addr(layer, dst as usize)?;
+            store.gpu.copy_device(sk, dk, l.k_bytes).ok()?;
+            if l.v_bytes > 0 {
+                store.gpu.copy_device(sv, dv, l.v_bytes).ok()?;
+            }
+        }
+        Some(())
     }
 }
 
@@ -76,7 +123,8 @@ impl PagePool {
 /// never looks that far back).
 pub(crate) const RELEASED: u32 = u32::MAX;
 
-/// The pages one sequence holds, in position order; they go back to the pool when dropped.
+/// The pages one sequence holds, in position order; they go back to the pool when dropped (each once its last
+/// holder lets go: a copied prefix shares whole pages).
 #[derive(Debug)]
 pub struct Pages {
     pub(crate) ids: Vec<u32>,
@@ -88,72 +136,92 @@ impl Pages {
         Pages { ids: Vec::new(), pool }
     }
 
-    /// Makes room for `tokens` positions; false (and nothing taken) when the pool has too few pages free.
-    pub(crate) fn ensure(&mut self, tokens: usize) -> bool {
-        let need = tokens.div_ceil(KV_PAGE).saturating_sub(self.ids.len());
-        if need == 0 {
-            return true;
+    /// Makes positions `from..to` writable: pages for all of them, and the page holding position `from` this
+    /// table's own (a page shared with another sequence is copied first, so its other holders keep their rows).
+    /// False, and nothing changed, when the pool has too few pages free.
+    pub(crate) fn ensure(&mut self, from: usize, to: usize) -> bool {
+        let need = to.div_ceil(KV_PAGE).saturating_sub(self.ids.len());
+        let mut owners = self.pool.lock();
+        let at = from / KV_PAGE;
+        let shared = self.ids.get(at).filter(|&&i| i != RELEASED && owners.holders[i as usize] > 1).copied();
+        let Some(mut fresh) = owners.take(need + usize::from(shared.is_some())) else { return false };
+        if let Some(old) = shared {
+            let mine = fresh.remove(0);
+            if self.pool.copy_page(old, mine).is_none() {
+                owners.put(mine);
+                for i in fresh {
+                    owners.put(i);
+                }
+                return false;
+            }
+            owners.put(old);
+            self.ids[at] = mine;
         }
-        let mut free = self.pool.lock();
-        if free.len() < need {
-            return false;
-        }
-        let at = free.len() - need;
-        self.ids.extend(free.drain(at..).rev());
+        self.ids.extend(fresh);
         true
     }
 
-    /// Keeps the pages of the first `tokens` positions, returning the rest.
+    /// Keeps the pages of the first `tokens` positions, letting go of the rest.
     pub(crate) fn keep(&mut self, tokens: usize) {
         let keep = tokens.div_ceil(KV_PAGE);
         if keep < self.ids.len() {
-            let gone: Vec<u32> = self.ids.drain(keep..).filter(|&i| i != RELEASED).collect();
-            self.pool.lock().extend(gone);
+            let mut owners = self.pool.lock();
+            for i in self.ids.drain(keep..) {
+                owners.put(i);
+            }
         }
     }
 
-    /// Returns the pages wholly before position `tokens` to the pool, their places in the table marked
-    /// [`RELEASED`]: what a sliding window no longer reads (every layer of the table a window of at most the
-    /// positions kept). Returns how many went back.
+    /// Lets go of the pages wholly before position `tokens`, their places in the table marked [`RELEASED`]: what a
+    /// sliding window no longer reads (every layer of the table a window of at most the positions kept). Returns
+    /// how many this table let go of.
     pub(crate) fn release_before(&mut self, tokens: usize) -> usize {
         let whole = (tokens / KV_PAGE).min(self.ids.len());
-        let gone: Vec<u32> = self.ids[..whole].iter().copied().filter(|&i| i != RELEASED).collect();
-        self.ids[..whole].fill(RELEASED);
-        let n = gone.len();
-        self.pool.lock().extend(gone);
+        let mut owners = self.pool.lock();
+        let mut n = 0;
+        for i in &mut self.ids[..whole] {
+            if *i != RELEASED {
+                owners.put(*i);
+                *i = RELEASED;
+                n += 1;
+            }
+        }
         n
     }
 
-    /// A copy of the pages of the first `tokens` positions (copied on the device; places released stay released),
-    /// or None when the pool is short.
+    /// The first `tokens` positions as a table of their own: the whole pages shared (nothing copied; whoever
+    /// writes into a shared page copies it first, [`Pages::ensure`]), a partly filled last page copied on the
+    /// device; places released stay released. None when the pool has no page for that copy.
     pub(crate) fn copy_prefix(&self, tokens: usize) -> Option<Pages> {
+        let n = tokens.div_ceil(KV_PAGE).min(self.ids.len());
+        let whole = (tokens / KV_PAGE).min(n);
+        let mut owners = self.pool.lock();
         let mut out = Pages::new(self.pool.clone());
-        if !out.ensure(tokens) {
-            return None;
-        }
-        let released: Vec<u32> =
-            out.ids.iter().zip(&self.ids).filter(|(_, &s)| s == RELEASED).map(|(&d, _)| d).collect();
-        for (d, &s) in out.ids.iter_mut().zip(&self.ids) {
-            if s == RELEASED {
-                *d = RELEASED;
+        for &i in &self.ids[..whole] {
+            if i != RELEASED {
+                owners.holders[i as usize] += 1;
             }
+            out.ids.push(i);
         }
-        self.pool.lock().extend(released);
-        let store = self.pool.store.as_ref()?;
-        for (layer, l) in store.layers.iter().enumerate() {
-            for (&src, &dst) in self.ids.iter().zip(&out.ids).filter(|(&s, _)| s != RELEASED) {
-                let (sk, sv) = self.pool.page_addr(layer, src as usize)?;
-                let (dk, dv) = self.pool.page_addr(layer, dst as usize)?;
-                store.gpu.copy_device(sk, dk, l.k_bytes).ok()?;
-                if l.v_bytes > 0 {
-                    store.gpu.copy_device(sv, dv, l.v_bytes).ok()?;
+        if let Some(&last) = self.ids[whole..n].first() {
+            if last == RELEASED {
+                out.ids.push(RELEASED);
+            } else {
+                let Some(mine) = owners.take(1) else {
+                    drop(owners);
+                    return None;
+                };
+                out.ids.push(mine[0]);
+                if self.pool.copy_page(last, mine[0]).is_none() {
+                    drop(owners);
+                    return None;
                 }
             }
         }
         Some(out)
     }
 
-    /// Device bytes held.
+    /// Device bytes held (a page shared with other sequences counted in each).
     pub fn bytes(&self) -> usize {
         self.ids.iter().filter(|&&i| i != RELEASED).count() * self.pool.page_bytes
     }
@@ -189,7 +257,10 @@ impl crate::state::DevicePages for Pages {
 impl Drop for Pages {
     fn drop(&mut self) {
         let ids = std::mem::take(&mut self.ids);
-        self.pool.lock().extend(ids.into_iter().filter(|&i| i != RELEASED));
+        let mut owners = self.pool.lock();
+        for i in ids {
+            owners.put(i);
+        }
     }
 }
 
@@ -201,16 +272,16 @@ mod tests {
     fn pages_are_taken_kept_and_returned() {
         let pool = PagePool::new(4, 100, None);
         let mut a = Pages::new(pool.clone());
-        assert!(a.ensure(KV_PAGE + 1));
+        assert!(a.ensure(0, KV_PAGE + 1));
         assert_eq!(a.ids, vec![0, 1]);
         assert_eq!(pool.available(), 2);
         let mut b = Pages::new(pool.clone());
-        assert!(!b.ensure(3 * KV_PAGE), "three pages asked of two free");
+        assert!(!b.ensure(0, 3 * KV_PAGE), "three pages asked of two free");
         assert_eq!(pool.available(), 2, "a refused request takes nothing");
         a.keep(KV_PAGE);
         assert_eq!(a.ids, vec![0]);
         assert_eq!(pool.available(), 3);
-        assert!(b.ensure(3 * KV_PAGE));
+        assert!(b.ensure(0, 3 * KV_PAGE));
         assert_eq!(b.bytes(), 300);
         drop(b);
         drop(a);
@@ -230,7 +301,7 @@ mod tests {
         let store = Store::new(&gpu, 4, &widths).unwrap();
         let pool = PagePool::new(4, 64 + 64 + 80, Some(store));
         let mut a = Pages::new(pool.clone());
-        assert!(a.ensure(KV_PAGE + 1));
+        assert!(a.ensure(0, KV_PAGE + 1));
         // Each page of each layer filled with its own bytes.
         let fill = |layer: usize, page: usize, which: usize| (layer * 31 + page * 7 + which * 3 + 1) as u8;
         for (layer, &(kb, vb)) in widths.iter().enumerate() {
@@ -244,8 +315,9 @@ mod tests {
                 }
             }
         }
-        let b = a.copy_prefix(KV_PAGE + 1).expect("two pages free for the copy");
-        assert_eq!((b.ids.len(), pool.available()), (2, 0));
+        let b = a.copy_prefix(KV_PAGE + 1).expect("a page free for the copy of the partial one");
+        // The whole first page is shared; the partly filled second is copied into a page of its own.
+        assert_eq!((b.ids.len(), b.ids[0] == a.ids[0], b.ids[1] == a.ids[1], pool.available()), (2, true, false, 1));
         for (layer, &(kb, vb)) in widths.iter().enumerate() {
             for (&src, &dst) in a.ids.iter().zip(&b.ids) {
                 let (k, v) = pool.page_addr(layer, dst as usize).unwrap();
@@ -271,12 +343,12 @@ mod tests {
     fn pages_behind_a_window_go_back_to_the_pool_once() {
         let pool = PagePool::new(8, 100, None);
         let mut a = Pages::new(pool.clone());
-        assert!(a.ensure(5 * KV_PAGE));
+        assert!(a.ensure(0, 5 * KV_PAGE));
         assert_eq!((pool.available(), a.bytes()), (3, 500));
         assert_eq!(a.release_before(3 * KV_PAGE + 5), 3, "three whole pages behind position 53");
         assert_eq!((pool.available(), a.bytes()), (6, 200));
         assert_eq!(a.release_before(3 * KV_PAGE + 9), 0, "nothing released twice");
-        assert!(a.ensure(6 * KV_PAGE), "a new page for the next positions");
+        assert!(a.ensure(5 * KV_PAGE, 6 * KV_PAGE), "a new page for the next positions");
         assert_eq!((pool.available(), a.bytes(), a.ids.len()), (5, 300, 6));
         a.keep(4 * KV_PAGE);
         assert_eq!((pool.available(), a.bytes()), (7, 100));
@@ -294,7 +366,7 @@ mod tests {
         let store = Store::new(&gpu, 8, &[(64, 64)]).unwrap();
         let pool = PagePool::new(8, 128, Some(store));
         let mut a = Pages::new(pool.clone());
-        assert!(a.ensure(5 * KV_PAGE));
+        assert!(a.ensure(0, 5 * KV_PAGE));
         for &p in &a.ids {
             let (k, _) = pool.page_addr(0, p as usize).unwrap();
             let src = DevBuf::from_host(&gpu, &[p as u8 + 1; 64]).unwrap();
@@ -303,7 +375,8 @@ mod tests {
         let kept: Vec<u32> = a.ids[3..].to_vec();
         assert_eq!(a.release_before(3 * KV_PAGE), 3);
         let b = a.copy_prefix(5 * KV_PAGE).expect("room for two pages");
-        assert_eq!((b.bytes(), b.ids[..3].to_vec(), pool.available()), (256, vec![RELEASED; 3], 4));
+        // Two whole pages, shared: nothing taken from the pool.
+        assert_eq!((b.bytes(), b.ids[..3].to_vec(), pool.available()), (256, vec![RELEASED; 3], 6));
         for (&src, &dst) in kept.iter().zip(&b.ids[3..]) {
             let (k, _) = pool.page_addr(0, dst as usize).unwrap();
             let out = DevBuf::zeros(&gpu, 64).unwrap();
@@ -312,5 +385,37 @@ mod tests {
         }
         drop((a, b));
         assert_eq!(pool.available(), 8);
+    }
+
+    /// A copied prefix shares whole pages: they go back to the pool when their last holder lets go, and a table
+    /// that writes into a shared page gets a copy of its own first, so the other holders keep their rows.
+    #[test]
+    fn whole_pages_of_a_prefix_are_shared_and_copied_only_when_written() {
+        let pool = PagePool::new(8, 100, None);
+        let mut a = Pages::new(pool.clone());
+        assert!(a.ensure(0, 2 * KV_PAGE + 5));
+        assert_eq!(a.ids, vec![0, 1, 2]);
+        let mut b = a.copy_prefix(2 * KV_PAGE + 3).unwrap();
+        assert_eq!((b.ids.clone(), pool.available()), (vec![0, 1, 3], 4), "two shared, the partial one copied");
+        let mut c = a.copy_prefix(2 * KV_PAGE).unwrap();
+        assert_eq!((c.ids.clone(), pool.available()), (vec![0, 1], 4), "whole pages only: nothing taken");
+        drop(a);
+        assert_eq!(pool.available(), 5, "a's own page went back; the shared ones are still held");
+        // b writes past its own partial page: nothing copied, one new page (the one a let go of, last freed).
+        assert!(b.ensure(2 * KV_PAGE + 3, 3 * KV_PAGE + 1));
+        assert_eq!((b.ids.clone(), pool.available()), (vec![0, 1, 3, 2], 4));
+        // c cut back into page 1, which b also holds: its next write copies that page first.
+        c.keep(KV_PAGE + 4);
+        assert!(c.ensure(KV_PAGE + 4, KV_PAGE + 6));
+        assert_eq!((c.ids[0], c.ids[1] == b.ids[1], pool.available()), (0, false, 3));
+        // A full pool refuses the copy a write would need, and changes nothing.
+        let mut d = b.copy_prefix(2 * KV_PAGE).unwrap();
+        d.keep(KV_PAGE + 2);
+        let mut hog = Pages::new(pool.clone());
+        assert!(hog.ensure(0, pool.available() * KV_PAGE));
+        assert!(!d.ensure(KV_PAGE + 2, KV_PAGE + 3), "no page to copy the shared one into");
+        assert_eq!(d.ids, vec![0, 1]);
+        drop((b, c, d, hog));
+        assert_eq!(pool.available(), 8, "every page back, each once");
     }
 }

@@ -105,7 +105,7 @@ pub async fn change(State(state): State<AppState>, Admin(_who): Admin, body: Byt
     } else {
         None
     };
-    let batch = f.opt_int("batch", 1, 64)?;
+    let batch = f.opt_int("batch", 1, 4096)?;
     let default_model = f.opt_string("default_model")?.map(str::to_string);
     f.finish()?;
     if let Some(m) = default_model {
@@ -132,7 +132,7 @@ pub async fn change(State(state): State<AppState>, Admin(_who): Admin, body: Byt
             l.per_minute = p.map(|p| p as usize);
         }
         if let Some(b) = batch {
-            l.batch = b as usize;
+            l.batch = Some(b as usize);
         }
     });
     Ok(Json(settings_json(&state)))

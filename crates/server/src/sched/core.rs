@@ -12,10 +12,17 @@
 //! - Up to `batch` replies on one model run together. Whose turn it is to join is whose turn it is to run: when
 //!   that is a load, a request for another model, a request that runs alone, one that does not fit the context
 //!   budget, or the batch is full, nobody joins and the batch runs down first.
-//! - A joining prompt is read `chunk` tokens a pass while the others write a token each; one prompt is read at a
-//!   time; its last token is read in a pass of its own part (so its logits do not depend on how it was chunked).
-//! - Below `batch_from` parts a step runs each part in its own pass (the GPU's batched kernel wins only from
+//! - On the CPU ([`PassRules::pass_tokens`] None, the seed's rule) a joining prompt is read `chunk` tokens a pass
+//!   while the others write a token each, one prompt at a time. On a GPU a pass carries up to `pass_tokens` rows:
+//!   every reply's next token, then the chunks of as many joining prompts as fit, first joined first; newcomers
+//!   join while others are still reading, so a crowd's prompts are read together rather than one after another.
+//!   Either way a prompt's last token is read in a part of its own (so its logits do not depend on how it was
+//!   chunked), and every running reply writes a token every step.
+//! - Below `batch_from` sampling parts a step runs each in its own pass (the GPU's batched kernel wins only from
 //!   some number of rows; on the CPU one pass wins from two).
+//! - A reply joins only when what it may hold (prompt + max_tokens, in whole pages: [`Budget`]) fits beside what
+//!   the running ones reserved, and while the model has a sequence to give it; so an admitted reply always
+//!   finishes and nothing running is evicted.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -23,7 +30,7 @@ use std::time::{Duration, Instant};
 /// A job's number, unique for the scheduler's life.
 pub type JobId = kvad_engine::seam::SeqId;
 
-pub use kvad_engine::seam::{Part, Work};
+pub use kvad_engine::seam::{Budget, Part, Work};
 
 /// What a job is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +62,28 @@ impl Kind {
     }
 }
 
+/// How the running model's backend plans passes ([`super::pass_rules`]): set as a reply joins, since replies
+/// running together share one model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassRules {
+    /// From how many sampling parts one pass carries them all (below it, each takes its own pass).
+    pub batch_from: usize,
+    /// Prompt tokens a joining prompt reads a pass when prompts are read one at a time (`pass_tokens` None).
+    pub chunk: usize,
+    /// Rows one step may carry in all, every reply's next token and the chunks of several joining prompts (a
+    /// GPU's rule); None: the CPU's, one prompt read at a time, `chunk` tokens a pass.
+    pub pass_tokens: Option<usize>,
+    /// Replies written together where `[server] batch` names no number: the seed's 4 on the CPU; on a GPU a
+    /// ceiling only, since the page pool ([`Budget`]) decides how many fit.
+    pub batch: usize,
+}
+
+impl Default for PassRules {
+    fn default() -> Self {
+        PassRules { batch_from: 2, chunk: 64, pass_tokens: None, batch: 4 }
+    }
+}
+
 /// The scheduler's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -64,17 +93,22 @@ pub struct Limits {
     pub per_account: usize,
     /// Generations one account may start per minute (`[server] generations_per_minute`; None: no limit).
     pub per_minute: Option<usize>,
-    /// Replies written together (`[server] batch`).
-    pub batch: usize,
-    /// Prompt tokens read per pass while others write (64 on the CPU, 512 on the GPU).
-    pub chunk: usize,
-    /// From how many parts one pass is used for a step (below it, each part takes its own pass).
-    pub batch_from: usize,
+    /// Replies written together (`[server] batch`); None: the backend's ([`PassRules::batch`]).
+    pub batch: Option<usize>,
+    /// How passes are planned on the running model's backend.
+    pub rules: PassRules,
     /// Each step's engine time and the gap between steps on stderr (`[server] step_trace`).
     pub trace_steps: bool,
     /// How long a streaming client may leave its reply unread before the reply is stopped (`[server]
     /// stall_timeout`; None: never).
     pub stall: Option<Duration>,
+}
+
+impl Limits {
+    /// Replies written together now: `[server] batch`, else the running backend's.
+    pub fn batch(&self) -> usize {
+        self.batch.unwrap_or(self.rules.batch)
+    }
 }
 
 impl Default for Limits {
@@ -83,9 +117,8 @@ impl Default for Limits {
             queue: 16,
             per_account: 4,
             per_minute: None,
-            batch: 4,
-            chunk: 64,
-            batch_from: 2,
+            batch: None,
+            rules: PassRules::default(),
             trace_steps: false,
             stall: Some(Duration::from_secs(60)),
         }
@@ -175,7 +208,8 @@ pub enum Decision {
     Join(JobId),
     /// Run this load or unload (nothing else runs meanwhile).
     Exclusive(JobId),
-    /// One step: passes in order (one pass, or one per part below `batch_from`).
+    /// One step: passes in order (the replies' tokens, in one pass or one per part below `batch_from`; prompt
+    /// chunks).
     Step(Vec<Vec<Part>>),
 }
 
@@ -214,9 +248,9 @@ impl Scheduler {
 
     /// Changes the settings while running (`PATCH /api/settings`). Nothing waiting or running is refused after the
     /// fact: a lower queue or per-account limit refuses only later submissions, and a lower batch stops joins
-    /// until the running replies are fewer.
+    /// until the running replies are fewer. The pass rules stay the running backend's.
     pub fn set_limits(&mut self, limits: Limits) {
-        self.limits = limits;
+        self.limits = Limits { rules: self.limits.rules, ..limits };
     }
 
     /// Jobs waiting, in arrival order.
@@ -293,8 +327,8 @@ impl Scheduler {
         }
     }
 
-    /// The next thing to do. `budget` is the context (in tokens) the running model's replies share.
-    pub fn decide(&self, budget: usize) -> Decision {
+    /// The next thing to do. `budget` is the room the running model's replies share.
+    pub fn decide(&self, budget: Budget) -> Decision {
         if let Some(next) = self.next_in_turn() {
             if self.may_start(next, budget) {
                 match (&next.kind, next.reserve) {
@@ -306,46 +340,79 @@ impl Scheduler {
                 }
             }
         }
-        match self.step_parts() {
-            parts if parts.is_empty() => Decision::Idle,
-            parts if parts.len() >= self.limits.batch_from => Decision::Step(vec![parts]),
-            parts => Decision::Step(parts.into_iter().map(|p| vec![p]).collect()),
+        let parts = self.step_parts();
+        if parts.is_empty() {
+            return Decision::Idle;
         }
+        let batch_from = self.limits.rules.batch_from;
+        if self.limits.rules.pass_tokens.is_none() {
+            return match parts.len() >= batch_from {
+                true => Decision::Step(vec![parts]),
+                false => Decision::Step(parts.into_iter().map(|p| vec![p]).collect()),
+            };
+        }
+        // The replies' tokens first, so a step's long prompt pass never holds them back; then every chunk in one.
+        let (chunks, sampling): (Vec<Part>, Vec<Part>) =
+            parts.into_iter().partition(|p| matches!(p.work, Work::Chunk(_)));
+        let mut passes = match sampling.len() >= batch_from {
+            true if !sampling.is_empty() => vec![sampling],
+            true => vec![],
+            false => sampling.into_iter().map(|p| vec![p]).collect(),
+        };
+        if !chunks.is_empty() {
+            passes.push(chunks);
+        }
+        Decision::Step(passes)
     }
 
-    fn may_start(&self, next: &Waiting, budget: usize) -> bool {
+    fn may_start(&self, next: &Waiting, budget: Budget) -> bool {
         if self.running.is_empty() {
             return true;
         }
         let Kind::Generate { model, alone } = &next.kind else { return false };
         let same_model =
             self.running.iter().all(|r| matches!(&r.kind, Kind::Generate { model: m, alone: false } if m == model));
-        let reading = self.running.iter().any(|r| !matches!(r.phase, Phase::Writing));
-        let fits = next.reserve.is_none_or(|n| self.running.iter().map(|r| r.reserve).sum::<usize>() + n <= budget);
-        !alone && same_model && !reading && self.running.len() < self.limits.batch && fits
+        // One prompt read at a time on the CPU; a GPU step reads several.
+        let reading =
+            self.limits.rules.pass_tokens.is_none() && self.running.iter().any(|r| !matches!(r.phase, Phase::Writing));
+        let reserved = self.running.iter().fold(0usize, |n, r| n.saturating_add(budget.reserve(r.reserve)));
+        let fits = next.reserve.is_none_or(|n| reserved.saturating_add(budget.reserve(n)) <= budget.tokens);
+        let room = self.running.len() < self.limits.batch().min(budget.sequences);
+        !alone && same_model && !reading && room && fits
     }
 
+    /// Every running reply's part this step: a token each for those writing (or reading their prompt's last);
+    /// prompt chunks as the backend's rules allow.
     fn step_parts(&self) -> Vec<Part> {
-        self.running
-            .iter()
-            .filter(|r| r.kind.is_generation())
-            .map(|r| Part {
-                id: r.id,
-                work: match r.phase {
-                    Phase::Reading { left } => Work::Chunk(left.min(self.limits.chunk)),
-                    Phase::Last => Work::Last,
-                    Phase::Writing => Work::Decode,
-                },
-            })
-            .collect()
+        let gens = self.running.iter().filter(|r| r.kind.is_generation());
+        let Some(rows) = self.limits.rules.pass_tokens else {
+            let chunk = self.limits.rules.chunk;
+            return gens.map(|r| Part { id: r.id, work: work_of(r.phase, chunk) }).collect();
+        };
+        // What the replies' tokens leave of the pass goes to the prompts in the order they joined; one token at
+        // least, so a prompt is read even beside more replies than the pass holds rows.
+        let sampling = gens.clone().filter(|r| !matches!(r.phase, Phase::Reading { .. })).count();
+        let mut room = rows.saturating_sub(sampling).max(1);
+        gens.filter_map(|r| {
+            let work = match r.phase {
+                Phase::Reading { .. } if room == 0 => return None,
+                Phase::Reading { left } => {
+                    let n = left.min(room);
+                    room -= n;
+                    Work::Chunk(n)
+                }
+                p => work_of(p, 0),
+            };
+            Some(Part { id: r.id, work })
+        })
+        .collect()
     }
 
-    /// The running model's pass rules (`batch_from`, `chunk`: [`super::backend_limits`] of the backend it is on),
-    /// set as a reply joins. Replies running together share one model, so its backend decides; the server's
-    /// `[server] backend` only gives the rules before anything has joined.
-    pub fn set_pass_limits(&mut self, (batch_from, chunk): (usize, usize)) {
-        self.limits.batch_from = batch_from;
-        self.limits.chunk = chunk;
+    /// The running model's pass rules ([`super::pass_rules`] of the backend it is on), set as a reply joins.
+    /// Replies running together share one model, so its backend decides; the server's `[server] backend` only gives
+    /// the rules before anything has joined.
+    pub fn set_rules(&mut self, rules: PassRules) {
+        self.limits.rules = rules;
     }
 
     /// Moves a job from the line to running: a generation with `to_read` prompt tokens still to read (its last
@@ -394,6 +461,15 @@ impl Scheduler {
         } else {
             n
         }
+    }
+}
+
+/// What a reply in `phase` does in a step that reads prompts `chunk` tokens at a time.
+fn work_of(phase: Phase, chunk: usize) -> Work {
+    match phase {
+        Phase::Reading { left } => Work::Chunk(left.min(chunk)),
+        Phase::Last => Work::Last,
+        Phase::Writing => Work::Decode,
     }
 }
 

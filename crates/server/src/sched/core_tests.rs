@@ -7,7 +7,11 @@ fn gen(model: &str) -> Kind {
 }
 
 fn limits() -> Limits {
-    Limits { batch: 4, chunk: 64, batch_from: 2, ..Limits::default() }
+    Limits {
+        batch: Some(4),
+        rules: PassRules { batch_from: 2, chunk: 64, pass_tokens: None, batch: 4 },
+        ..Limits::default()
+    }
 }
 
 /// Runs the scheduler the way the engine thread does, with every prompt `prompt` tokens (none cached) and every
@@ -16,7 +20,7 @@ fn drain(s: &mut Scheduler, prompt: usize, reply: usize) -> Vec<String> {
     let mut order = Vec::new();
     let mut written: HashMap<JobId, usize> = HashMap::new();
     for _ in 0..10_000 {
-        match s.decide(usize::MAX) {
+        match s.decide(Budget::tokens(usize::MAX)) {
             Decision::Idle => return order,
             Decision::Prepare(id) => s.prepared(id, prompt + reply),
             Decision::Join(id) => {
@@ -47,7 +51,7 @@ fn drain(s: &mut Scheduler, prompt: usize, reply: usize) -> Vec<String> {
 #[test]
 fn whose_turn_is_the_earliest_request_of_the_account_served_longest_ago() {
     let t = Instant::now();
-    let mut s = Scheduler::new(Limits { batch: 1, ..limits() });
+    let mut s = Scheduler::new(Limits { batch: Some(1), ..limits() });
     // a sends four, then b two, then c one: turns go a, b, c, a, b, a, a.
     for acct in ["a", "a", "a", "a", "b", "b", "c"] {
         s.submit(acct, gen("m"), t).unwrap();
@@ -58,7 +62,7 @@ fn whose_turn_is_the_earliest_request_of_the_account_served_longest_ago() {
 #[test]
 fn an_account_that_sends_ten_does_not_keep_another_waiting_behind_them() {
     let t = Instant::now();
-    let mut s = Scheduler::new(Limits { batch: 1, per_account: 10, ..limits() });
+    let mut s = Scheduler::new(Limits { batch: Some(1), per_account: 10, ..limits() });
     for _ in 0..10 {
         s.submit("busy", gen("m"), t).unwrap();
     }
@@ -82,9 +86,9 @@ fn the_queue_and_each_account_have_an_end() {
     s.submit("d", Kind::Load { model: "m".into(), backend: None }, t).unwrap();
     assert_eq!(s.depth(), 5);
     // A running generation no longer waits, so its account may queue another.
-    let Decision::Prepare(id) = s.decide(100) else { panic!() };
+    let Decision::Prepare(id) = s.decide(Budget::tokens(100)) else { panic!() };
     s.prepared(id, 10);
-    assert_eq!(s.decide(100), Decision::Join(id));
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Join(id));
     s.start(id, 5);
     s.submit("a", gen("m"), t).unwrap();
 }
@@ -113,13 +117,13 @@ fn nothing_passes_a_load_and_it_waits_for_the_batch_to_run_down() {
     let later = s.submit("b", gen("m"), t).unwrap();
     // b (never served) would win on fairness, but the load came first: nobody joins, the batch runs on.
     assert_eq!(s.next_in_turn().map(|w| w.id), Some(load));
-    assert_eq!(s.decide(100), Decision::Step(vec![vec![Part { id: first, work: Work::Chunk(2) }]]));
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Step(vec![vec![Part { id: first, work: Work::Chunk(2) }]]));
     s.remove(first);
-    assert_eq!(s.decide(100), Decision::Exclusive(load));
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Exclusive(load));
     s.start(load, 0);
-    assert_eq!(s.decide(100), Decision::Idle, "nothing runs beside a load");
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Idle, "nothing runs beside a load");
     s.remove(load);
-    assert_eq!(s.decide(100), Decision::Prepare(later));
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Prepare(later));
 }
 
 #[test]
@@ -139,29 +143,29 @@ fn generations_that_came_before_a_load_still_go_by_turns() {
 #[test]
 fn replies_join_up_to_the_batch_and_a_place_freed_is_taken() {
     let t = Instant::now();
-    let mut s = Scheduler::new(Limits { batch: 2, ..limits() });
+    let mut s = Scheduler::new(Limits { batch: Some(2), ..limits() });
     let ids: Vec<JobId> = (0..3).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
     for &id in &ids[..2] {
-        assert_eq!(s.decide(100), Decision::Prepare(id));
+        assert_eq!(s.decide(Budget::tokens(100)), Decision::Prepare(id));
         s.prepared(id, 10);
-        assert_eq!(s.decide(100), Decision::Join(id));
+        assert_eq!(s.decide(Budget::tokens(100)), Decision::Join(id));
         s.start(id, 1);
         if id == ids[0] {
             // One prompt is read at a time: the second waits for the first's last token.
-            assert_eq!(s.decide(100), Decision::Step(vec![vec![Part { id, work: Work::Last }]]));
+            assert_eq!(s.decide(Budget::tokens(100)), Decision::Step(vec![vec![Part { id, work: Work::Last }]]));
             s.stepped(&[Part { id, work: Work::Last }]);
         }
     }
     // Two in the batch, one of them reading its last token: one pass holds both.
     let both = vec![Part { id: ids[0], work: Work::Decode }, Part { id: ids[1], work: Work::Last }];
-    assert_eq!(s.decide(100), Decision::Step(vec![both.clone()]));
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Step(vec![both.clone()]));
     s.stepped(&both);
     assert_eq!(s.beside(ids[0]), 1);
     // The batch is full: the third waits (it is not even prepared) ...
-    assert!(matches!(s.decide(100), Decision::Step(_)));
+    assert!(matches!(s.decide(Budget::tokens(100)), Decision::Step(_)));
     // ... until one ends.
     s.remove(ids[0]);
-    assert_eq!(s.decide(100), Decision::Prepare(ids[2]));
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Prepare(ids[2]));
     assert_eq!(s.beside(ids[2]), 1, "it would be written beside the one still running");
 }
 
@@ -177,7 +181,7 @@ fn a_long_prompt_is_read_a_chunk_a_pass_while_the_others_write() {
     s.prepared(b, 300);
     s.start(b, 150);
     let mut works = Vec::new();
-    while let Decision::Step(passes) = s.decide(1000) {
+    while let Decision::Step(passes) = s.decide(Budget::tokens(1000)) {
         assert_eq!(passes.len(), 1, "two parts: one pass");
         let pass = &passes[0];
         assert_eq!(pass[0], Part { id: a, work: Work::Decode }, "a writes a token every pass");
@@ -203,32 +207,32 @@ fn while_a_prompt_is_read_elsewhere_the_batch_steps_and_nobody_passes_it() {
     s.stepped(&[Part { id: a, work: Work::Last }]);
     let b = s.submit("b", gen("m"), t).unwrap();
     let c = s.submit("c", gen("m"), t).unwrap();
-    assert_eq!(s.decide(1000), Decision::Prepare(b));
+    assert_eq!(s.decide(Budget::tokens(1000)), Decision::Prepare(b));
     s.reading(b);
     for _ in 0..3 {
-        let d = s.decide(1000);
+        let d = s.decide(Budget::tokens(1000));
         assert_eq!(d, Decision::Step(vec![vec![Part { id: a, work: Work::Decode }]]), "c is not read before b");
         s.stepped(&[Part { id: a, work: Work::Decode }]);
     }
     s.prepared(b, 10);
-    assert_eq!(s.decide(1000), Decision::Join(b));
+    assert_eq!(s.decide(Budget::tokens(1000)), Decision::Join(b));
     s.remove(a);
     s.remove(b);
     s.reading(c);
-    assert_eq!(s.decide(1000), Decision::Idle, "nothing runs and c is being read: wait for it");
+    assert_eq!(s.decide(Budget::tokens(1000)), Decision::Idle, "nothing runs and c is being read: wait for it");
 }
 
 #[test]
 fn below_batch_from_each_reply_takes_its_own_pass() {
     let t = Instant::now();
-    let mut s = Scheduler::new(Limits { batch_from: 3, ..limits() });
+    let mut s = Scheduler::new(Limits { rules: PassRules { batch_from: 3, ..limits().rules }, ..limits() });
     let ids: Vec<JobId> = (0..2).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
     for &id in &ids {
         s.prepared(id, 10);
         s.start(id, 1);
         s.stepped(&[Part { id, work: Work::Last }]);
     }
-    let d = s.decide(100);
+    let d = s.decide(Budget::tokens(100));
     assert_eq!(
         d,
         Decision::Step(vec![
@@ -239,7 +243,7 @@ fn below_batch_from_each_reply_takes_its_own_pass() {
     let third = s.submit("u2", gen("m"), t).unwrap();
     s.prepared(third, 10);
     s.start(third, 1);
-    let Decision::Step(passes) = s.decide(100) else { panic!() };
+    let Decision::Step(passes) = s.decide(Budget::tokens(100)) else { panic!() };
     assert_eq!(passes.len(), 1, "three parts reach batch_from: one pass");
 }
 
@@ -249,14 +253,14 @@ fn the_running_models_backend_sets_the_pass_rules() {
     // The server's default is the CPU's (one pass from two parts, 64-token chunks); the model that joins is on a
     // backend whose rules are one pass from three and 512-token chunks.
     let mut s = Scheduler::new(limits());
-    s.set_pass_limits((3, 512));
+    s.set_rules(PassRules { batch_from: 3, chunk: 512, ..limits().rules });
     let ids: Vec<JobId> = (0..2).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
     s.prepared(ids[0], 10);
     s.start(ids[0], 1);
     s.stepped(&[Part { id: ids[0], work: Work::Last }]);
     s.prepared(ids[1], 1000);
     s.start(ids[1], 900);
-    let Decision::Step(passes) = s.decide(2000) else { panic!() };
+    let Decision::Step(passes) = s.decide(Budget::tokens(2000)) else { panic!() };
     assert_eq!(
         passes,
         vec![vec![Part { id: ids[0], work: Work::Decode }], vec![Part { id: ids[1], work: Work::Chunk(512) }]],
@@ -280,17 +284,20 @@ fn another_model_an_alone_request_or_no_room_means_nobody_joins() {
         let late = s.submit("c", gen("m"), t).unwrap();
         s.prepared(late, 1);
         assert_eq!(
-            s.decide(budget),
+            s.decide(Budget::tokens(budget)),
             Decision::Step(vec![vec![Part { id: a, work: Work::Decode }]]),
             "{kind:?} with {reserve} of {budget}: the batch runs down, and c (whose turn it is not) waits too"
         );
         s.remove(a);
-        assert_eq!(s.decide(budget), Decision::Join(b));
+        assert_eq!(s.decide(Budget::tokens(budget)), Decision::Join(b));
         s.start(b, 1);
         if kind == gen("m") {
             continue;
         }
-        assert!(matches!(s.decide(budget), Decision::Step(p) if p.len() == 1 && p[0].len() == 1), "b runs by itself");
+        assert!(
+            matches!(s.decide(Budget::tokens(budget)), Decision::Step(p) if p.len() == 1 && p[0].len() == 1),
+            "b runs by itself"
+        );
     }
 }
 
@@ -306,7 +313,7 @@ fn removing_frees_a_place_wherever_the_job_was() {
     s.start(b, 500);
     assert!(s.remove(b), "mid-prefill, cancelled");
     assert!(!s.remove(b));
-    assert_eq!((s.waiting().len(), s.running().len(), s.decide(10)), (0, 0, Decision::Idle));
+    assert_eq!((s.waiting().len(), s.running().len(), s.decide(Budget::tokens(10))), (0, 0, Decision::Idle));
 }
 
 #[test]
@@ -322,4 +329,232 @@ fn limits_changed_live_apply_to_later_submissions_only() {
     assert_eq!(s.submit("a", gen("m"), t), Err(Refusal::AccountFull { account: "a".into(), limit: 1 }));
     s.set_limits(Limits { per_account: 4, ..s.limits() });
     s.submit("a", gen("m"), t).unwrap();
+}
+
+/// A GPU's rules: one step carries `rows` rows, one pass for the replies' tokens from two.
+fn gpu(rows: usize) -> Limits {
+    Limits {
+        batch: None,
+        rules: PassRules { batch_from: 2, chunk: 512, pass_tokens: Some(rows), batch: 64 },
+        ..limits()
+    }
+}
+
+/// Runs decisions until the next step, as the engine thread does: each prepared with `reserve`, each started with
+/// `to_read` tokens to read. Returns the step's passes (None: idle).
+fn next_step(s: &mut Scheduler, budget: Budget, reserve: usize, to_read: usize) -> Option<Vec<Vec<Part>>> {
+    loop {
+        match s.decide(budget) {
+            Decision::Idle => return None,
+            Decision::Prepare(id) => s.prepared(id, reserve),
+            Decision::Join(id) => assert!(s.start(id, to_read)),
+            Decision::Exclusive(_) => panic!("no loads here"),
+            Decision::Step(passes) => return Some(passes),
+        }
+    }
+}
+
+#[test]
+fn on_a_gpu_a_crowds_prompts_join_at_once_and_are_read_together_within_the_pass() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(gpu(100));
+    let ids: Vec<JobId> = (0..5).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
+    // All five join before the first step (on the CPU only the first would, until its prompt is read).
+    let passes = next_step(&mut s, Budget::tokens(10_000), 50, 40).unwrap();
+    assert_eq!(s.running().len(), 5);
+    // 39 tokens before each last: the first two whole, the third what is left of 100, the others wait.
+    let chunk = |id, n| Part { id, work: Work::Chunk(n) };
+    assert_eq!(passes, vec![vec![chunk(ids[0], 39), chunk(ids[1], 39), chunk(ids[2], 22)]]);
+    s.stepped(&passes[0]);
+    let passes = next_step(&mut s, Budget::tokens(10_000), 50, 40).unwrap();
+    // The first two read their last tokens (a part each, in one pass: two reach batch_from); the prompts share
+    // the 98 rows left.
+    let last = |id| Part { id, work: Work::Last };
+    assert_eq!(
+        passes,
+        vec![vec![last(ids[0]), last(ids[1])], vec![chunk(ids[2], 17), chunk(ids[3], 39), chunk(ids[4], 39)]]
+    );
+}
+
+#[test]
+fn a_gpu_step_gives_every_reply_its_token_and_prompts_what_is_left() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(gpu(10));
+    let ids: Vec<JobId> = (0..5).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
+    for &id in &ids[..3] {
+        s.prepared(id, 20);
+        s.start(id, 1);
+        s.stepped(&[Part { id, work: Work::Last }]);
+    }
+    for &id in &ids[3..] {
+        s.prepared(id, 60);
+        s.start(id, 50);
+    }
+    let Decision::Step(passes) = s.decide(Budget::tokens(1000)) else { panic!() };
+    let decode = |id| Part { id, work: Work::Decode };
+    assert_eq!(
+        passes,
+        vec![vec![decode(ids[0]), decode(ids[1]), decode(ids[2])], vec![Part { id: ids[3], work: Work::Chunk(7) }]],
+        "three replies' tokens first, in a pass of their own; 7 rows left for the first prompt, none for the second"
+    );
+    // More replies than the pass has rows: every one still writes, and a prompt still reads a token.
+    let mut s = Scheduler::new(gpu(2));
+    let ids: Vec<JobId> = (0..4).map(|i| s.submit(&format!("u{i}"), gen("m"), t).unwrap()).collect();
+    for &id in &ids[..3] {
+        s.prepared(id, 20);
+        s.start(id, 1);
+        s.stepped(&[Part { id, work: Work::Last }]);
+    }
+    s.prepared(ids[3], 20);
+    s.start(ids[3], 10);
+    let Decision::Step(passes) = s.decide(Budget::tokens(1000)) else { panic!() };
+    assert_eq!(passes[0].len(), 3);
+    assert_eq!(passes[1], vec![Part { id: ids[3], work: Work::Chunk(1) }]);
+}
+
+#[test]
+fn a_reply_joins_only_when_its_pages_fit_and_the_model_has_a_sequence_for_it() {
+    let t = Instant::now();
+    // Pages of 16: a reserve of 17 takes two (32 tokens); 64 tokens of room hold two such replies, not three.
+    let budget = Budget { tokens: 64, page: 16, sequences: usize::MAX };
+    let mut s = Scheduler::new(gpu(100));
+    for i in 0..3 {
+        s.submit(&format!("u{i}"), gen("m"), t).unwrap();
+    }
+    next_step(&mut s, budget, 17, 5).unwrap();
+    assert_eq!((s.running().len(), s.waiting().len()), (2, 1));
+    // A reserve of 16 fits a page exactly: four fit.
+    let mut s = Scheduler::new(gpu(100));
+    for i in 0..5 {
+        s.submit(&format!("u{i}"), gen("m"), t).unwrap();
+    }
+    next_step(&mut s, budget, 16, 5).unwrap();
+    assert_eq!(s.running().len(), 4);
+    // Room for many, but one sequence (a recurrent model's last slot): one runs.
+    let mut s = Scheduler::new(gpu(100));
+    for i in 0..3 {
+        s.submit(&format!("u{i}"), gen("m"), t).unwrap();
+    }
+    next_step(&mut s, Budget { tokens: 1 << 20, page: 16, sequences: 1 }, 16, 5).unwrap();
+    assert_eq!(s.running().len(), 1);
+    // `[server] batch` named: no more than it, whatever the pages hold.
+    let mut s = Scheduler::new(Limits { batch: Some(2), ..gpu(100) });
+    for i in 0..3 {
+        s.submit(&format!("u{i}"), gen("m"), t).unwrap();
+    }
+    next_step(&mut s, Budget::tokens(1 << 20), 16, 5).unwrap();
+    assert_eq!(s.running().len(), 2);
+}
+
+mod simulated {
+    //! The GPU rules under random arrivals, over thousands of simulated steps: pages reserved never exceed the
+    //! budget, no step exceeds its rows, every running reply writes every step, and every admitted reply ends.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A request: the step it arrives at, its prompt and its reply's length.
+    #[derive(Debug, Clone)]
+    struct Arrival {
+        at: usize,
+        prompt: usize,
+        reply: usize,
+    }
+
+    fn arrivals() -> impl Strategy<Value = Vec<Arrival>> {
+        prop::collection::vec(
+            (0usize..400, 1usize..300, 1usize..60).prop_map(|(at, prompt, reply)| Arrival { at, prompt, reply }),
+            1..120,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn replies_are_never_starved_or_evicted(
+            list in arrivals(), pages in 24usize..200, rows in 1usize..600, batch_from in 1usize..7,
+            sequences in 1usize..80,
+        ) {
+            const PAGE: usize = 16;
+            let budget = Budget { tokens: pages * PAGE, page: PAGE, sequences };
+            let mut s = Scheduler::new(Limits {
+                queue: 10_000,
+                per_account: 10_000,
+                rules: PassRules { batch_from, chunk: 512, pass_tokens: Some(rows), batch: 1024 },
+                ..Limits::default()
+            });
+            // What each job is, what it has read and written, when it joined.
+            let mut job: HashMap<JobId, Arrival> = HashMap::new();
+            let (mut read, mut written) = (HashMap::<JobId, usize>::new(), HashMap::<JobId, usize>::new());
+            let (mut ended, mut step, t) = (0, 0usize, Instant::now());
+            let mut late: Vec<Arrival> = list.clone();
+            late.sort_by_key(|a| a.at);
+            let mut next = 0;
+            while ended < list.len() {
+                prop_assert!(step < 100_000, "{} of {} ended after {step} steps", ended, list.len());
+                while next < late.len() && late[next].at <= step {
+                    // A reply that cannot fit even alone is refused at reading (max_tokens names it): not sent.
+                    let a = late[next].clone();
+                    next += 1;
+                    if budget.reserve(a.prompt + a.reply) > budget.tokens {
+                        ended += 1;
+                        continue;
+                    }
+                    let id = s.submit(&format!("u{}", next % 7), gen("m"), t).unwrap();
+                    job.insert(id, a);
+                }
+                let passes = loop {
+                    match s.decide(budget) {
+                        Decision::Prepare(id) => s.prepared(id, job[&id].prompt + job[&id].reply),
+                        Decision::Join(id) => {
+                            prop_assert!(s.start(id, job[&id].prompt));
+                        }
+                        Decision::Exclusive(_) => prop_assert!(false, "no loads here"),
+                        Decision::Idle => break vec![],
+                        Decision::Step(p) => break p,
+                    }
+                };
+                step += 1;
+                // Pages reserved by the running replies never exceed the budget, nor the sequences.
+                let reserved: usize = s.running().iter().map(|r| budget.reserve(r.reserve)).sum();
+                prop_assert!(reserved <= budget.tokens && s.running().len() <= sequences);
+                let parts: Vec<Part> = passes.iter().flatten().copied().collect();
+                // A step carries at most its rows; the replies' tokens alone may take more, and then one prompt
+                // token rides with them.
+                let carried: usize = parts.iter().map(|p| if let Work::Chunk(n) = p.work { n } else { 1 }).sum();
+                let sampling = parts.iter().filter(|p| !matches!(p.work, Work::Chunk(_))).count();
+                prop_assert!(carried <= rows.max(sampling + 1), "{carried} rows with {sampling} replies, of {rows}");
+                // Every reply writing or at its last token has its part this step.
+                for r in s.running() {
+                    if !matches!(r.phase, Phase::Reading { .. }) {
+                        prop_assert!(parts.iter().any(|p| p.id == r.id), "reply {} went quiet", r.id);
+                    }
+                }
+                for pass in &passes {
+                    s.stepped(pass);
+                }
+                for p in parts {
+                    let a = &job[&p.id];
+                    match p.work {
+                        Work::Chunk(n) => *read.entry(p.id).or_default() += n,
+                        _ => {
+                            let w = written.entry(p.id).or_default();
+                            *w += 1;
+                            // What it holds stays within what it reserved.
+                            let held = a.prompt + *w - 1;
+                            prop_assert!(held <= a.prompt + a.reply);
+                            if *w == a.reply {
+                                s.remove(p.id);
+                                ended += 1;
+                            }
+                        }
+                    }
+                    prop_assert!(read.get(&p.id).copied().unwrap_or(0) < a.prompt, "read past the prompt's last");
+                }
+                if s.running().is_empty() && s.waiting().is_empty() && next < late.len() {
+                    step = step.max(late[next].at);
+                }
+            }
+        }
+    }
 }

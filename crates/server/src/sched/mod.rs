@@ -15,7 +15,7 @@ mod read;
 pub mod reply;
 mod runner;
 
-pub use self::core::{Decision, JobId, Kind, Limits, Part, Phase, Refusal, Scheduler, Work};
+pub use self::core::{Budget, Decision, JobId, Kind, Limits, Part, PassRules, Phase, Refusal, Scheduler, Work};
 pub use queue::{AdminResult, Queue, QueueView, RunningView, WaitingView};
 
 use crate::error::ApiError;
@@ -25,20 +25,35 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// From how many parts one pass beats a pass per part, and how many prompt tokens a pass reads while others write,
-/// per backend. On the CPU one pass wins from two parts at every format: decode is memory-bound and the few-row GEMV
+/// How passes are planned per backend ([`PassRules`]).
+///
+/// On the CPU one pass wins from two parts at every format: decode is memory-bound and the few-row GEMV
 /// (`kvad_tensor::cpu::gemv_rows`, 2–8 rows) reads each weight once for all of them, at about the cost of one row
 /// (docs/performance.md); it also gives each reply the bits it would get alone, so batching a pure decode step does
-/// not change anyone's tokens. The GPU thresholds are the seed's (two at bf16, three at q8, six at q4), not measured
-/// on the GPU yet (GPU serving's issue re-plans passes there).
-pub fn backend_limits(backend: &str) -> (usize, usize) {
+/// not change anyone's tokens. Prompts are read one at a time, 64 tokens a pass, and 4 replies run together (the
+/// seed's rules, measured there).
+///
+/// On a GPU a step carries up to [`GPU_PASS_TOKENS`] rows: every reply's token, then as many joining prompts'
+/// chunks as fit, so a crowd's first tokens do not queue behind each other's prompts. The sampling thresholds are
+/// the seed's (two at bf16, three at q8, six at q4). How many replies run is the page pool's to say (a reply joins
+/// when its pages are reserved); [`GPU_BATCH`] is only a ceiling.
+pub fn pass_rules(backend: &str) -> PassRules {
+    let gpu = |batch_from| PassRules { batch_from, chunk: 512, pass_tokens: Some(GPU_PASS_TOKENS), batch: GPU_BATCH };
     match backend {
-        "gpu-bf16" => (2, 512),
-        "gpu-q8" => (3, 512),
-        "gpu-q4" => (6, 512),
-        _ => (2, 64),
+        "gpu-bf16" => gpu(2),
+        "gpu-q8" => gpu(3),
+        "gpu-q4" => gpu(6),
+        _ => PassRules::default(),
     }
 }
+
+/// Rows a GPU step carries in all. A pass of 2,048 prompt rows of an 8B model is about 35 TFLOP, some 60 ms on an
+/// H200 at bf16: big enough to keep the tensor cores busy, short enough that no running stream goes quiet for long
+/// while a crowd's prompts are read.
+pub const GPU_PASS_TOKENS: usize = 2048;
+
+/// The most replies a GPU runs together where `[server] batch` names no number; the page pool usually says fewer.
+pub const GPU_BATCH: usize = 1024;
 
 /// One generation to run.
 pub struct Job {

@@ -104,7 +104,7 @@ pub struct LimitsView {
     pub queue_per_account: usize,
     /// `[server] generations_per_minute`.
     pub generations_per_minute: Option<usize>,
-    /// `[server] batch`.
+    /// Replies written together now: `[server] batch`, else the running backend's rule.
     pub batch: usize,
 }
 
@@ -262,7 +262,7 @@ impl Queue {
                 queue: l.queue,
                 queue_per_account: l.per_account,
                 generations_per_minute: l.per_minute,
-                batch: l.batch,
+                batch: l.batch(),
             },
         }
     }

@@ -120,7 +120,7 @@ impl Runner<'_> {
             self.open_rows(&st);
             self.take_reads(&mut st);
             self.reap(&mut st);
-            let budget = batch_model(&st.core).map_or(usize::MAX, |m| self.engine.budget(&m));
+            let budget = batch_model(&st.core).map_or(super::Budget::tokens(usize::MAX), |m| self.engine.budget(&m));
             match st.core.decide(budget) {
                 Decision::Idle => st = shared.wake.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner),
                 Decision::Prepare(id) => match st.payloads.get(&id) {
@@ -309,7 +309,7 @@ impl Runner<'_> {
         };
         match self.engine.begin(id, &p, &job.params, job.fresh).map_err(ApiError::from) {
             Ok(b) => {
-                st.core.set_pass_limits(super::backend_limits(&p.backend));
+                st.core.set_rules(super::pass_rules(&p.backend));
                 st.core.start(id, b.to_read);
                 self.shared.metrics.joined(p.prompt_tokens, b.cached);
                 let _ = job.events.send(Event::Started { prompt_tokens: p.prompt_tokens, cached_tokens: b.cached });

@@ -9,10 +9,11 @@
 ///
 /// | field       | variable             | default           | for                                              |
 /// |-------------|----------------------|-------------------|--------------------------------------------------|
-/// | `kv_tokens` | `KVAD_GPU_KV_TOKENS` | None: 65,536      | the KV page pool's size in tokens ¹              |
+/// | `kv_tokens` | `KVAD_GPU_KV_TOKENS` | None: from memory | the KV page pool's size in tokens ¹              |
 /// | `trace`     | `KVAD_GPU_TRACE`     | None: no trace    | the kernel trace's file ²                        |
 ///
-/// ¹ The models' GPU decoder caps the pool at half the free device memory.
+/// ¹ Unset, the models' GPU decoder sizes the pool at 40% of the device memory free at load (at least 65,536
+/// tokens, at most 64 full contexts); either way at most half the free memory.
 /// ² The kernels are then compiled with their trace records (`KVAD_TRACE`; otherwise they carry no trace code), and
 /// `Gpu::trace_dump` writes them there, for `scripts/gpu/trace.py`.
 ///

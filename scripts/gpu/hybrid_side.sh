@@ -4,7 +4,8 @@
 # at bf16, decode after 1,024 and 32,768 tokens at q4, and a kept conversation's second turn through kvad-serve
 # (bench/kept-turn.py). Carry .gpu/pack (kvad and kvad-serve, packed by stage.sh), .gpu/llama.cpp.tar.xz (the trimmed
 # source of ../shared/tools/llamacpp-for-bench.sh), .gpu/smollm2-tokenizer.gguf and .whl/. Call it again in the same
-# lease to go on: each step is skipped once done (markers in /tmp/hs).
+# lease to go on: each step is skipped once done (markers in /tmp/hs). `hybrid_side.sh start` only sets the
+# llama.cpp build and the model's writing going in the background, so that other work can run meanwhile.
 set -u
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
@@ -24,11 +25,21 @@ if [ ! -f /tmp/lc.started ]; then
   setsid bash -c "cmake -S /tmp/lc/llama.cpp -B /tmp/lcb -G '$G' \$(cat /tmp/lc/llama.cpp/bench-flags) -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 && cmake --build /tmp/lcb -j 15 --target llama-bench llama-quantize && touch /tmp/lc.done" > /tmp/lcbuild.log 2>&1 < /dev/null &
   log "llama.cpp build started ($G)"
 fi
-if [ ! -f $M ]; then
+if [ ! -f $M ] && [ ! -f /tmp/model.started ]; then
+  touch /tmp/model.started
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/gguf-*.whl
-  PYTHONPATH=/tmp/site python3 scripts/gpu/make_hybrid_bench_model.py $M.part .gpu/smollm2-tokenizer.gguf 12 > "$O/make.txt" 2>&1 \
-    && mv $M.part $M; log "model: $(tail -1 $O/make.txt)"
+  setsid bash -c "PYTHONPATH=/tmp/site python3 scripts/gpu/make_hybrid_bench_model.py $M.part .gpu/smollm2-tokenizer.gguf 12 \
+    > /tmp/make.txt 2>&1 && mv $M.part $M" < /dev/null > /dev/null 2>&1 &
+  log "model started"
 fi
+# `start`: only set the build and the model going (in the background: the next call, or other work, goes on).
+[ "${1:-}" = start ] && exit 0
+while [ ! -f $M ]; do
+  pgrep -f make_hybrid_bench_model >/dev/null || { log "model failed"; tail -20 /tmp/make.txt; exit 1; }
+  [ $(el) -lt $LIMIT ] || { log "model still being written"; exit 0; }
+  sleep 5
+done
+[ -f /tmp/hs/model ] || { touch /tmp/hs/model; cp /tmp/make.txt "$O/make.txt"; log "model: $(tail -1 /tmp/make.txt)"; }
 step() {  # name, command...: runs once, while time is left
   local n=$1; shift
   [ -f /tmp/hs/$n ] && return 0

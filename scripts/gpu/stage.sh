@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds what the GPU machine runs (it has CUDA but no Rust) into .gpu/ (ignored): the release `kvad` and
-# `kvad-serve`, the kernel benchmarks (gpu_gemv, gpu_mma_few) and the GPU test binaries, stripped. The `device`
+# `kvad-serve`, the kernel benchmarks (gpu_gemv, gpu_mma_few, gpu_delta) and the GPU test binaries, stripped. The `device`
 # tool then carries .gpu/ there; run scripts/gpu/test.sh on it. Once per machine before this:
 # scripts/gpu/prepare.sh (what the benchmarks need).
 #   bash scripts/gpu/stage.sh
@@ -9,8 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 mkdir -p .gpu/bin
 cargo build --release --locked -p kvad-cli
 cargo build --release --locked -p kvad-server
-cargo build --release --locked -p kvad-tensor --example gpu_gemv --example gpu_mma_few
-for b in kvad kvad-serve examples/gpu_gemv examples/gpu_mma_few; do
+cargo build --release --locked -p kvad-tensor --example gpu_gemv --example gpu_mma_few --example gpu_delta
+for b in kvad kvad-serve examples/gpu_gemv examples/gpu_mma_few examples/gpu_delta; do
   cp "${CARGO_TARGET_DIR:-target}/release/$b" .gpu/bin/
   strip ".gpu/bin/$(basename $b)"
 done

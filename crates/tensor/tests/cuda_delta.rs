@@ -1,9 +1,11 @@
-//! The gated delta-net kernels (`delta.cu`) against the layer written out in f64 here, as transformers'
-//! `Qwen3NextGatedDeltaNet` computes it from its projections: Qwen3-Next's real head widths (128), a batch of a
-//! prompt and decode rows whose sequences start from a kept state and kept convolution inputs, and the state and
-//! kept inputs they leave. Run on the device by `bash scripts/gpu/test.sh`.
+//! The gated delta-net kernels (`delta.cu`, `delta_chunk.cu`) against the layer written out in f64 here, token by
+//! token, as transformers' `Qwen3NextGatedDeltaNet` computes it from its projections: Qwen3-Next's real head widths
+//! (128), a batch of prompts and decode rows whose sequences start from a kept state and kept convolution inputs
+//! (a conversation resumed), and the state and kept inputs they leave. The prompts run the chunked rule (chunk
+//! boundaries inside them), the recurrence, or each as its length picks. Run on the device by
+//! `bash scripts/gpu/test.sh`.
 
-use kvad_tensor::cuda::{DeltaArgs, DevBuf, Meta, SlotTable};
+use kvad_tensor::cuda::{DeltaArgs, DevBuf, Meta, SlotTable, DELTA_CHUNK_MIN_ROWS};
 mod common;
 use common::{data, gpu};
 
@@ -117,17 +119,21 @@ fn reference(
 #[test]
 fn delta_net_kernels_equal_the_layer_in_f64_from_kept_state() {
     let Some(g) = gpu() else { return };
-    // A prompt of 70 rows (past a 64-row chunk), a decode row, a prompt of 3 rows (fewer than the kept inputs); then
-    // a decode pass (every sequence one row: the one-kernel step).
-    for counts in [&[70usize, 1, 3][..], &[1, 1, 1]] {
-        for tiled in [false, true] {
-            check(&g, tiled, counts);
+    // A prompt of 200 rows (three chunk boundaries, a short last chunk), a decode row, a prompt of 3 rows (fewer
+    // than the kept inputs), one of 70; then a decode pass (every sequence one row: the one-kernel step). The
+    // prompts' rule three ways: every sequence chunked (a 1-row chunk is mostly padding), as the model runs it
+    // (long ones chunked, short ones by the recurrence), every one by the recurrence.
+    for counts in [&[200usize, 1, 3, 70][..], &[1, 1, 1, 1]] {
+        for min_rows in [1, DELTA_CHUNK_MIN_ROWS, usize::MAX] {
+            for tiled in [false, true] {
+                check(&g, tiled, counts, min_rows);
+            }
         }
     }
 }
 
-fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool, counts: &[usize]) {
-    // Qwen3-Next's delta-net heads (16 key / 32 value heads of 128, cut to 2 / 4 here), 4 taps, three sequences.
+fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool, counts: &[usize], min_rows: usize) {
+    // Qwen3-Next's delta-net heads (16 key / 32 value heads of 128, cut to 2 / 4 here), 4 taps, four sequences.
     let s = Shape { tiled, kh: 2, nv: 4, dk: 128, dv: 128, taps: 4 };
     let rows: usize = counts.iter().sum();
     let (w, ch, vw) = (s.w(), s.ch(), s.vw());
@@ -143,9 +149,9 @@ fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool, counts: &[usiz
     let dt_bias = data(s.nv, 14);
     let norm_w: Vec<f32> = data(s.dv, 15).iter().map(|x| 1.0 + 0.5 * x).collect();
     let eps = 1e-6f32;
-    // Each sequence starts from a kept state (slot ids 2, 0, 1 of 3).
-    let slot_ids = [2i32, 0, 1];
-    let slots_host: Vec<f32> = data(3 * s.slot(), 16).iter().map(|x| 0.3 * x).collect();
+    // Each sequence starts from a kept state (slot ids 2, 0, 3, 1 of 4).
+    let slot_ids = [2i32, 0, 3, 1];
+    let slots_host: Vec<f32> = data(4 * s.slot(), 16).iter().map(|x| 0.3 * x).collect();
     let mut want = Vec::new();
     let mut want_slots = slots_host.iter().map(|&x| x as f64).collect::<Vec<f64>>();
     let mut r0 = 0;
@@ -169,12 +175,16 @@ fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool, counts: &[usiz
     let zeros = |n: usize| DevBuf::zeros(g, n * 4).unwrap();
     let (mixed, qk, bg, o, out) =
         (zeros(rows * ch), zeros(rows * 2 * s.kw()), zeros(rows * 2 * s.nv), zeros(rows * vw), zeros(rows * vw));
+    let (wb, pb) = (zeros(rows * s.nv * s.dk), zeros(rows * s.nv * 64));
     let args = DeltaArgs {
         proj: proj_d.ptr(),
         mixed: mixed.ptr(),
         qk: qk.ptr(),
         bg: bg.ptr(),
         o: o.ptr(),
+        w: wb.ptr(),
+        p: pb.ptr(),
+        chunk_min_rows: min_rows,
         out: out.ptr(),
         out_bf16: false,
         conv_w: conv_d.ptr(),
@@ -203,18 +213,18 @@ fn check(g: &std::sync::Arc<kvad_tensor::cuda::Gpu>, tiled: bool, counts: &[usiz
     // SAFETY: every buffer above holds what DeltaArgs says for these rows and slots.
     let (got, got_slots): (Vec<f32>, Vec<f32>) = unsafe {
         g.delta_net(&args).unwrap();
-        (out.read(g, rows * vw).unwrap(), slots_d.read(g, 3 * s.slot()).unwrap())
+        (out.read(g, rows * vw).unwrap(), slots_d.read(g, 4 * s.slot()).unwrap())
     };
     let worst = |a: &[f32], b: &[f64]| a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0f64, f64::max);
     let scale = |b: &[f64]| b.iter().fold(0f64, |m, y| m.max(y.abs()));
     let (d_out, d_state) = (worst(&got, &want), worst(&got_slots, &want_slots));
     eprintln!(
-        "delta net ({counts:?} rows, tiled {tiled}): outputs within {d_out:.2e} (largest {:.2}), states and kept inputs within {d_state:.2e} (largest {:.2})",
+        "delta net ({counts:?} rows, chunked from {min_rows} rows, tiled {tiled}): outputs within {d_out:.2e} (largest {:.2}), states and kept inputs within {d_state:.2e} (largest {:.2})",
         scale(&want),
         scale(&want_slots)
     );
-    // f32 arithmetic over 128-wide sums and 70 steps of the recurrence: a few units of f32's last place of the
-    // largest values.
+    // f32 arithmetic over 128-wide sums and 200 steps (the chunked form's products split into two TF32 parts each,
+    // f32's precision): a few units of f32's last place of the largest values.
     assert!(d_out <= 2e-4 * scale(&want), "outputs {d_out}");
     assert!(d_state <= 2e-5 * scale(&want_slots).max(1.0), "states {d_state}");
 }

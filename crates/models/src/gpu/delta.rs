@@ -4,11 +4,13 @@
 //! post-processing into the pages (partial RoPE), the paged attention every GQA layer runs, and the output gate
 //! before `o_proj`.
 //!
-//! Prompts run the delta rule token by token on the device (one block per sequence, value head and 32 columns),
-//! not yet the chunked form the CPU runs.
+//! Prompts run the delta rule in chunks of 64 rows on the tensor cores, as the CPU's `rule.rs` does; decode passes
+//! one step a token, fused with the convolution.
 
 use crate::error::ModelError;
-use kvad_tensor::cuda::{Act, Attn, DeltaArgs, DevBuf, DevMatrix, Gpu, GpuError, Meta, SlotTable};
+use kvad_tensor::cuda::{
+    Act, Attn, DeltaArgs, DevBuf, DevMatrix, Gpu, GpuError, Meta, SlotTable, DELTA_CHUNK, DELTA_CHUNK_MIN_ROWS,
+};
 use std::sync::Arc;
 
 /// What these layers' kernels need of the pass: the decoder's pass context cut to them (as `MlaPass`).
@@ -95,6 +97,8 @@ impl DeltaAttn {
             qk: s.qk.ptr(),
             bg: s.bg.ptr(),
             o: s.o.ptr(),
+            w: s.w.ptr(),
+            p: s.p.ptr(),
             out: s.out.ptr(),
             out_bf16: !p.gemv,
             conv_w: self.conv_w.ptr(),
@@ -148,6 +152,9 @@ impl From<DeltaShape> for DeltaArgs {
             qk: 0,
             bg: 0,
             o: 0,
+            w: 0,
+            p: 0,
+            chunk_min_rows: DELTA_CHUNK_MIN_ROWS,
             out: 0,
             out_bf16: false,
             conv_w: 0,
@@ -231,6 +238,9 @@ pub(crate) struct DeltaScratch {
     qk: DevBuf,
     bg: DevBuf,
     o: DevBuf,
+    /// The chunked rule's W and P.
+    w: DevBuf,
+    p: DevBuf,
     /// Attention's gates.
     gate: DevBuf,
     /// What the output products read (either layer's).
@@ -253,6 +263,8 @@ impl DeltaScratch {
             qk: DevBuf::zeros(gpu, f * 2 * s.key_width())?,
             bg: DevBuf::zeros(gpu, f * 2 * s.nv)?,
             o: DevBuf::zeros(gpu, f * s.value_width())?,
+            w: DevBuf::zeros(gpu, f * s.nv * s.dk)?,
+            p: DevBuf::zeros(gpu, f * s.nv * DELTA_CHUNK)?,
             gate: DevBuf::zeros(gpu, f * q_dim)?,
             out: DevBuf::zeros(gpu, f * s.value_width().max(q_dim))?,
         })

@@ -1,7 +1,8 @@
 //! Gated delta-net launches (`kernels/delta.cu`): the causal convolution with its kept inputs, the L2-normed q/k and
 //! the gates, the delta rule over each sequence's rows with its state in a device slot, and the gated RMSNorm; and
 //! gated attention's q/k/v post-processing and output gate. The model side (kvad-models' `gpu/delta.rs`) runs the
-//! products around them.
+//! products around them. A prompt runs the rule in chunks of [`DELTA_CHUNK`] rows on the tensor cores
+//! (`kernels/delta_chunk.cu`); a sequence of fewer than [`DeltaArgs::chunk_min_rows`] rows runs the recurrence.
 
 use super::ops::{cfg, grid_for, i, Meta};
 use super::{Gpu, GpuError};
@@ -12,6 +13,16 @@ pub const DELTA_KEY_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Widest value head the one-kernel decode step takes (`delta_step_*`: four column blocks of 32); wider ones decode
 /// through the prompt's kernels.
 pub const DELTA_STEP_MAX_V: usize = 128;
+
+/// Rows of a chunk of the chunked rule: the width of its 64×64 systems (`delta_chunk.cu`'s `DC`).
+pub const DELTA_CHUNK: usize = 64;
+
+/// Widest value head the chunked rule takes (its shared memory holds a chunk's values beside its keys).
+pub const DELTA_CHUNK_MAX_V: usize = 256;
+
+/// The fewest rows of a sequence that run the chunked rule: below it a chunk would be mostly padding, and the
+/// recurrence's few steps cost less than the chunk's two kernels and 64 rows of products.
+pub const DELTA_CHUNK_MIN_ROWS: usize = 16;
 
 /// Where each sequence's recurrent state is: the layer's slots and the pass's tables.
 #[derive(Debug, Clone, Copy)]
@@ -45,6 +56,13 @@ pub struct DeltaArgs {
     pub bg: u64,
     /// `[rows][vw]` f32 scratch: the rule's outputs.
     pub o: u64,
+    /// `[rows][nv][dk]` f32 scratch: the chunked rule's W (each chunk's keys through its triangular system).
+    pub w: u64,
+    /// `[rows][nv][64]` f32 scratch: the chunked rule's decayed q·k within each chunk.
+    pub p: u64,
+    /// Sequences with at least this many rows run the chunked rule, the others the recurrence
+    /// ([`DELTA_CHUNK_MIN_ROWS`] for a model; a test or benchmark may send every sequence one way).
+    pub chunk_min_rows: usize,
     /// `[rows][vw]` out: the gated norm's (what the output product reads).
     pub out: u64,
     /// Out as bf16 (for cuBLAS) rather than f32.
@@ -93,7 +111,22 @@ impl DeltaArgs {
         if self.dv == 0 || self.kh == 0 || !self.nv.is_multiple_of(self.kh) || self.taps == 0 {
             return Some(format!("{} value heads over {} key heads, {} taps", self.nv, self.kh, self.taps));
         }
+        if !self.dv.is_multiple_of(8) || self.dv > DELTA_CHUNK_MAX_V {
+            return Some(format!("value heads of {}; the GPU's chunked rule takes multiples of 8 up to 256", self.dv));
+        }
         None
+    }
+
+    /// Shared memory of `delta_chunk_prep` (k, then q or β·v, then the 64×64 system and its inverse, c and β).
+    fn chunk_prep_smem(&self) -> u32 {
+        let c = DELTA_CHUNK;
+        (4 * (c * (self.dk + 4) + c * (self.dk.max(self.dv) + 8) + 2 * c * (c + 4) + 2 * c)) as u32
+    }
+
+    /// Shared memory of `delta_chunk_scan` (S's 32 columns, a staged chunk of rows, Δ, P, c).
+    fn chunk_scan_smem(&self) -> u32 {
+        let c = DELTA_CHUNK;
+        (4 * (self.dk * 40 + c * (self.dk + 4) + c * 40 + c * (c + 4) + c)) as u32
     }
 }
 
@@ -134,14 +167,39 @@ impl Gpu {
         b.arg(&a.proj).arg(&wi).arg(&a.mixed).arg(&chi).arg(&a.qk).arg(&a.bg).arg(&kh).arg(&dk).arg(&nv).arg(&vwi);
         b.arg(&a.neg_a).arg(&a.dt_bias);
         b.launch(cfg((rows, a.kh as u32 + 1, 1), 32, 0))?;
+        // The rule: sequences of chunk_min_rows rows or more in chunks, the others by the recurrence.
+        let min_rows = a.chunk_min_rows.clamp(1, i32::MAX as usize) as i32;
+        if a.rows >= min_rows as usize {
+            let smem = a.chunk_prep_smem();
+            let mut b = self.launch_smem("delta_chunk_prep", smem)?;
+            b.arg(&a.qk).arg(&a.bg).arg(&a.mixed).arg(&chi).arg(&a.w).arg(&a.p).arg(&kh).arg(&nv).arg(&dk).arg(&dv);
+            b.arg(&t.seq_start).arg(&tiled).arg(&min_rows);
+            b.launch(cfg((t.seqs as u32, a.nv as u32, a.rows.div_ceil(DELTA_CHUNK) as u32), 256, smem))?;
+            let smem = a.chunk_scan_smem();
+            let mut b = self.launch_smem("delta_chunk_scan", smem)?;
+            b.arg(&a.qk).arg(&a.bg).arg(&a.mixed).arg(&chi).arg(&a.w).arg(&a.p).arg(&a.o).arg(&kh).arg(&nv).arg(&dk);
+            b.arg(&dv).arg(&t.base).arg(&sf).arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start).arg(&tiled);
+            b.arg(&min_rows);
+            b.launch(cfg((t.seqs as u32, a.nv as u32, a.dv.div_ceil(32) as u32), 256, smem))?;
+        }
         let mut b = self.launch(&format!("delta_rule_{}", a.dk / 4));
         b.arg(&a.qk).arg(&a.bg).arg(&a.mixed).arg(&chi).arg(&a.o).arg(&kh).arg(&nv).arg(&dv).arg(&t.base).arg(&sf);
-        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start).arg(&tiled);
+        b.arg(&t.slots).arg(&n_rec).arg(&rec).arg(&t.seq_start).arg(&tiled).arg(&min_rows);
         b.launch(cfg((t.seqs as u32, a.nv as u32, a.dv.div_ceil(32) as u32), 128, 0))?;
         let mut b = self.launch("delta_gated_norm");
         b.arg(&a.o).arg(&a.proj).arg(&wi).arg(&chi).arg(&a.norm_w).arg(&a.out).arg(&dv).arg(&vwi).arg(&a.eps).arg(&ob);
         b.launch(cfg((rows, a.nv as u32, 1), 128, 0))?;
         Ok(())
+    }
+
+    /// A launch of `name` with `smem` bytes of dynamic shared memory (past the default 48 KiB where asked).
+    fn launch_smem(&self, name: &str, smem: u32) -> Result<super::launch::Launch<'_>, GpuError> {
+        let f = self.func(name);
+        if smem > 48 * 1024 {
+            use cudarc::driver::sys::CUfunction_attribute as A;
+            f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)?;
+        }
+        Ok(super::launch::Launch::new(self, f))
     }
 
     /// Each sequence's slot keeps its last `taps − 1` inputs (after the layer's kernels have read the old ones).

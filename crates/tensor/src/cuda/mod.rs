@@ -26,7 +26,7 @@ mod trace;
 pub use attention::{flash_takes, Attn, FLASH_TILE};
 pub use buffer::DevBuf;
 pub use config::Tuning;
-pub use delta::{DeltaArgs, SlotTable, DELTA_KEY_DIMS};
+pub use delta::{DeltaArgs, SlotTable, DELTA_CHUNK, DELTA_CHUNK_MIN_ROWS, DELTA_KEY_DIMS};
 pub use matrix::{DevFormat, DevMatrix};
 pub use mla::{mla_splits, MlaArgs, MLA_MAX_LATENT, MLA_MAX_WIDTH};
 pub use moe::{ExpertTable, RouteArgs, MOE_MAX_GROUPS, MOE_MAX_K, MOE_MAX_K_WIDTH};
@@ -147,7 +147,7 @@ const GEMV_SPLIT: [&str; 4] = [
 ];
 
 /// The kernel sources in order (a file may use what the files before it define).
-const SOURCES: [&str; 17] = [
+const SOURCES: [&str; 18] = [
     COMMON,
     include_str!("kernels/elementwise.cu"),
     include_str!("kernels/gemv.cu"),
@@ -165,6 +165,7 @@ const SOURCES: [&str; 17] = [
     include_str!("kernels/moe.cu"),
     include_str!("kernels/mla.cu"),
     include_str!("kernels/delta.cu"),
+    include_str!("kernels/delta_chunk.cu"),
 ];
 
 /// Every kernel entry point, loaded once.
@@ -220,6 +221,8 @@ const KERNELS: &[&str] = &[
     "delta_step_16",
     "delta_step_32",
     "delta_step_64",
+    "delta_chunk_prep",
+    "delta_chunk_scan",
     "delta_gated_norm",
     "gated_qkv_post",
     "gate_mul",

@@ -88,7 +88,8 @@ extern "C" __global__ void delta_prep(const float* __restrict__ proj, int W, con
     }
 }
 
-// The gated delta rule, token after token, over each sequence's rows: per token, with S the value head's [dk][dv]
+// The gated delta rule, token after token, over the rows of each sequence of fewer than min_rows rows (longer ones
+// run in chunks, delta_chunk.cu): per token, with S the value head's [dk][dv]
 // state, S ← exp(g)·S; S ← S + k ⊗ β(v − kᵀS); o = qᵀS. With S₀ the state before the token and e = exp(g) this is
 // δ = β(v − e·kᵀS₀), o = e·qᵀS₀ + (q·k)·δ, S = e·S₀ + k ⊗ δ: the three sums over dk in one reduction a token.
 // Block: 4 warps over 32 value columns, warp w holding rows [w·RPT, (w+1)·RPT) of them in registers (dk = 4·RPT);
@@ -99,7 +100,8 @@ extern "C" __global__ void delta_prep(const float* __restrict__ proj, int W, con
     extern "C" __global__ void __launch_bounds__(128) delta_rule_##RPT(                                              \
         const float* __restrict__ qk, const float* __restrict__ bg, const float* __restrict__ mixed, int ch,         \
         float* __restrict__ out, int kh, int nv, int dv, float* slot_base, long long slot_floats,                  \
-        const int* __restrict__ slots, int n_rec, int rec, const int* __restrict__ seq_start, int tiled) {         \
+        const int* __restrict__ slots, int n_rec, int rec, const int* __restrict__ seq_start, int tiled,           \
+        int min_rows) {                                                                                              \
         PDL_ENTER();                                                                                                 \
         const int DK = 4 * RPT;                                                                                      \
         __shared__ float sqk[3][2 * DK];                                                                             \
@@ -107,7 +109,7 @@ extern "C" __global__ void delta_prep(const float* __restrict__ proj, int W, con
         int s = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, w = tid >> 5, c = tid & 31;                           \
         int col = blockIdx.z * 32 + c, start = seq_start[s], n = seq_start[s + 1] - start;                           \
         bool live = col < dv;                                                                                        \
-        if (n == 0) return;                                                                                          \
+        if (n == 0 || n >= min_rows) return; /* longer ones: delta_chunk.cu */                                       \
         int key = tiled ? h % kh : h / (nv / kh), kw = kh * DK, vw = nv * dv;                                        \
         float* st = dn_slot(slot_base, slots, s, n_rec, rec, slot_floats) + (size_t)h * DK * dv;                     \
         float S[RPT];                                                                                                \

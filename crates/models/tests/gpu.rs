@@ -184,6 +184,7 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32_and_of_the_cpu_on_the_sam
         let routed = tol_same(name) == TOL_SAME_WEIGHTS_ROUTED;
         let tol = if tol_same(name) > TOL_SAME_WEIGHTS { TOL_BF16_ROUTED } else { TOL_BF16 };
         let (mut step_torch, mut step_cpu, mut whole_step, mut whole_torch) = (0f32, 0f32, 0f32, 0f32);
+        let mut step_cpu_at = String::new();
         let mut jumps = Vec::new();
         for (ci, c) in g["cases"].as_array().unwrap().iter().enumerate() {
             let prompt = ids(&c["prompt"]);
@@ -202,7 +203,11 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32_and_of_the_cpu_on_the_sam
                 cpu.forward(&mut [SeqInput { tokens: &prompt, state: &mut kv }], LogitsMode::All).unwrap().remove(0);
             let fold = |v: Vec<f32>| v.into_iter().fold(0f32, f32::max);
             step_torch = step_torch.max(fold(per_position(&step, &want, vocab)));
-            step_cpu = step_cpu.max(fold(per_position(&step, &on_cpu, vocab)));
+            for (p, d) in per_position(&step, &on_cpu, vocab).into_iter().enumerate() {
+                if d > step_cpu {
+                    (step_cpu, step_cpu_at) = (d, format!("case {ci} position {p}"));
+                }
+            }
             let torch = per_position(&whole, &want, vocab);
             let mut case_jumps = 0;
             for (p, d) in per_position(&whole, &step, vocab).into_iter().enumerate() {
@@ -224,7 +229,8 @@ fn gpu_bf16_logits_are_within_tolerance_of_pytorch_f32_and_of_the_cpu_on_the_sam
         );
         if step_cpu > TOL_SAME_WEIGHTS || step_torch > tol || whole_step > tol_same(name) || whole_torch > tol {
             failed.push(format!(
-                "{name}: decode path {step_cpu} from the CPU (bound {TOL_SAME_WEIGHTS}), {step_torch} from PyTorch \
+                "{name}: decode path {step_cpu} from the CPU (bound {TOL_SAME_WEIGHTS}; at {step_cpu_at}), \
+                 {step_torch} from PyTorch \
                  (bound {tol}); whole prompt {whole_step} from the decode path (bound {}), {whole_torch} from PyTorch",
                 tol_same(name)
             ));

@@ -49,11 +49,10 @@ pub fn spread(v: &[f32]) -> f32 {
 
 /// A copy of a golden's safetensors model (in a fresh folder under the temp dir, which the caller removes) with its
 /// f32 matrices rounded to bf16, to the nearest even, as the GPU's bf16 backend holds its weights: vectors (norms,
-/// biases, a router's choice bias) and routers (`mlp.gate.weight`, computed in f32 so that the CPU and the GPU
-/// choose alike) stay f32. The CPU's
-/// f32 arithmetic on it is a bf16 backend with no arithmetic error of its own: against PyTorch's f32 it measures
-/// what rounding the weights alone does (in the routed fixtures, a router near a tie takes another expert), and
-/// against a bf16 backend it measures that backend's kernels alone.
+/// biases, a router's choice bias) and routers (`mlp.gate.weight` and a shared expert's gate, computed in f32 so that
+/// the CPU and the GPU choose alike) stay f32. The CPU's f32 arithmetic on it is a bf16 backend with no arithmetic
+/// error of its own: against PyTorch's f32 it measures what rounding the weights alone does (in the routed fixtures,
+/// a router near a tie takes another expert), and against a bf16 backend it measures that backend's kernels alone.
 pub fn bf16_rounded_copy(g: &Value, tag: &str) -> (PathBuf, ModelFiles) {
     use safetensors::{tensor::TensorView, Dtype, SafeTensors};
     let ModelFiles::HfDir(src) = golden_files(g) else { panic!("{tag}: a safetensors golden") };
@@ -68,8 +67,11 @@ pub fn bf16_rounded_copy(g: &Value, tag: &str) -> (PathBuf, ModelFiles) {
             let mut out: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
             for (name, t) in st.tensors() {
                 // A delta net's convolution taps are a vector to the GPU (kept f32, as the CPU keeps them).
-                let matrix =
-                    t.shape().len() >= 2 && !name.ends_with("mlp.gate.weight") && !name.ends_with("conv1d.weight");
+                // A shared expert's gate (Qwen3-Next) is read as a router is, in f32 on every backend.
+                let matrix = t.shape().len() >= 2
+                    && !name.ends_with("mlp.gate.weight")
+                    && !name.ends_with("shared_expert_gate.weight")
+                    && !name.ends_with("conv1d.weight");
                 let (dtype, data) = match t.dtype() {
                     Dtype::F32 if matrix => (
                         Dtype::BF16,

@@ -20,9 +20,10 @@ pub const DELTA_CHUNK: usize = 64;
 /// Widest value head the chunked rule takes (its shared memory holds a chunk's values beside its keys).
 pub const DELTA_CHUNK_MAX_V: usize = 256;
 
-/// The fewest rows of a sequence that run the chunked rule: below it a chunk would be mostly padding, and the
-/// recurrence's few steps cost less than the chunk's two kernels and 64 rows of products.
-pub const DELTA_CHUNK_MIN_ROWS: usize = 16;
+/// The fewest rows of a sequence that run the chunked rule. `gpu_delta` on an H100 (docs/performance-gpu.md,
+/// session 36) has the two forms cross between 256 rows (recurrence 5% ahead) and 1,024 (chunked 10% ahead): below
+/// that the chunks' fixed cost (two kernels, the 64×64 inverses) outweighs the recurrence's per-row steps.
+pub const DELTA_CHUNK_MIN_ROWS: usize = 512;
 
 /// Where each sequence's recurrent state is: the layer's slots and the pass's tables.
 #[derive(Debug, Clone, Copy)]

@@ -3,8 +3,9 @@
 # kvad-serve with no [server] batch (the page pool decides), loaded by `kvad bench --remote`: 128 and 256
 # concurrent streams at gpu-bf16, 64 at gpu-q8 and gpu-q4 (128-token prompts, 128 generated), one stream against
 # `kvad bench` in process, and the request-rate mode (Poisson arrivals, lengths ±50%, SLO TTFT 0.5 s, TPOT 50 ms).
-#   bash scripts/gpu/serve.sh [STEP…]      (steps: bf16 q8 q4 one rate; JSON and logs to $OUT or /tmp)
+#   bash scripts/gpu/serve.sh [STEP…]      (steps: bf16 c128 q8 q4 one rate; JSON and logs to $OUT or /tmp)
 # Each step is skipped once done (markers in /tmp/serve-done), so a second call in the same lease goes on.
+# KVAD_SERVE names another server binary (an older build, for a before/after on the same card).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
@@ -20,7 +21,7 @@ LIMIT=${LIMIT:-560}
 URL=http://127.0.0.1:5899
 serve() {  # backend: a fresh server on it, the model loaded
   DATA="$(mktemp -d)"
-  .gpu/bin/kvad-serve --data-dir "$DATA" --bind 127.0.0.1:5899 --model "$W/hf" --backend "$1" --queue 1024 \
+  "${KVAD_SERVE:-.gpu/bin/kvad-serve}" --data-dir "$DATA" --bind 127.0.0.1:5899 --model "$W/hf" --backend "$1" --queue 1024 \
     --queue-per-account 1024 > "$O/serve-$1.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 240); do curl -sf "$URL/v1/models" >/dev/null && break; sleep 0.5; done
@@ -39,6 +40,7 @@ rate() { $K --json bench --remote "$URL" "$W/hf" --request-rate "$1" --requests 
 for s in ${*:-bf16 q8 q4 one rate}; do
   case $s in
     bf16) serve gpu-bf16; step bf16-c128 conc 128; step bf16-c256 conc 256; stop gpu-bf16 ;;
+    c128) serve gpu-bf16; step bf16-c128 conc 128; stop gpu-bf16 ;;
     q8) serve gpu-q8; step q8-c64 conc 64; stop gpu-q8 ;;
     q4) serve gpu-q4; step q4-c64 conc 64; stop gpu-q4 ;;
     one) step inproc-one $K --json bench "$W/hf" --backend gpu-bf16 --prompt-tokens 128 --gen-tokens 128 --rounds 3

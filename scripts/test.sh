@@ -26,12 +26,13 @@ if command -v rustup >/dev/null 2>&1; then
 fi
 
 # Python tools for the interoperability tests, in an ignored venv: huggingface_hub (the cache is shared with it,
-# crates/cli/tests/hub_cli.rs), the official openai SDK (it drives kvad-serve, crates/server/tests/smollm2.rs), and
+# crates/cli/tests/hub_cli.rs), the official openai and anthropic SDKs (they drive kvad-serve,
+# crates/server/tests/smollm2.rs and constrained.rs), and
 # schemathesis with openapi-spec-validator (the OpenAPI document against the live server, tests/common/openapi.rs).
-if ! .venv-test/bin/python -c "import huggingface_hub, openai, schemathesis, openapi_spec_validator" >/dev/null 2>&1; then
-  echo "== huggingface_hub, the openai SDK, schemathesis and openapi-spec-validator into .venv-test"
+if ! .venv-test/bin/python -c "import huggingface_hub, openai, anthropic, schemathesis, openapi_spec_validator" >/dev/null 2>&1; then
+  echo "== huggingface_hub, the openai and anthropic SDKs, schemathesis and openapi-spec-validator into .venv-test"
   python3 -m venv .venv-test
-  .venv-test/bin/python -m pip install --quiet huggingface_hub openai==3.57.0 schemathesis==4.32.5 \
+  .venv-test/bin/python -m pip install --quiet huggingface_hub openai==3.57.0 anthropic==2.17.0 schemathesis==4.32.5 \
     openapi-spec-validator==0.9.0
 fi
 

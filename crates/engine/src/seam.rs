@@ -40,6 +40,9 @@ pub enum Prompt {
         messages: Vec<Value>,
         /// The tools offered, as the template renders them.
         tools: Option<Vec<Value>>,
+        /// Further template variables, as `apply_chat_template`'s keyword arguments (`enable_thinking`: Anthropic's
+        /// `thinking`, vLLM's `chat_template_kwargs`).
+        vars: serde_json::Map<String, Value>,
     },
     /// Plain text for a completion.
     Text(String),
@@ -306,6 +309,10 @@ pub struct TokenPiece {
 pub trait Tokenize: Send + Sync {
     /// The tokens of `text` as `model` reads a plain prompt (special tokens such as BOS included).
     fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, EngineError>;
+
+    /// How many tokens `prompt` is for `model`, rendered by its chat template as a reply's prompt is (Anthropic's
+    /// `count_tokens`): the count a generation would report, without queueing behind one.
+    fn count(&self, model: &str, prompt: &Prompt) -> Result<usize, EngineError>;
 }
 
 /// The 409 of a load naming another backend than the one the model is in memory on: both engines answer it in

@@ -140,6 +140,26 @@ impl ScriptedEngine {
     }
 }
 
+/// A prompt's text: messages through the model's real template, as the local engine renders them.
+fn render(model: &str, template: Option<&ChatTemplate>, prompt: &Prompt) -> Result<String, EngineError> {
+    match prompt {
+        Prompt::Chat { messages, tools, vars } => {
+            let Some(t) = template else {
+                return Err(EngineError::bad_field("model", format!("model {model} has no chat template")));
+            };
+            let ctx = ChatContext {
+                messages: messages.clone(),
+                tools: tools.clone(),
+                add_generation_prompt: true,
+                extra: vars.clone(),
+                ..Default::default()
+            };
+            t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))
+        }
+        Prompt::Text(s) => Ok(s.clone()),
+    }
+}
+
 /// Reads a scripted model's prompts: its real template renders them, a "token" is 3 characters.
 struct ScriptedReader {
     model: String,
@@ -152,21 +172,7 @@ struct ScriptedReader {
 impl Reader for ScriptedReader {
     fn read(&self, prompt: &Prompt) -> Result<Prepared, EngineError> {
         std::thread::sleep(std::time::Duration::from_millis(self.read_ms));
-        let text = match prompt {
-            Prompt::Chat { messages, tools } => {
-                let Some(t) = &self.template else {
-                    return Err(EngineError::bad_field("model", format!("model {} has no chat template", self.model)));
-                };
-                let ctx = ChatContext {
-                    messages: messages.clone(),
-                    tools: tools.clone(),
-                    add_generation_prompt: true,
-                    ..Default::default()
-                };
-                t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?
-            }
-            Prompt::Text(s) => s.clone(),
-        };
+        let text = render(&self.model, self.template.as_ref(), prompt)?;
         let n = count_tokens(&text);
         Ok(Prepared {
             tokens: vec![0; n],
@@ -305,7 +311,9 @@ impl Engine for ScriptedEngine {
     }
 
     fn tokenizers(&self) -> std::sync::Arc<dyn Tokenize> {
-        std::sync::Arc::new(ScriptedTokenizer(self.models.iter().map(|m| m.spec.id.clone()).collect()))
+        std::sync::Arc::new(ScriptedTokenizer(
+            self.models.iter().map(|m| (m.spec.id.clone(), m.template.clone())).collect(),
+        ))
     }
 }
 
@@ -327,14 +335,25 @@ fn scripted_logprob(text: &str, n: usize) -> TokenLogprob {
 }
 
 /// The scripted models' tokenizer: a token is 3 characters (as their replies are), its id the sum of its
-/// characters' code points modulo 256.
-struct ScriptedTokenizer(Vec<String>);
+/// characters' code points modulo 256. Each model's template renders chat prompts for counts.
+struct ScriptedTokenizer(Vec<(String, Option<ChatTemplate>)>);
+
+impl ScriptedTokenizer {
+    fn template(&self, model: &str) -> Result<Option<&ChatTemplate>, EngineError> {
+        match self.0.iter().find(|(m, _)| m == model) {
+            Some((_, t)) => Ok(t.as_ref()),
+            None => Err(EngineError::model_not_found(model, &self.0.iter().map(|m| m.0.clone()).collect::<Vec<_>>())),
+        }
+    }
+}
 
 impl Tokenize for ScriptedTokenizer {
+    fn count(&self, model: &str, prompt: &Prompt) -> Result<usize, EngineError> {
+        Ok(count_tokens(&render(model, self.template(model)?, prompt)?))
+    }
+
     fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, EngineError> {
-        if !self.0.iter().any(|m| m == model) {
-            return Err(EngineError::model_not_found(model, &self.0));
-        }
+        self.template(model)?;
         let chars: Vec<char> = text.chars().collect();
         Ok(chars
             .chunks(CHARS_PER_TOKEN)

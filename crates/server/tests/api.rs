@@ -85,7 +85,12 @@ fn bad_requests_get_clear_4xx_and_the_server_keeps_serving() {
             "tools[0].function.name",
             "non-empty string",
         ),
-        (format!(r#"{{{m}, {u}, "parallel_tool_calls": false}}"#), 400, "parallel_tool_calls", "not supported"),
+        (
+            format!(r#"{{{m}, {u}, "chat_template_kwargs": {{"add_generation_prompt": false}}}}"#),
+            400,
+            "chat_template_kwargs.add_generation_prompt",
+            "the server sets it",
+        ),
         (
             format!(r#"{{{m}, {u}, "response_format": {{"type": "xml"}}}}"#),
             400,

@@ -251,9 +251,20 @@ fn api_keys_authenticate_record_their_use_and_stop_when_revoked() {
     assert_eq!(r.body, json!({"account": "admin", "role": "admin", "mode": "local", "csrf_token": ""}));
     let list = call(&s, "GET", "/api/keys", &[("authorization", &bearer(&key))], None).body;
     assert!(list[0]["last_used"].is_string(), "{list}");
+    // Anthropic's clients send the key as x-api-key; a Messages path answers a refusal in Anthropic's shape.
+    let r = call(&s, "GET", "/api/auth/me", &[("x-api-key", &key)], None);
+    assert_eq!(r.body["account"], "admin", "{:?}", r.body);
+    let ask = json!({"model": "qwen2.5-scripted", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]});
+    let r = call(&s, "POST", "/v1/messages", &[("x-api-key", &key)], Some(ask.clone()));
+    assert_eq!((r.status, r.body["type"].as_str()), (200, Some("message")), "{:?}", r.body);
+    let r = call(&s, "POST", "/v1/messages", &[("x-api-key", "kvad_not_a_key")], Some(ask.clone()));
+    assert_eq!(r.status, 401);
+    assert_eq!(r.body["type"], "error", "{:?}", r.body);
+    assert_eq!(r.body["error"]["type"], "authentication_error", "{:?}", r.body);
     let r = call(&s, "DELETE", &format!("/api/keys/{id}"), &b.headers(), None);
     assert_eq!(r.status, 204);
     assert_401(&call(&s, "GET", "/v1/models", &[("authorization", &bearer(&key))], None), "revoked key");
+    assert_eq!(call(&s, "POST", "/v1/messages", &[("x-api-key", &key)], Some(ask)).status, 401, "revoked key");
     let list = call(&s, "GET", "/api/keys", &[("cookie", &b.cookie)], None).body;
     assert_eq!(list[0]["revoked"], true);
 }

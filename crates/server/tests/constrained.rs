@@ -114,3 +114,33 @@ fn smollm2_forced_tool_calls_and_json_schema_replies_are_valid() {
         assert_eq!(e["error"]["param"], json!(field), "{extra}: {e}");
     }
 }
+
+/// The official anthropic SDK against the Messages API: the real SmolLM2 (with the Hermes template) for a message,
+/// its stream and token count and a forced tool call; the scripted engine for a tool round trip and thinking.
+#[test]
+fn smollm2_and_the_anthropic_sdk() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let template = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/templates/qwen2.5.jinja");
+    let real = common::start("anthropic-sdk", &["--model", "smollm2-instruct", "--chat-template", template]);
+    let scripted = common::scripted("anthropic-sdk-scripted", &[]);
+    let out = std::process::Command::new(common::sdk_python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/anthropic_sdk.py"))
+        .args([&real.url, &scripted.url])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let checks = [
+        "non-streamed message",
+        "streamed message",
+        "forced tool call",
+        "structured output",
+        "tool round trip",
+        "thinking streamed",
+        "thinking omitted",
+        "errors",
+    ];
+    for check in checks {
+        assert!(stdout.contains(&format!("ok: {check}")), "{stdout}");
+    }
+}

@@ -41,6 +41,13 @@ pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
       and give it to `kvad auth login --api-key-stdin`",
     ),
     ("GET", "/api/auth/oidc/callback", "where the OpenID provider sends the browser back; not something to type"),
+    // Other vendors' APIs, for their clients: kvad's own commands speak OpenAI's.
+    (
+        "POST",
+        "/v1/messages",
+        "Anthropic's Messages API, for Claude Code and the anthropic SDKs; kvad run speaks OpenAI's",
+    ),
+    ("POST", "/v1/messages/count_tokens", "Anthropic's token count, for its clients; kvad api can send it"),
     // The web UI's routes: each reachable from a shell as `kvad api PATH [-X METHOD] [-d JSON]` until a command of its
     // own exists.
     ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api /api/tokenize -d JSON)"),

@@ -88,7 +88,7 @@ impl<C: Cache> Kept<C> {
         self.best(prompt).map_or(0, |(_, n)| n)
     }
 
-    /// The cache of the conversation sharing the longest usable prefix with `prompt` ([`usable`]), cut to that
+    /// The cache of the conversation sharing the longest usable prefix with `prompt` (`usable`), cut to that
     /// prefix: taken out when the prompt continues the whole conversation, copied when it parts from it. None when
     /// nothing usable is shared.
     pub fn take(&mut self, prompt: &[u32]) -> Option<(C, usize)> {

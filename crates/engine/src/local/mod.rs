@@ -462,7 +462,7 @@ impl Engine for LocalEngine {
 
     fn tokenizers(&self) -> std::sync::Arc<dyn crate::seam::Tokenize> {
         let paths = self.entries.iter().map(|e| (e.info.id.clone(), e.path.clone())).collect();
-        std::sync::Arc::new(tokens::LocalTokenizers::new(paths))
+        std::sync::Arc::new(tokens::LocalTokenizers::new(paths, self.template.clone()))
     }
 }
 

@@ -32,34 +32,40 @@ impl LocalReader {
             backend: m.backend.to_string(),
         }
     }
+}
 
-    /// The prompt's text and ids.
-    fn render(&self, prompt: &Prompt) -> Result<(String, Vec<u32>), EngineError> {
-        let tok = &self.tokenizer;
-        match prompt {
-            Prompt::Chat { messages, tools } => {
-                let Some(t) = &self.template else {
-                    return Err(EngineError::bad_field(
-                        "model",
-                        format!("model {} has no chat template; use /v1/completions with a plain prompt", self.model),
-                    ));
-                };
-                let ctx = ChatContext {
-                    messages: messages.clone(),
-                    tools: tools.clone(),
-                    add_generation_prompt: true,
-                    bos_token: tok.bos_token().unwrap_or_default().to_string(),
-                    eos_token: tok.eos_token().unwrap_or_default().to_string(),
-                    extra: Default::default(),
-                };
-                let text = t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?;
-                let ids = tok.encode(&text, false).map_err(|e| EngineError::internal(e.to_string()))?;
-                Ok((text, ids))
-            }
-            Prompt::Text(s) => {
-                let ids = tok.encode(s, true).map_err(|e| EngineError::internal(e.to_string()))?;
-                Ok((s.clone(), ids))
-            }
+/// A prompt's text and ids: messages through `model`'s chat template (a chat prompt holds its special tokens as
+/// text, so none are added), plain text as a completion reads it. Shared by the reader and by token counts
+/// (`LocalTokenizers`), so a count is what a reply's prompt is.
+pub(crate) fn render(
+    model: &str,
+    tok: &Tokenizer,
+    template: Option<&ChatTemplate>,
+    prompt: &Prompt,
+) -> Result<(String, Vec<u32>), EngineError> {
+    match prompt {
+        Prompt::Chat { messages, tools, vars } => {
+            let Some(t) = template else {
+                return Err(EngineError::bad_field(
+                    "model",
+                    format!("model {model} has no chat template; use /v1/completions with a plain prompt"),
+                ));
+            };
+            let ctx = ChatContext {
+                messages: messages.clone(),
+                tools: tools.clone(),
+                add_generation_prompt: true,
+                bos_token: tok.bos_token().unwrap_or_default().to_string(),
+                eos_token: tok.eos_token().unwrap_or_default().to_string(),
+                extra: vars.clone(),
+            };
+            let text = t.render(&ctx).map_err(|e| EngineError::bad_field("messages", e.to_string()))?;
+            let ids = tok.encode(&text, false).map_err(|e| EngineError::internal(e.to_string()))?;
+            Ok((text, ids))
+        }
+        Prompt::Text(s) => {
+            let ids = tok.encode(s, true).map_err(|e| EngineError::internal(e.to_string()))?;
+            Ok((s.clone(), ids))
         }
     }
 }
@@ -79,7 +85,7 @@ impl Reader for LocalReader {
                 ),
             ));
         }
-        let (text, tokens) = self.render(prompt)?;
+        let (text, tokens) = render(&self.model, &self.tokenizer, self.template.as_ref(), prompt)?;
         Ok(Prepared {
             prompt_tokens: tokens.len(),
             tokens,

@@ -2,27 +2,32 @@
 //! (tokenizer.json, or a GGUF's vocabulary) without its weights, and kept, so tokenizing never queues behind a
 //! reply or waits for a load.
 
-use crate::seam::{TokenPiece, Tokenize};
+use crate::seam::{Prompt, TokenPiece, Tokenize};
 use crate::EngineError;
 use kvad_models::weights::GgufFile;
-use kvad_text::Tokenizer;
+use kvad_text::{ChatTemplate, Tokenizer};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// A model's tokenizer and the chat template its prompts are rendered with.
+type Text = Arc<(Tokenizer, Option<ChatTemplate>)>;
+
 /// Every model's files, and the tokenizers read so far.
 pub struct LocalTokenizers {
     paths: Vec<(String, PathBuf)>,
-    read: Mutex<HashMap<String, Arc<Tokenizer>>>,
+    /// The server's `--chat-template`, which every model's prompts use instead of their own.
+    template: Option<ChatTemplate>,
+    read: Mutex<HashMap<String, Text>>,
 }
 
 impl LocalTokenizers {
-    /// The models (id, path) whose tokenizers may be asked for.
-    pub fn new(paths: Vec<(String, PathBuf)>) -> Self {
-        LocalTokenizers { paths, read: Mutex::new(HashMap::new()) }
+    /// The models (id, path) whose tokenizers may be asked for, and the template that overrides theirs.
+    pub fn new(paths: Vec<(String, PathBuf)>, template: Option<ChatTemplate>) -> Self {
+        LocalTokenizers { paths, template, read: Mutex::new(HashMap::new()) }
     }
 
-    fn get(&self, model: &str) -> Result<Arc<Tokenizer>, EngineError> {
+    fn get(&self, model: &str) -> Result<Text, EngineError> {
         let path = match self.paths.iter().find(|(id, _)| id == model) {
             Some((_, p)) => p.clone(),
             // A model on disk the engine found after start (a pull): its files are where the hub says.
@@ -39,24 +44,34 @@ impl LocalTokenizers {
         if let Some(t) = read.get(model) {
             return Ok(t.clone());
         }
-        let tok = Arc::new(open(&path).map_err(|e| EngineError::internal(format!("{model}'s tokenizer: {e}")))?);
-        read.insert(model.to_string(), tok.clone());
-        Ok(tok)
+        let (tok, own) = open(&path).map_err(|e| EngineError::internal(format!("{model}'s tokenizer: {e}")))?;
+        let text = Arc::new((tok, self.template.clone().or(own)));
+        read.insert(model.to_string(), text.clone());
+        Ok(text)
     }
 }
 
-fn open(path: &Path) -> Result<Tokenizer, String> {
+fn open(path: &Path) -> Result<(Tokenizer, Option<ChatTemplate>), String> {
     if path.is_dir() {
-        return Tokenizer::from_dir(path).map_err(|e| e.to_string());
+        let tok = Tokenizer::from_dir(path).map_err(|e| e.to_string())?;
+        return Ok((tok, ChatTemplate::from_dir(path).map_err(|e| e.to_string())?));
     }
     let g = GgufFile::open(path).map_err(|e| e.to_string())?;
-    Tokenizer::from_gguf_vocab(crate::open::gguf_vocab(&g)).map_err(|e| e.to_string())
+    let vocab = crate::open::gguf_vocab(&g);
+    let template = vocab.chat_template.as_deref().map(ChatTemplate::new).transpose().map_err(|e| e.to_string())?;
+    Ok((Tokenizer::from_gguf_vocab(vocab).map_err(|e| e.to_string())?, template))
 }
 
 impl Tokenize for LocalTokenizers {
     fn tokenize(&self, model: &str, text: &str) -> Result<Vec<TokenPiece>, EngineError> {
-        let tok = self.get(model)?;
+        let t = self.get(model)?;
+        let tok = &t.0;
         let ids = tok.encode(text, true).map_err(|e| EngineError::internal(e.to_string()))?;
         Ok(ids.into_iter().map(|id| TokenPiece { id, text: tok.decode(&[id], false).unwrap_or_default() }).collect())
+    }
+
+    fn count(&self, model: &str, prompt: &Prompt) -> Result<usize, EngineError> {
+        let t = self.get(model)?;
+        Ok(super::reader::render(model, &t.0, t.1.as_ref(), prompt)?.1.len())
     }
 }

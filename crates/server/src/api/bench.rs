@@ -252,6 +252,7 @@ async fn timed(
         params,
         stop: Vec::new(),
         parse_tools: false,
+        one_call: false,
         parse_reasoning: false,
         endpoint: "/api/bench",
         account: account.to_string(),

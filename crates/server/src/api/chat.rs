@@ -43,13 +43,8 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
             ));
         }
         params.options.constraint = Some(c);
-    } else if !parallel && choice == ToolChoice::Auto {
-        return Err(ApiError::unsupported(
-            "parallel_tool_calls",
-            "parallel_tool_calls = false with tool_choice \"auto\" is not supported: the parser returns every call \
-             the model makes (with \"required\" or a named function one call is forced)",
-        ));
     }
+    let vars = template_vars(&mut f)?;
     // kvad's own field: `"cache": false` (benchmarks, evaluations) runs alone from an empty cache.
     let fresh = f.opt_bool("cache")? == Some(false);
     ignored(&mut f)?;
@@ -75,9 +70,11 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
     }
     let submit = Submit {
         model,
+        // One call at most: the reply ends where its first call does (a forced call's grammar allows one anyway).
+        one_call: !parallel,
         parse_tools: offered.is_some(),
         parse_reasoning: info.reasoning,
-        prompt: Prompt::Chat { messages, tools: offered },
+        prompt: Prompt::Chat { messages, tools: offered, vars },
         params,
         stop: stops,
         account,
@@ -85,6 +82,28 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
         endpoint: "/v1/chat/completions",
     };
     respond(state, submit, Shape::Chat, is_stream, include_usage).await
+}
+
+/// `chat_template_kwargs` (vLLM's field): further variables for the model's chat template, such as
+/// `enable_thinking`. Those the server sets itself cannot be overridden.
+fn template_vars(f: &mut Fields<'_>) -> Result<Map<String, Value>, ApiError> {
+    match f.get("chat_template_kwargs") {
+        None => Ok(Map::new()),
+        Some(Value::Object(m)) => {
+            const OWN: [&str; 5] = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"];
+            if let Some(k) = m.keys().find(|k| OWN.contains(&k.as_str())) {
+                return Err(ApiError::bad_field(
+                    &format!("chat_template_kwargs.{k}"),
+                    format!("chat_template_kwargs.{k}: the server sets it; send only the template's own variables"),
+                ));
+            }
+            Ok(m.clone())
+        }
+        Some(v) => Err(ApiError::bad_field(
+            "chat_template_kwargs",
+            format!("chat_template_kwargs must be an object, not {}", kind_of(v)),
+        )),
+    }
 }
 
 /// `messages`: checked, and put in the shape templates read (content as a string; tool call arguments as
@@ -270,7 +289,7 @@ fn tools(f: &mut Fields<'_>) -> Result<Option<Vec<Value>>, ApiError> {
 
 /// `tool_choice`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum ToolChoice {
+pub(crate) enum ToolChoice {
     /// The model decides.
     Auto,
     /// No tools: they are not shown to the model.
@@ -307,7 +326,11 @@ fn tool_choice(f: &mut Fields<'_>) -> Result<ToolChoice, ApiError> {
 /// to it): the Hermes form the reply parser reads, `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`, its
 /// arguments valid against the function's parameters; one call, or several one after another where
 /// `parallel_tool_calls` allows. None where nothing is forced.
-fn forced_calls(choice: &ToolChoice, tools: Option<&[Value]>, parallel: bool) -> Result<Option<Constraint>, ApiError> {
+pub(crate) fn forced_calls(
+    choice: &ToolChoice,
+    tools: Option<&[Value]>,
+    parallel: bool,
+) -> Result<Option<Constraint>, ApiError> {
     let name_of = |t: &Value| t["function"]["name"].as_str().unwrap_or_default().to_string();
     let chosen: Vec<&Value> = match (choice, tools) {
         (ToolChoice::Auto | ToolChoice::None, _) => return Ok(None),

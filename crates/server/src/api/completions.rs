@@ -58,6 +58,7 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
         params,
         stop: stops,
         parse_tools: false,
+        one_call: false,
         parse_reasoning: false,
         account,
         fresh,

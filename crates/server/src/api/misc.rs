@@ -74,6 +74,8 @@ pub fn openapi_doc() -> Value {
             "schemas": super::schema::components(),
             "securitySchemes": {
                 "apiKey": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer kvad_..."},
+                "anthropicKey": {"type": "apiKey", "in": "header", "name": "x-api-key",
+                                 "description": "x-api-key: kvad_... (what Anthropic's clients send)"},
                 "basic": {"type": "http", "scheme": "basic", "description": "[auth] mode = basic"},
                 "session": {"type": "apiKey", "in": "cookie", "name": "kvad_session"},
             },

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod chat;
 pub mod completions;
 pub mod conversations;
+pub mod messages;
 pub mod misc;
 pub mod pull;
 pub mod request;
@@ -32,6 +33,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::handler))
         .route("/v1/completions", post(completions::handler))
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/models", get(misc::models))
         .route("/api/health", get(misc::health))
         .route("/api/queue", get(admin::queue))
@@ -63,6 +66,8 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::auth::origin::guard))
         .layer(axum::extract::DefaultBodyLimit::max(state.config.server.max_body))
         .layer(axum::middleware::map_response_with_state(state.clone(), too_large_as_json))
+        // Outermost: every error on the Messages paths, whichever layer made it, in Anthropic's shape.
+        .layer(axum::middleware::from_fn(messages::errors))
         .with_state(state)
 }
 
@@ -99,6 +104,8 @@ pub struct Submit {
     pub stop: Vec<String>,
     /// Parse tool calls.
     pub parse_tools: bool,
+    /// End the reply at its first tool call.
+    pub one_call: bool,
     /// Split reasoning.
     pub parse_reasoning: bool,
     /// For the requests table.
@@ -111,7 +118,7 @@ pub struct Submit {
 
 /// Sets the job's cancel flag when dropped: a client that goes away drops the response (stream or future), and
 /// scheduler drops it from the line, or stops it within a step.
-struct CancelOnDrop(Arc<AtomicBool>);
+pub(crate) struct CancelOnDrop(Arc<AtomicBool>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
@@ -131,14 +138,21 @@ fn request_id(shape: Shape) -> String {
     }
 }
 
-/// Queues the job, waits for it to start, and answers.
-pub async fn respond(
-    state: AppState,
-    s: Submit,
-    shape: Shape,
-    is_stream: bool,
-    include_usage: bool,
-) -> Result<Response, ApiError> {
+/// A job queued and started: its events from here on, the guard that cancels it when the answer is dropped, and
+/// the prompt's counts.
+pub(crate) struct Begun {
+    /// The job's events after `Started`.
+    pub rx: crate::sched::events::EventsRx,
+    /// Cancels the job when dropped.
+    pub guard: CancelOnDrop,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Of them, found in a kept conversation.
+    pub cached_tokens: usize,
+}
+
+/// Queues the job and waits for it to start, so a refusal keeps its status code.
+pub(crate) async fn start(state: &AppState, s: Submit) -> Result<Begun, ApiError> {
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down", None));
     }
@@ -151,6 +165,7 @@ pub async fn respond(
         params: s.params,
         stop: s.stop,
         parse_tools: s.parse_tools,
+        one_call: s.one_call,
         parse_reasoning: s.parse_reasoning,
         endpoint: s.endpoint,
         account: s.account,
@@ -160,15 +175,27 @@ pub async fn respond(
         queued_at: std::time::Instant::now(),
     })?;
     match rx.recv().await {
-        Some(Event::Started { .. }) => {}
-        Some(Event::Failed(e)) => return Err(e),
-        _ => return Err(ApiError::internal("the engine ended the job before it started")),
+        Some(Event::Started { prompt_tokens, cached_tokens }) => Ok(Begun { rx, guard, prompt_tokens, cached_tokens }),
+        Some(Event::Failed(e)) => Err(e),
+        _ => Err(ApiError::internal("the engine ended the job before it started")),
     }
-    let meta = Meta { id: request_id(shape), created: now(), model: s.model, shape };
+}
+
+/// Queues the job, waits for it to start, and answers in OpenAI's shapes.
+pub async fn respond(
+    state: AppState,
+    s: Submit,
+    shape: Shape,
+    is_stream: bool,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
+    let model = s.model.clone();
+    let b = start(&state, s).await?;
+    let meta = Meta { id: request_id(shape), created: now(), model, shape };
     if is_stream {
-        Ok(sse(meta, rx, guard, include_usage).into_response())
+        Ok(sse(meta, b.rx, b.guard, include_usage).into_response())
     } else {
-        whole(meta, rx, guard).await
+        whole(meta, b.rx, b.guard).await
     }
 }
 

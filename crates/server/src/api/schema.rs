@@ -77,6 +77,57 @@ fn sampling() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// Anthropic's Messages request, its count_tokens request (the prompt fields alone) and its `message` answer.
+fn anthropic() -> (Value, Value, Value) {
+    let message = object(
+        &[
+            ("role", json!({"type": "string", "enum": ["user", "assistant"]})),
+            ("content", json!({"type": ["string", "array"]})),
+        ],
+        &["role", "content"],
+        true,
+    );
+    let prompt = vec![
+        ("model", string()),
+        ("messages", array(message)),
+        ("system", json!({"type": ["string", "array"]})),
+        ("tools", array(json!({"type": "object"}))),
+        ("tool_choice", json!({"type": "object"})),
+        ("thinking", json!({"type": "object"})),
+    ];
+    let mut full = prompt.clone();
+    full.extend([
+        ("max_tokens", json!({"type": "integer", "minimum": 1})),
+        ("stream", boolean()),
+        ("temperature", nullable("number")),
+        ("top_p", nullable("number")),
+        ("top_k", nullable("integer")),
+        ("seed", nullable("integer")),
+        ("stop_sequences", array(string())),
+        ("metadata", any()),
+        ("service_tier", string()),
+        ("output_config", json!({"type": "object"})),
+        ("speed", any()),
+        ("inference_geo", any()),
+        ("cache_control", any()),
+        ("diagnostics", any()),
+        ("user_profile_id", any()),
+        ("workspace_id", any()),
+    ]);
+    let usage = answer(&[("input_tokens", int()), ("output_tokens", int())]);
+    let reply = answer(&[
+        ("id", string()),
+        ("type", json!({"const": "message"})),
+        ("role", json!({"const": "assistant"})),
+        ("model", string()),
+        ("content", array(json!({"type": "object"}))),
+        ("stop_reason", nullable("string")),
+        ("stop_sequence", nullable("string")),
+        ("usage", usage),
+    ]);
+    (body(&full, &["model", "messages", "max_tokens"]), body(&prompt, &["model", "messages"]), reply)
+}
+
 /// The shared component schemas.
 pub fn components() -> Value {
     let error = answer(&[(
@@ -145,6 +196,7 @@ pub fn components() -> Value {
     let account = answer(&[("name", string()), ("role", string()), ("created", string())]);
     let session = answer(&[("id", string()), ("account", string()), ("created", string()), ("current", boolean())]);
     let conversation = answer(&[("id", int()), ("title", string()), ("model", nullable("string"))]);
+    let (anthropic_request, anthropic_count, anthropic_message) = anthropic();
     json!({
         "Error": error,
         "ChatMessage": message,
@@ -157,6 +209,9 @@ pub fn components() -> Value {
         "Account": account,
         "Session": session,
         "Conversation": conversation,
+        "MessagesRequest": anthropic_request,
+        "CountTokensRequest": anthropic_count,
+        "Message": anthropic_message,
     })
 }
 
@@ -184,6 +239,14 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
         ("POST", "/v1/chat/completions") => json!({
             "requestBody": json_body(reference("ChatRequest")),
             "responses": {"200": sse_or(reference("ChatCompletion"))},
+        }),
+        ("POST", "/v1/messages") => json!({
+            "requestBody": json_body(reference("MessagesRequest")),
+            "responses": {"200": sse_or(reference("Message"))},
+        }),
+        ("POST", "/v1/messages/count_tokens") => json!({
+            "requestBody": json_body(reference("CountTokensRequest")),
+            "responses": {"200": ok(answer(&[("input_tokens", int())]))},
         }),
         ("POST", "/v1/completions") => json!({
             "requestBody": json_body(reference("CompletionRequest")),

@@ -31,6 +31,21 @@ pub const ROUTES: &[Route] = &[
         tag: "openai",
     },
     Route {
+        method: "POST",
+        path: "/v1/messages",
+        summary: "Anthropic Messages: system, text/tool_use/tool_result/thinking blocks, tools and tool_choice \
+                  (auto/any/tool/none), thinking as the template's enable_thinking, stop_sequences; streamed as \
+                  Anthropic's events or whole; errors in Anthropic's shape",
+        tag: "anthropic",
+    },
+    Route {
+        method: "POST",
+        path: "/v1/messages/count_tokens",
+        summary: "Anthropic's token count: the prompt's tokens as the model's template renders it, tools \
+                  included, without generating",
+        tag: "anthropic",
+    },
+    Route {
         method: "GET",
         path: "/v1/models",
         summary: "The models this server can load without the network ([server] models and every model on its \

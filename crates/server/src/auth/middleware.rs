@@ -184,6 +184,14 @@ pub fn identify(
         }
         return Err(AuthError::Unauthenticated.into());
     }
+    // Anthropic's clients send their key as `x-api-key` (an API key only: no other scheme travels there).
+    if let Some(value) = headers.get("x-api-key") {
+        let cred = value.to_str().unwrap_or("").trim();
+        let key =
+            if cred.starts_with(secret::KEY_PREFIX) { auth.store().key(&secret::sha256_hex(cred))? } else { None };
+        let (account, role) = key.ok_or(AuthError::Unauthenticated)?;
+        return Ok(Some(Caller { account, role, via: Via::ApiKey }));
+    }
     if let Some(token) = session_cookie(headers) {
         if let Some(s) = auth.store().session(&secret::sha256_hex(&token))? {
             let via = Via::Session { id: s.id, csrf_token: s.csrf_token };

@@ -67,6 +67,9 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Parse `<tool_call>` blocks (only when the request offered tools).
     pub parse_tools: bool,
+    /// The reply ends at its first complete tool call (`parallel_tool_calls: false`, Anthropic's
+    /// `disable_parallel_tool_use`).
+    pub one_call: bool,
     /// Separate `<think>` traces (chat requests to models whose template knows them).
     pub parse_reasoning: bool,
     /// The endpoint, for the requests table.
@@ -141,4 +144,6 @@ pub struct Done {
     pub held_tokens: usize,
     /// The server's shutdown cut the reply short (its finish reason is then `length`).
     pub shutdown: bool,
+    /// The stop string the reply ended at, if one did (Anthropic's `stop_sequence`).
+    pub stop_sequence: Option<String>,
 }

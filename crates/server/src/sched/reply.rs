@@ -68,6 +68,8 @@ pub struct Reply {
     parser: ReplyParser,
     stop: StopMatcher,
     calls: usize,
+    /// One call at most (`Job::one_call`): nothing after the first is sent, not even the rest of its token.
+    one_call: bool,
     /// Tokens generated (an end token included).
     pub tokens: usize,
 }
@@ -86,12 +88,16 @@ impl Reply {
             parser: ReplyParser::new(reasoning, job.parse_tools.then(ToolCallParser::new)),
             stop: StopMatcher::new(job.stop.clone()),
             calls: 0,
+            one_call: job.one_call,
             tokens: 0,
         }
     }
 
     fn collect(&mut self, segments: Vec<Segment>, delta: &mut Delta) {
         for s in segments {
+            if self.one_call && self.calls > 0 {
+                return;
+            }
             match s {
                 Segment::Content(t) => delta.content.push_str(&t),
                 Segment::Reasoning(t) => delta.reasoning.push_str(&t),
@@ -129,13 +135,18 @@ impl Reply {
         if !self.piece(job, s.piece) {
             return Some(Stop::Cancelled);
         }
-        if self.stop.stopped() {
+        if self.stop.stopped() || (self.one_call && self.calls > 0) {
             Some(Stop::Stop)
         } else if self.tokens >= job.params.max_tokens || s.full {
             Some(Stop::Length)
         } else {
             None
         }
+    }
+
+    /// The stop string the reply ended at, if one did.
+    pub fn stop_sequence(&self) -> Option<String> {
+        self.stop.matched().map(str::to_string)
     }
 
     /// Sends what the parsers held back (`rest`: what the decoder held) and names the finish reason.

@@ -423,6 +423,7 @@ impl Runner<'_> {
             conversations: ended.held.conversations,
             held_tokens: ended.held.tokens,
             shutdown: why == Stop::Shutdown,
+            stop_sequence: a.reply.stop_sequence(),
         }));
     }
 

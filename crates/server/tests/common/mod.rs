@@ -164,20 +164,24 @@ impl Server {
     }
 }
 
-/// The repository's venv with the official openai SDK (scripts/test.sh makes it; made here when missing).
+/// The repository's venv with the official openai and anthropic SDKs (scripts/test.sh makes it; made here when
+/// missing).
 pub fn sdk_python() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let venv = root.join(".venv-test");
     let py = venv.join("bin/python");
-    let ok = |py: &PathBuf| Command::new(py).args(["-c", "import openai"]).status().is_ok_and(|s| s.success());
+    let ok =
+        |py: &PathBuf| Command::new(py).args(["-c", "import openai, anthropic"]).status().is_ok_and(|s| s.success());
     if !ok(&py) {
-        let st = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 -m venv");
-        assert!(st.success(), "python3 -m venv {} failed", venv.display());
+        if !py.exists() {
+            let st = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().expect("python3 -m venv");
+            assert!(st.success(), "python3 -m venv {} failed", venv.display());
+        }
         let st = Command::new(&py)
-            .args(["-m", "pip", "install", "--quiet", "openai==3.57.0"])
+            .args(["-m", "pip", "install", "--quiet", "openai==3.57.0", "anthropic==2.17.0"])
             .status()
-            .expect("pip install openai");
-        assert!(st.success(), "pip install openai==3.57.0 into {} failed", venv.display());
+            .expect("pip install openai anthropic");
+        assert!(st.success(), "pip install openai==3.57.0 anthropic==2.17.0 into {} failed", venv.display());
     }
     py
 }

@@ -7,33 +7,35 @@ use super::partial_tag_len;
 pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
-    stopped: bool,
+    /// The stop string the reply ended at (the earliest in the text; of two starting there, the first given).
+    matched: Option<String>,
 }
 
 impl StopMatcher {
     /// A matcher for these strings (empty strings are ignored).
     pub fn new(stops: Vec<String>) -> Self {
-        StopMatcher {
-            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
-            held: String::new(),
-            stopped: false,
-        }
+        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), matched: None }
     }
 
     /// Whether a stop string has been seen.
     pub fn stopped(&self) -> bool {
-        self.stopped
+        self.matched.is_some()
+    }
+
+    /// The stop string seen, if one was (Anthropic's `stop_sequence` names it).
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.as_deref()
     }
 
     /// Feeds the next delta; returns the text that is certainly reply. After a stop string, nothing more.
     pub fn push(&mut self, text: &str) -> String {
-        if self.stopped {
+        if self.stopped() {
             return String::new();
         }
         self.held.push_str(text);
-        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min();
-        if let Some(pos) = first {
-            self.stopped = true;
+        let first = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s))).min_by_key(|m| m.0);
+        if let Some((pos, s)) = first {
+            self.matched = Some(s.clone());
             let out = self.held[..pos].to_string();
             self.held.clear();
             return out;

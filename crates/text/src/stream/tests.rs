@@ -214,7 +214,7 @@ fn reasoning_then_a_call() {
     check(true, true, &inside, &[('m', "<think>"), ('r', CALL), ('m', "</think>"), ('c', "ok")]);
 }
 
-fn stop_run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
+fn stop_run(stops: &[&str], pieces: &[&str]) -> (String, Option<String>) {
     let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
     let mut out = String::new();
     for p in pieces {
@@ -223,24 +223,28 @@ fn stop_run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
     if !m.stopped() {
         out.push_str(&m.finish());
     }
-    (out, m.stopped())
+    assert_eq!(m.stopped(), m.matched().is_some());
+    (out, m.matched().map(str::to_string))
 }
 
 #[test]
 fn stop_strings_end_the_reply_at_every_cut() {
-    let cases: [(&[&str], &str, &str, bool); 6] = [
-        (&["\n\n"], "one\ntwo\n\nthree", "one\ntwo", true),
-        (&["END", "STOP"], "abcSTOPdefEND", "abc", true),
-        (&["xyz"], "no stop here xy", "no stop here xy", false),
-        (&["é!"], "café!", "caf", true),
-        (&["aab"], "aaab", "a", true),
-        (&[""], "empty stops are ignored", "empty stops are ignored", false),
+    // The stop string matched is the earliest in the text (Anthropic's `stop_sequence` reports it).
+    let cases: [(&[&str], &str, &str, Option<&str>); 7] = [
+        (&["\n\n"], "one\ntwo\n\nthree", "one\ntwo", Some("\n\n")),
+        (&["END", "STOP"], "abcSTOPdefEND", "abc", Some("STOP")),
+        (&["STOP", "OP"], "abcSTOPdef", "abc", Some("STOP")),
+        (&["xyz"], "no stop here xy", "no stop here xy", None),
+        (&["é!"], "café!", "caf", Some("é!")),
+        (&["aab"], "aaab", "a", Some("aab")),
+        (&[""], "empty stops are ignored", "empty stops are ignored", None),
     ];
-    for (stops, text, want, stopped) in cases {
+    for (stops, text, want, matched) in cases {
         for i in boundaries(text) {
             for j in boundaries(text).into_iter().filter(|&j| j >= i) {
                 let got = stop_run(stops, &[&text[..i], &text[i..j], &text[j..]]);
-                assert_eq!(got, (want.to_string(), stopped), "{stops:?} on {text:?} cut at {i},{j}");
+                let matched = matched.map(str::to_string);
+                assert_eq!(got, (want.to_string(), matched), "{stops:?} on {text:?} cut at {i},{j}");
             }
         }
     }

@@ -73,6 +73,22 @@ fn messages_blocks_stop_reasons_and_usage() {
     assert_eq!((v["stop_reason"].as_str(), v["stop_sequence"].as_str()), (Some("stop_sequence"), Some("three")));
     let (_, v) = ask(&s, json!({"model": "qwen2.5-scripted", "max_tokens": 2, "messages": user("hi")}));
     assert_eq!((v["stop_reason"].as_str(), v["usage"]["output_tokens"].as_u64()), (Some("max_tokens"), Some(2)));
+    // What Claude Code sends (its 2.1 release, recorded): a system message among the turns, adaptive thinking,
+    // output_config.effort, context_management, metadata.user_id, cache_control on blocks, and max_tokens 32,000
+    // whatever the model's context (cut to the context here, as the reply would stop there anyway).
+    let (code, v) = ask(
+        &s,
+        json!({"model": "qwen2.5-scripted", "max_tokens": 32000, "stream": false,
+               "system": [{"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}}],
+               "messages": [{"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx</system-reminder>"},
+                                                         {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
+                            {"role": "system", "content": "Available agent types: none."}],
+               "thinking": {"type": "adaptive"}, "output_config": {"effort": "high"},
+               "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+               "metadata": {"user_id": "{\"device_id\":\"d\"}"}}),
+    );
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["stop_reason"], "end_turn", "{v}");
     let rows = s.rows();
     assert!(rows.iter().all(|r| r.0 == "/v1/messages"), "{rows:?}");
 }

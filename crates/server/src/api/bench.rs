@@ -253,6 +253,7 @@ async fn timed(
         stop: Vec::new(),
         parse_tools: false,
         one_call: false,
+        clamp_max_tokens: false,
         parse_reasoning: false,
         endpoint: "/api/bench",
         account: account.to_string(),

@@ -72,6 +72,7 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
         model,
         // One call at most: the reply ends where its first call does (a forced call's grammar allows one anyway).
         one_call: !parallel,
+        clamp_max_tokens: false,
         parse_tools: offered.is_some(),
         parse_reasoning: info.reasoning,
         prompt: Prompt::Chat { messages, tools: offered, vars },

@@ -59,6 +59,7 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
         stop: stops,
         parse_tools: false,
         one_call: false,
+        clamp_max_tokens: false,
         parse_reasoning: false,
         account,
         fresh,

@@ -106,6 +106,8 @@ pub struct Submit {
     pub parse_tools: bool,
     /// End the reply at its first tool call.
     pub one_call: bool,
+    /// Cut `max_tokens` to the room the context leaves instead of refusing it.
+    pub clamp_max_tokens: bool,
     /// Split reasoning.
     pub parse_reasoning: bool,
     /// For the requests table.
@@ -166,6 +168,7 @@ pub(crate) async fn start(state: &AppState, s: Submit) -> Result<Begun, ApiError
         stop: s.stop,
         parse_tools: s.parse_tools,
         one_call: s.one_call,
+        clamp_max_tokens: s.clamp_max_tokens,
         parse_reasoning: s.parse_reasoning,
         endpoint: s.endpoint,
         account: s.account,

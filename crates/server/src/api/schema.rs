@@ -113,6 +113,7 @@ fn anthropic() -> (Value, Value, Value) {
         ("diagnostics", any()),
         ("user_profile_id", any()),
         ("workspace_id", any()),
+        ("context_management", any()),
     ]);
     let usage = answer(&[("input_tokens", int()), ("output_tokens", int())]);
     let reply = answer(&[

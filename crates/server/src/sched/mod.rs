@@ -70,6 +70,9 @@ pub struct Job {
     /// The reply ends at its first complete tool call (`parallel_tool_calls: false`, Anthropic's
     /// `disable_parallel_tool_use`).
     pub one_call: bool,
+    /// A `max_tokens` past the context's end is cut to it rather than refused (Anthropic's clients send 32,000
+    /// whatever the model).
+    pub clamp_max_tokens: bool,
     /// Separate `<think>` traces (chat requests to models whose template knows them).
     pub parse_reasoning: bool,
     /// The endpoint, for the requests table.

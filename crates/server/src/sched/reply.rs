@@ -22,6 +22,9 @@ pub fn check(job: &mut Job, p: &Prepared) -> Result<(), ApiError> {
             format!("the prompt is {} tokens; the model's context is {}", p.prompt_tokens, p.context),
         ));
     }
+    if job.params.max_tokens > room && job.clamp_max_tokens {
+        job.params.max_tokens = room;
+    }
     if job.params.max_tokens > room {
         return Err(ApiError::bad_field(
             "max_tokens",

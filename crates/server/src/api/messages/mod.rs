@@ -43,6 +43,9 @@ pub async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) 
         stop: r.stops,
         parse_tools: offered.is_some(),
         one_call: r.one_call,
+        // Anthropic's clients ask for as many tokens as Claude could write (Claude Code: 32,000); a local model's
+        // context ends sooner, and the reply stops there with stop_reason max_tokens.
+        clamp_max_tokens: true,
         parse_reasoning: info.reasoning,
         endpoint: "/v1/messages",
         account: caller.account,

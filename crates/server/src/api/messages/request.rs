@@ -60,6 +60,9 @@ pub(super) fn read(obj: &Map<String, Value>, count: bool) -> Result<Request, Api
         for key in ["metadata", "service_tier", "speed", "inference_geo", "cache_control", "diagnostics"] {
             f.get(key);
         }
+        // Context editing (clearing old tool results or thinking) acts on a prompt Anthropic keeps between
+        // requests; here every request carries its whole prompt, and templates drop earlier turns' thinking.
+        f.get("context_management");
         f.get("user_profile_id");
         f.get("workspace_id");
     }
@@ -165,25 +168,32 @@ fn stop_sequences(f: &mut Fields<'_>) -> Result<Vec<String>, ApiError> {
 fn system(f: &mut Fields<'_>) -> Result<Vec<Value>, ApiError> {
     match f.get("system") {
         None => Ok(Vec::new()),
-        Some(Value::String(s)) => Ok(vec![json!({"role": "system", "content": s})]),
-        Some(Value::Array(blocks)) => {
+        Some(v) => Ok(vec![json!({"role": "system", "content": text_only("system", v)?})]),
+    }
+}
+
+/// A string, or text blocks joined by newlines (a system prompt's).
+fn text_only(at: &str, v: &Value) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(blocks) => {
             let mut text = Vec::new();
             for (j, b) in blocks.iter().enumerate() {
                 match block_type(b) {
-                    Some("text") => text.push(block_text(b, &format!("system[{j}]"))?),
+                    Some("text") => text.push(block_text(b, &format!("{at}[{j}]"))?),
                     _ => {
                         return Err(ApiError::bad_field(
-                            &format!("system[{j}].type"),
-                            format!("system[{j}] must be a text block ({{\"type\": \"text\", \"text\": …}})"),
+                            &format!("{at}[{j}].type"),
+                            format!("{at}[{j}] must be a text block ({{\"type\": \"text\", \"text\": …}})"),
                         ))
                     }
                 }
             }
-            Ok(vec![json!({"role": "system", "content": text.join("\n")})])
+            Ok(text.join("\n"))
         }
-        Some(v) => Err(ApiError::bad_field(
-            "system",
-            format!("system must be a string or an array of text blocks, not {}", kind_of(v)),
+        v => Err(ApiError::bad_field(
+            at,
+            format!("{at} must be a string or an array of text blocks, not {}", kind_of(v)),
         )),
     }
 }
@@ -235,10 +245,12 @@ fn conversation(f: &mut Fields<'_>) -> Result<Vec<Value>, ApiError> {
                 ))
             }
             "assistant" => out.push(assistant(&at, content, &mut names)?),
+            // A system message among the turns (Claude Code sends its reminders so): the template places it.
+            "system" => out.push(json!({"role": "system", "content": text_only(&format!("{at}.content"), content)?})),
             other => {
                 return Err(ApiError::bad_field(
                     &format!("{at}.role"),
-                    format!("{at}.role = {other:?}: must be \"user\" or \"assistant\" (the system prompt is `system`)"),
+                    format!("{at}.role = {other:?}: must be \"user\", \"assistant\" or \"system\""),
                 ))
             }
         }

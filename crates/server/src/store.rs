@@ -56,6 +56,17 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE requests ADD COLUMN ended_at TEXT; ALTER TABLE requests ADD COLUMN ended_seq INTEGER",
     // What the server keeps of its own choices across restarts: the default model (`kvad use` against it).
     "CREATE TABLE server_settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    // Stored Responses-API responses (api/responses/): each account's own, with the conversation (template messages)
+    // that a `previous_response_id` continues.
+    "CREATE TABLE responses (
+        id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        model TEXT NOT NULL,
+        conversation TEXT NOT NULL,
+        response TEXT NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX responses_account ON responses (account, created_at);",
 ];
 
 /// One completion's row.

@@ -144,3 +144,33 @@ fn smollm2_and_the_anthropic_sdk() {
         assert!(stdout.contains(&format!("ok: {check}")), "{stdout}");
     }
 }
+
+/// The official openai SDK against the Responses API: the real SmolLM2 (with the Hermes template) for a response,
+/// its stream, a forced call and structured output; the scripted engine for a tool round trip continued by
+/// `previous_response_id` and a reasoning item.
+#[test]
+fn smollm2_and_the_openai_sdk_responses() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let template = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/templates/qwen2.5.jinja");
+    let real = common::start("responses-sdk", &["--model", "smollm2-instruct", "--chat-template", template]);
+    let scripted = common::scripted("responses-sdk-scripted", &[]);
+    let out = std::process::Command::new(common::sdk_python())
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/responses_sdk.py"))
+        .args([&real.url, &scripted.url])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let checks = [
+        "response created and retrieved",
+        "streamed response",
+        "forced function call",
+        "structured output",
+        "tool round trip by previous_response_id",
+        "reasoning item",
+        "errors",
+    ];
+    for check in checks {
+        assert!(stdout.contains(&format!("ok: {check}")), "{stdout}");
+    }
+}

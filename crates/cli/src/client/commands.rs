@@ -48,6 +48,9 @@ pub const NOT_COMMANDS: &[(&str, &str, &str)] = &[
         "Anthropic's Messages API, for Claude Code and the anthropic SDKs; kvad run speaks OpenAI's",
     ),
     ("POST", "/v1/messages/count_tokens", "Anthropic's token count, for its clients; kvad api can send it"),
+    ("POST", "/v1/responses", "OpenAI's Responses API, for Codex CLI and its SDKs; kvad run speaks chat completions"),
+    ("GET", "/v1/responses/{id}", "a stored response, for Responses clients; kvad api can fetch it"),
+    ("DELETE", "/v1/responses/{id}", "deletes a stored response, for Responses clients; kvad api -X DELETE"),
     // The web UI's routes: each reachable from a shell as `kvad api PATH [-X METHOD] [-d JSON]` until a command of its
     // own exists.
     ("POST", "/api/tokenize", "the web UI's tokeniser inspector; not yet a command (kvad api /api/tokenize -d JSON)"),

@@ -10,6 +10,7 @@ pub mod messages;
 pub mod misc;
 pub mod pull;
 pub mod request;
+pub mod responses;
 pub mod schema;
 pub mod table;
 pub mod web;
@@ -35,6 +36,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::handler))
         .route("/v1/messages", post(messages::create))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::get))
+        .route("/v1/responses/{id}", delete(responses::delete))
         .route("/v1/models", get(misc::models))
         .route("/api/health", get(misc::health))
         .route("/api/queue", get(admin::queue))

@@ -213,6 +213,9 @@ pub fn components() -> Value {
         "MessagesRequest": anthropic_request,
         "CountTokensRequest": anthropic_count,
         "Message": anthropic_message,
+        "Response": answer(&[
+            ("id", string()), ("object", json!({"const": "response"})), ("created_at", int()), ("status", string()),
+            ("model", string()), ("output", array(json!({"type": "object"}))), ("usage", json!({"type": "object"}))]),
     })
 }
 
@@ -249,6 +252,24 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
             "requestBody": json_body(reference("CountTokensRequest")),
             "responses": {"200": ok(answer(&[("input_tokens", int())]))},
         }),
+        ("POST", "/v1/responses") => json!({
+            "requestBody": json_body(body(&[
+                ("model", string()), ("input", json!({"type": ["string", "array"]})), ("instructions", nullable("string")),
+                ("tools", array(json!({"type": "object"}))), ("tool_choice", json!({"type": ["string", "object"]})),
+                ("parallel_tool_calls", boolean()), ("previous_response_id", nullable("string")), ("store", boolean()),
+                ("stream", boolean()), ("temperature", nullable("number")), ("top_p", nullable("number")),
+                ("seed", nullable("integer")), ("max_output_tokens", nullable("integer")), ("text", json!({"type": "object"})),
+                ("reasoning", json!({"type": "object"})), ("background", boolean()), ("metadata", any()), ("user", any()),
+                ("safety_identifier", any()), ("prompt_cache_key", any()), ("service_tier", any()), ("include", any()),
+                ("truncation", any()), ("prompt_cache_retention", any()), ("max_tool_calls", any())],
+                &["model", "input"])),
+            "responses": {"200": sse_or(reference("Response"))},
+        }),
+        ("GET", "/v1/responses/{id}") => {
+            json!({"parameters": path_param("id"), "responses": {"200": ok(reference("Response"))}})
+        }
+        ("DELETE", "/v1/responses/{id}") => json!({"parameters": path_param("id"), "responses": {"200": ok(answer(&[
+            ("id", string()), ("object", json!({"const": "response"})), ("deleted", boolean())]))}}),
         ("POST", "/v1/completions") => json!({
             "requestBody": json_body(reference("CompletionRequest")),
             "responses": {"200": sse_or(reference("Completion"))},

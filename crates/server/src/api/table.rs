@@ -46,6 +46,25 @@ pub const ROUTES: &[Route] = &[
         tag: "anthropic",
     },
     Route {
+        method: "POST",
+        path: "/v1/responses",
+        summary: "OpenAI Responses: input items (messages, function calls and outputs, reasoning), instructions, \
+                  function tools, text.format, previous_response_id over stored responses; typed events or whole",
+        tag: "openai",
+    },
+    Route {
+        method: "GET",
+        path: "/v1/responses/{id}",
+        summary: "A stored response (store: true, the default), to the account that made it",
+        tag: "openai",
+    },
+    Route {
+        method: "DELETE",
+        path: "/v1/responses/{id}",
+        summary: "Deletes a stored response: a later previous_response_id naming it is a 404",
+        tag: "openai",
+    },
+    Route {
         method: "GET",
         path: "/v1/models",
         summary: "The models this server can load without the network ([server] models and every model on its \

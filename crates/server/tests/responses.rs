@@ -74,6 +74,12 @@ fn a_tool_round_trip_continues_the_stored_conversation() {
     assert_eq!(code, 200, "{r2}");
     assert_eq!(r2["output_text"], "It is 7 degrees and raining in Oslo.", "{r2}");
     assert_eq!(r2["previous_response_id"], r["id"]);
+    // What Codex CLI sends beside its functions: a hosted tool (not shown to the model) and a namespace of functions.
+    let tools = json!([{"type": "web_search", "external_web_access": false},
+                       {"type": "namespace", "name": "ns", "description": "d", "tools": weather()}]);
+    let (code, r5) =
+        create(&s, json!({"model": "qwen2.5-scripted", "tools": tools, "input": "What is the weather in Oslo?"}));
+    assert_eq!((code, r5["output"][0]["name"].as_str()), (200, Some("get_weather")), "{r5}");
     // parallel_tool_calls false: one call, the reply ends there.
     let (_, r3) = create(
         &s,
@@ -164,7 +170,7 @@ fn refusals_name_their_field() {
     let s = common::scripted("responses-errors", &[]);
     let cases = [
         (json!({"model": "qwen2.5-scripted"}), 400, "input"),
-        (json!({"model": "qwen2.5-scripted", "input": "hi", "tools": [{"type": "web_search"}]}), 400, "tools[0].type"),
+        (json!({"model": "qwen2.5-scripted", "input": "hi", "tools": [{"type": "function"}]}), 400, "tools[0].name"),
         (json!({"model": "qwen2.5-scripted", "input": [{"type": "item_reference", "id": "x"}]}), 400, "input[0].type"),
         (
             json!({"model": "qwen2.5-scripted", "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{"}]}),

@@ -70,6 +70,7 @@ pub(super) fn read(obj: &Map<String, Value>) -> Result<Request, ApiError> {
     }
     f.get("prompt_cache_retention");
     f.get("max_tool_calls");
+    f.get("client_metadata");
     let mut echo = Map::new();
     for key in ["instructions", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "text"] {
         if let Some(v) = obj.get(key) {
@@ -236,7 +237,9 @@ fn content(at: &str, v: Option<&Value>) -> Result<String, ApiError> {
 }
 
 /// `tools`: function tools (`{"type": "function", "name", "description", "parameters", "strict"}`) as the chat
-/// route's definitions; OpenAI's hosted tools (web search, file search, …) are refused by type.
+/// route's definitions, and those inside a `namespace` (Codex CLI groups its agent tools so). OpenAI's hosted
+/// tools (web search, file search, code interpreter, …) and freeform `custom` tools are not shown to the model: no
+/// one here could run them, and clients such as Codex CLI send web_search with every request.
 fn tools(f: &mut Fields<'_>) -> Result<Option<Vec<Value>>, ApiError> {
     let list = match f.get("tools") {
         None => return Ok(None),
@@ -244,16 +247,25 @@ fn tools(f: &mut Fields<'_>) -> Result<Option<Vec<Value>>, ApiError> {
         Some(Value::Array(a)) => a,
         Some(v) => return Err(ApiError::bad_field("tools", format!("tools must be an array, not {}", kind_of(v)))),
     };
-    let mut out = Vec::new();
+    let mut flat: Vec<(String, &Value)> = Vec::new();
     for (i, t) in list.iter().enumerate() {
-        let at = format!("tools[{i}]");
-        let ty = t.get("type").and_then(Value::as_str).unwrap_or_default();
-        if ty != "function" {
-            return Err(ApiError::unsupported(
-                &format!("{at}.type"),
-                format!("{at}.type = {ty:?}: only function tools run here (hosted tools run on OpenAI's side)"),
-            ));
+        match t.get("type").and_then(Value::as_str) {
+            Some("function") => flat.push((format!("tools[{i}]"), t)),
+            Some("namespace") => {
+                for (j, inner) in t.get("tools").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    if inner.get("type").and_then(Value::as_str) == Some("function") {
+                        flat.push((format!("tools[{i}].tools[{j}]"), inner));
+                    }
+                }
+            }
+            Some(_) => {}
+            None => {
+                return Err(ApiError::bad_field(&format!("tools[{i}].type"), format!("tools[{i}].type is required")))
+            }
         }
+    }
+    let mut out = Vec::new();
+    for (at, t) in flat {
         let name = t.get("name").and_then(Value::as_str).filter(|n| !n.trim().is_empty()).ok_or_else(|| {
             ApiError::bad_field(&format!("{at}.name"), format!("{at}.name must be a non-empty string"))
         })?;
@@ -264,7 +276,7 @@ fn tools(f: &mut Fields<'_>) -> Result<Option<Vec<Value>>, ApiError> {
         }
         out.push(json!({"type": "function", "function": function}));
     }
-    Ok(Some(out))
+    Ok((!out.is_empty()).then_some(out))
 }
 
 /// `tool_choice`: `auto`, `none`, `required`, or `{"type": "function", "name": …}`.

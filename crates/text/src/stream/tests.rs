@@ -158,6 +158,29 @@ fn a_call_after_text_and_parallel_calls() {
     );
 }
 
+/// Qwen3-Coder writes its calls as XML inside the same tags; values are bare (numbers and objects read as JSON).
+#[test]
+fn qwen3_coder_xml_calls() {
+    let call = "<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a b.rs\n</parameter>\n<parameter=lines>\n3\n</parameter>\n\
+                <parameter=body>\nfn main() {\n    println!(\"<hi>\");\n}\n</parameter>\n</function>\n</tool_call>";
+    let text = format!("Writing it.\n{call}");
+    let want = serde_json::json!({"path": "src/a b.rs", "lines": 3, "body": "fn main() {\n    println!(\"<hi>\");\n}"});
+    let cuts = boundaries(&text);
+    for (i, j) in cuts.iter().flat_map(|&i| cuts.iter().filter(move |&&j| j >= i).map(move |&j| (i, j))) {
+        let out = run(false, true, &[&text[..i], &text[i..j], &text[j..]]);
+        let calls: Vec<&ToolCall> =
+            out.iter().filter_map(|s| if let Segment::ToolCall(c) = s { Some(c) } else { None }).collect();
+        assert_eq!(calls.len(), 1, "cut at {i},{j}: {out:?}");
+        assert_eq!(calls[0].name, "write_file");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&calls[0].arguments).unwrap(), want, "cut at {i},{j}");
+        assert_eq!(out.iter().map(|s| s.raw()).collect::<String>(), text);
+    }
+    // No parameters; and a malformed block (no closing function) is content.
+    check(false, true, "<tool_call><function=now></function></tool_call>", &[('t', "now {}")]);
+    let bad = "<tool_call><function=f><parameter=x>1</parameter></tool_call>";
+    check(false, true, bad, &[('c', bad)]);
+}
+
 #[test]
 fn text_after_a_call_is_content() {
     let text = format!("{CALL}\nDone.");

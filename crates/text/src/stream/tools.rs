@@ -1,5 +1,6 @@
 //! Hermes-style tool calls (`<tool_call>{"name": …, "arguments": {…}}</tool_call>`), the format of Qwen and most
-//! open models, parsed out of the answer as it streams.
+//! open models, parsed out of the answer as it streams; inside the same tags, Qwen3-Coder's XML form
+//! (`<function=NAME><parameter=KEY>VALUE</parameter>…</function>`) too.
 //!
 //! Run this only for a request that offered tools: otherwise `<tool_call>` in a reply is a model writing about the
 //! format. A call is JSON that must be complete before it is known to be a call, so a block is buffered whole and
@@ -123,8 +124,12 @@ impl ToolCallParser {
     }
 }
 
-/// `{"name": "f", "arguments": {...}}` (arguments may also be a JSON string holding an object, or absent).
+/// `{"name": "f", "arguments": {...}}` (arguments may also be a JSON string holding an object, or absent), or
+/// Qwen3-Coder's XML form.
 fn parse_call(inner: &str) -> Option<(String, String)> {
+    if inner.trim_start().starts_with("<function=") {
+        return parse_xml_call(inner.trim());
+    }
     let v: Value = serde_json::from_str(inner.trim()).ok()?;
     let obj = v.as_object()?;
     let name = obj.get("name")?.as_str()?.trim();
@@ -141,4 +146,35 @@ fn parse_call(inner: &str) -> Option<(String, String)> {
         Some(_) => return None,
     };
     Some((name.to_string(), args.to_string()))
+}
+
+/// Qwen3-Coder's form: `<function=NAME>` then `<parameter=KEY>VALUE</parameter>` for each argument, then
+/// `</function>`, whitespace between. A value is written bare, one newline on each side taken as format; it is
+/// read as JSON where it is JSON other than a bare string (a number, `true`, an object), else as the text itself
+/// (the parser has no schema to go by, as Qwen's own has).
+fn parse_xml_call(inner: &str) -> Option<(String, String)> {
+    let rest = inner.strip_prefix("<function=")?;
+    let (name, mut rest) = rest.split_once('>')?;
+    let name = name.trim();
+    if name.is_empty() || name.contains('<') {
+        return None;
+    }
+    let mut args = serde_json::Map::new();
+    loop {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix("</function>") {
+            return after.trim().is_empty().then(|| (name.to_string(), Value::Object(args).to_string()));
+        }
+        let body = rest.strip_prefix("<parameter=")?;
+        let (key, body) = body.split_once('>')?;
+        let (value, after) = body.split_once("</parameter>")?;
+        let value = value.strip_prefix('\n').unwrap_or(value);
+        let value = value.strip_suffix('\n').unwrap_or(value);
+        let parsed = match serde_json::from_str::<Value>(value) {
+            Ok(v) if !v.is_string() => v,
+            _ => Value::String(value.to_string()),
+        };
+        args.insert(key.trim().to_string(), parsed);
+        rest = after;
+    }
 }

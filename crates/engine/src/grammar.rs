@@ -33,6 +33,9 @@ pub struct Constraint {
     pub grammar: Grammar,
     /// The request's field that asked for it (`response_format`, `tool_choice`).
     pub field: &'static str,
+    /// Text the reply writes freely before the constraint applies (`</think>`: a reasoning model's trace stays
+    /// free, and the answer after it is held); `None`: from the first token.
+    pub after: Option<String>,
 }
 
 /// The vocabulary as llguidance walks it, with the model's own tokenizer for the text a grammar forces.
@@ -71,6 +74,7 @@ fn placeholder(id: usize) -> Vec<u8> {
 /// One model's grammar compiler: its vocabulary, compiled once when the first constrained reply asks for it.
 pub struct Grammars {
     factory: Arc<ParserFactory>,
+    env: TokEnv,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -104,7 +108,7 @@ impl Grammars {
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| EngineError::internal(format!("compiling the vocabulary for grammars: {e}")))?;
         factory.quiet();
-        Ok(Grammars { factory: Arc::new(factory) })
+        Ok(Grammars { factory: Arc::new(factory), env })
     }
 
     /// A reply's parser for `c`; a grammar llguidance refuses (a schema keyword it does not implement, a regex it
@@ -123,19 +127,33 @@ impl Grammars {
         if let Some(e) = matcher.get_error() {
             return Err(EngineError::bad_field(c.field, format!("{}: {e}", c.field)));
         }
-        Ok(Guide { matcher })
+        let wait =
+            c.after.as_ref().map(|m| Wait { marker: m.as_bytes().to_vec(), seen: Vec::new(), env: self.env.clone() });
+        Ok(Guide { matcher, wait })
     }
+}
+
+/// The free text before a constraint applies: the bytes seen so far, until they hold the marker.
+#[derive(Clone)]
+struct Wait {
+    marker: Vec<u8>,
+    seen: Vec<u8>,
+    env: TokEnv,
 }
 
 /// One reply's place in its grammar.
 #[derive(Clone)]
 pub struct Guide {
     matcher: Matcher,
+    wait: Option<Wait>,
 }
 
 impl std::fmt::Debug for Guide {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Guide").field("stopped", &self.matcher.is_stopped()).finish()
+        f.debug_struct("Guide")
+            .field("stopped", &self.matcher.is_stopped())
+            .field("waiting", &self.wait.is_some())
+            .finish()
     }
 }
 
@@ -143,6 +161,9 @@ impl Guide {
     /// Sets the logit of every token the grammar does not allow next to minus infinity (once the grammar is
     /// complete, all but the end token).
     pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), EngineError> {
+        if self.wait.is_some() {
+            return Ok(());
+        }
         let allowed = self.matcher.compute_mask_or_eos().map_err(|e| EngineError::internal(format!("grammar: {e}")))?;
         for (id, l) in logits.iter_mut().enumerate() {
             if !allowed.is_allowed(id as TokenId) {
@@ -154,6 +175,14 @@ impl Guide {
 
     /// Moves the grammar past the token drawn.
     pub fn accept(&mut self, id: u32) -> Result<(), EngineError> {
+        if let Some(w) = &mut self.wait {
+            w.seen.extend_from_slice(w.env.tok_trie().token(id));
+            if w.seen.windows(w.marker.len()).any(|x| x == w.marker.as_slice()) {
+                // The marker is written: the grammar holds the reply from the next token on.
+                self.wait = None;
+            }
+            return Ok(());
+        }
         if self.matcher.is_stopped() {
             return Ok(());
         }

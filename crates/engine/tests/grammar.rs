@@ -75,7 +75,7 @@ fn replies(m: &OpenedModel, grammar: Grammar, n: usize, max: usize) -> Vec<Strin
 fn drawn(m: &OpenedModel, grammar: Grammar, n: usize, max: usize) -> (Vec<String>, Vec<String>) {
     let end = 2;
     let g = Grammars::new(&m.tokenizer, m.model.config().vocab_size, end).unwrap();
-    let constraint = Constraint { grammar, field: "response_format" };
+    let constraint = Constraint { grammar, field: "response_format", after: None };
     let (mut out, mut unfinished) = (Vec::new(), Vec::new());
     let how = Stepping { greedy_ahead: Some(1) };
     for batch in (0..n).collect::<Vec<_>>().chunks(10) {
@@ -214,8 +214,42 @@ fn a_grammar_kvad_cannot_honour_is_refused_naming_the_field() {
         (Grammar::JsonSchema(json!({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}})), "tool_choice"),
         (Grammar::Lark("start: undefined_rule".into()), "response_format"),
     ] {
-        let e = g.guide(&Constraint { grammar: grammar.clone(), field }).expect_err(&format!("{grammar:?}"));
+        let e =
+            g.guide(&Constraint { grammar: grammar.clone(), field, after: None }).expect_err(&format!("{grammar:?}"));
         let s = e.to_string();
         assert!(s.contains(field), "{grammar:?}: {s}");
     }
+}
+
+/// A reasoning model's trace stays free: with `after: "</think>"` nothing is masked until the reply has written
+/// the marker (in whatever tokens), then only what the grammar allows.
+#[test]
+fn a_constraint_after_a_marker_leaves_the_text_before_it_free() {
+    let m = model();
+    let vocab = m.model.config().vocab_size;
+    let g = Grammars::new(&m.tokenizer, vocab, 2).unwrap();
+    let digits = Constraint {
+        grammar: Grammar::Regex("[0-9]+".into()),
+        field: "response_format",
+        after: Some("</think>".into()),
+    };
+    let mut guide = g.guide(&digits).unwrap();
+    let allowed = |guide: &mut kvad_engine::grammar::Guide| {
+        let mut row = vec![0f32; vocab];
+        guide.mask(&mut row).unwrap();
+        row.iter().filter(|x| x.is_finite()).count()
+    };
+    assert_eq!(allowed(&mut guide), vocab, "nothing is masked inside the trace");
+    for id in m.tokenizer.encode("<think>any text, even 12</thi", false).unwrap() {
+        guide.accept(id).unwrap();
+        assert_eq!(allowed(&mut guide), vocab);
+    }
+    for id in m.tokenizer.encode("nk>", false).unwrap() {
+        guide.accept(id).unwrap();
+    }
+    // One token a byte: the ten digits are all the grammar allows now.
+    assert_eq!(allowed(&mut guide), 10, "after the marker the grammar holds the reply");
+    let one = m.tokenizer.encode("7", false).unwrap()[0];
+    guide.accept(one).unwrap();
+    assert_eq!(allowed(&mut guide), 11, "more digits, or the end");
 }

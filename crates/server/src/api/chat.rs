@@ -366,5 +366,5 @@ pub(crate) fn forced_calls(
     let schema = kvad_engine::grammar::compact(schema);
     let more = if parallel && !matches!(choice, ToolChoice::Named(_)) { " (\"\\n\" call)*" } else { "" };
     let lark = format!("start: call{more}\ncall: \"<tool_call>\\n\" %json {schema} \"\\n</tool_call>\"\n");
-    Ok(Some(Constraint { grammar: Grammar::Lark(lark), field: "tool_choice" }))
+    Ok(Some(Constraint { grammar: Grammar::Lark(lark), field: "tool_choice", after: None }))
 }

@@ -167,5 +167,5 @@ pub fn response_format(f: &mut Fields<'_>) -> Result<Option<Constraint>, ApiErro
             ))
         }
     };
-    Ok(Some(Constraint { grammar, field: "response_format" }))
+    Ok(Some(Constraint { grammar, field: "response_format", after: None }))
 }

@@ -43,6 +43,13 @@ pub fn check(job: &mut Job, p: &Prepared) -> Result<(), ApiError> {
     if job.params.max_tokens == 0 {
         job.params.max_tokens = room;
     }
+    // A reasoning model's trace stays free: the constraint holds the answer after `</think>`, unless the prompt
+    // closed the trace already (thinking turned off: the template wrote an empty one).
+    if let Some(c) = job.params.options.constraint.as_mut() {
+        if job.parse_reasoning && !p.text.trim_end().ends_with("</think>") {
+            c.after = Some("</think>".into());
+        }
+    }
     Ok(())
 }
 

@@ -108,7 +108,7 @@ fn output_config(f: &mut Fields<'_>) -> Result<Option<Constraint>, ApiError> {
                 }
             };
             ff.finish()?;
-            Some(Constraint { grammar: Grammar::JsonSchema(schema), field: "output_config.format" })
+            Some(Constraint { grammar: Grammar::JsonSchema(schema), field: "output_config.format", after: None })
         }
         Some(v) => {
             return Err(ApiError::bad_field(

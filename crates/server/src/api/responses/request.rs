@@ -325,7 +325,7 @@ fn text_format(f: &mut Fields<'_>) -> Result<Option<Constraint>, ApiError> {
             ))
         }
     };
-    Ok(Some(Constraint { grammar, field: "text.format" }))
+    Ok(Some(Constraint { grammar, field: "text.format", after: None }))
 }
 
 /// `reasoning.effort`: `none` or `minimal` turn the template's thinking off, the others on; absent, the template's

@@ -68,6 +68,8 @@ pub struct Prepared {
     /// Whether this prepare brought the model into memory (a request naming a model on disk): the scheduler
     /// records it as active, as it does a `kvad load`, so `[server] autoload` puts it back.
     pub loaded: bool,
+    /// The tool-call format the model's template teaches (what the reply parser reads).
+    pub tool_format: kvad_text::stream::ToolFormat,
 }
 
 /// Renders and tokenizes prompts for one model in memory, on whatever thread calls it: what it holds (the

@@ -183,6 +183,11 @@ impl Reader for ScriptedReader {
             backend: self.backend.clone(),
             model: self.model.clone(),
             loaded: false,
+            tool_format: self
+                .template
+                .as_ref()
+                .map(|t| kvad_text::stream::ToolFormat::of_template(t.source()))
+                .unwrap_or_default(),
         })
     }
 }

@@ -5,6 +5,7 @@
 use crate::open::OpenedModel;
 use crate::seam::{Prepared, Prompt, Reader};
 use crate::EngineError;
+use kvad_text::stream::ToolFormat;
 use kvad_text::{ChatContext, ChatTemplate, Tokenizer};
 
 /// One loaded model's prompt reader.
@@ -95,6 +96,7 @@ impl Reader for LocalReader {
             backend: self.backend.clone(),
             model: self.model.clone(),
             loaded: false,
+            tool_format: self.template.as_ref().map(|t| ToolFormat::of_template(t.source())).unwrap_or_default(),
         })
     }
 }

@@ -43,6 +43,20 @@ pub fn check(job: &mut Job, p: &Prepared) -> Result<(), ApiError> {
     if job.params.max_tokens == 0 {
         job.params.max_tokens = room;
     }
+    // A forced call's grammar writes Hermes blocks: a model whose template teaches another format would not be
+    // understood.
+    if let Some(c) = &job.params.options.constraint {
+        if c.field == "tool_choice" && p.tool_format != kvad_text::stream::ToolFormat::Hermes {
+            return Err(ApiError::unsupported(
+                "tool_choice",
+                format!(
+                    "tool_choice forces a call, which kvad writes in the Hermes <tool_call> form; model {}'s template \
+                     teaches the {:?} form (tool_choice auto works; or give it a Hermes template with --chat-template)",
+                    p.model, p.tool_format
+                ),
+            ));
+        }
+    }
     // A reasoning model's trace stays free: the constraint holds the answer after `</think>`, unless the prompt
     // closed the trace already (thinking turned off: the template wrote an empty one).
     if let Some(c) = job.params.options.constraint.as_mut() {
@@ -95,7 +109,7 @@ impl Reply {
             }
         });
         Reply {
-            parser: ReplyParser::new(reasoning, job.parse_tools.then(ToolCallParser::new)),
+            parser: ReplyParser::new(reasoning, job.parse_tools.then(|| ToolCallParser::for_format(p.tool_format))),
             stop: StopMatcher::new(job.stop.clone()),
             calls: 0,
             one_call: job.one_call,

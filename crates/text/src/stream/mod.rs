@@ -1,15 +1,17 @@
-//! Streaming parsers over a model's reply text: stop strings, the `<think>` reasoning trace, and Hermes-style
-//! `<tool_call>` blocks.
+//! Streaming parsers over a model's reply text: stop strings, the `<think>` reasoning trace, and tool calls in the
+//! format the model's template teaches (Hermes `<tool_call>` blocks, Mistral, DeepSeek, Llama 3.x JSON).
 //!
 //! A tag is several tokens (`<`, `think`, `>`), so none of these can wait for the whole reply, and none can pass
 //! text through blindly either. Each holds back only the text that might still become its tag and lets everything
 //! else out at once. Every byte of the input comes out in exactly one [`Segment`] (tags and the whitespace that
 //! belongs to the format come out as [`Segment::Markup`]), so the pieces always reassemble to the model's text.
 
+mod formats;
 mod reasoning;
 mod stop;
 mod tools;
 
+pub use formats::ToolFormat;
 pub use reasoning::ReasoningSplitter;
 pub use stop::StopMatcher;
 pub use tools::{ToolCall, ToolCallParser};
@@ -42,7 +44,8 @@ impl Segment {
 pub fn coalesce(segments: impl IntoIterator<Item = Segment>) -> Vec<Segment> {
     let mut out: Vec<Segment> = Vec::new();
     for s in segments {
-        if s.raw().is_empty() {
+        // A call with no text of its own (a later call of a Mistral or DeepSeek block) is still a call.
+        if s.raw().is_empty() && !matches!(s, Segment::ToolCall(_)) {
             continue;
         }
         match (out.last_mut(), s) {
@@ -113,3 +116,6 @@ pub(crate) fn partial_tag_len(buf: &str, tag: &str) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod format_tests;

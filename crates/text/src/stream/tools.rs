@@ -36,6 +36,8 @@ enum State {
 pub struct ToolCallParser {
     state: State,
     held: String,
+    /// Another format's parser, when the model's template teaches one.
+    other: Option<super::formats::Held>,
 }
 
 impl Default for ToolCallParser {
@@ -47,11 +49,20 @@ impl Default for ToolCallParser {
 impl ToolCallParser {
     /// A parser at the start of the answer.
     pub fn new() -> Self {
-        ToolCallParser { state: State::Text, held: String::new() }
+        ToolCallParser { state: State::Text, held: String::new(), other: None }
+    }
+
+    /// A parser for the calls of `format` (see [`super::ToolFormat::of_template`]).
+    pub fn for_format(format: super::ToolFormat) -> Self {
+        let other = (format != super::ToolFormat::Hermes).then(|| super::formats::Held::new(format));
+        ToolCallParser { other, ..Self::new() }
     }
 
     /// Feeds the next delta of the answer.
     pub fn push(&mut self, text: &str) -> Vec<Segment> {
+        if let Some(o) = &mut self.other {
+            return o.push(text);
+        }
         let mut out = Vec::new();
         self.held.push_str(text);
         loop {
@@ -106,6 +117,9 @@ impl ToolCallParser {
 
     /// The answer ended: a block still open was cut off and comes back as content.
     pub fn finish(&mut self) -> Vec<Segment> {
+        if let Some(o) = &mut self.other {
+            return o.finish();
+        }
         let held = std::mem::take(&mut self.held);
         let out = match self.state {
             State::Text => vec![Segment::Content(held)],

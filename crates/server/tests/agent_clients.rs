@@ -1,7 +1,8 @@
 //! Real agent clients, installed from npm, pointed at kvad-serve on loopback, each answering a prompt
 //! non-interactively and completing a one-tool task (reading a file with its own tool and reporting what it says):
-//! Claude Code (`@anthropic-ai/claude-code`, Anthropic's Messages API through `ANTHROPIC_BASE_URL`) and Codex CLI
-//! (`@openai/codex`, OpenAI's Responses API through a `model_providers` entry in its config).
+//! Claude Code (`@anthropic-ai/claude-code`, Anthropic's Messages API through `ANTHROPIC_BASE_URL`), Codex CLI
+//! (`@openai/codex`, OpenAI's Responses API through a `model_providers` entry in its config) and OpenCode
+//! (`opencode-ai`, chat completions through an `@ai-sdk/openai-compatible` provider in `opencode.json`).
 //!
 //! The model is the scripted engine with the Qwen2.5 (Hermes) template: Claude Code's prompt (its system prompt and
 //! 24 tool definitions, about 75 KB) is past the context of the real model CI has (SmolLM2, 8,192 tokens), and what
@@ -16,6 +17,7 @@ use std::process::Command;
 /// Pinned so a new release cannot change what the test checks without a commit saying so.
 const CLAUDE_CODE: (&str, &str, &str) = ("@anthropic-ai/claude-code", "2.1.197", "claude");
 const CODEX: (&str, &str, &str) = ("@openai/codex", "0.171.0", "codex");
+const OPENCODE: (&str, &str, &str) = ("opencode-ai", "1.18.33", "opencode");
 
 /// A client's command, installed once (per version) into an ignored folder of the checkout.
 fn install((package, version, bin): (&str, &str, &str)) -> PathBuf {
@@ -60,7 +62,8 @@ fn setup(tag: &str, tool: &str, arguments: serde_json::Value) -> (PathBuf, PathB
 fn check(out: std::process::Output, what: &str, server: &common::Server) -> String {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{what}: {stdout}\n{stderr}\n{}", server.log.lock().unwrap());
-    stdout.to_string()
+    // What the client printed, its log lines too (OpenCode writes a tool's progress there).
+    format!("{stdout}\n{stderr}")
 }
 
 #[test]
@@ -125,5 +128,42 @@ fn codex_cli_answers_and_reads_a_file_through_the_responses_api() {
     assert!(read.contains("KVAD-PLUM-7341"), "{read}");
     let rows = server.rows();
     assert!(rows.iter().filter(|r| r.0 == "/v1/responses").count() >= 3, "{rows:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn opencode_answers_and_reads_a_file_through_chat_completions() {
+    let opencode = install(OPENCODE);
+    let notes = std::env::temp_dir().join(format!("kvad-opencode-{}", std::process::id())).join("notes.txt");
+    let (work, script) = setup("opencode", "read", serde_json::json!({"filePath": notes}));
+    let server = common::start("opencode", &["--scripted", script.to_str().unwrap()]);
+    let config = serde_json::json!({
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"kvad": {"npm": "@ai-sdk/openai-compatible", "name": "kvad",
+                              "options": {"baseURL": format!("{}/v1", server.url)},
+                              "models": {"agent-scripted": {"name": "agent-scripted"}}}},
+        "model": "kvad/agent-scripted",
+        // A scratch folder in the temp dir is no project OpenCode knows: reading in it is allowed here.
+        "permission": {"external_directory": "allow"}
+    });
+    std::fs::write(work.join("opencode.json"), config.to_string()).unwrap();
+    let run = |prompt: &str| {
+        // OpenCode fetches its provider package (@ai-sdk/openai-compatible) from npm on first use, into HOME.
+        let out = Command::new(&opencode)
+            .args(["run", prompt])
+            .current_dir(&work)
+            .env("HOME", work.join("home"))
+            .env("OPENCODE_CONFIG", work.join("opencode.json"))
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .output()
+            .expect("running opencode");
+        check(out, &format!("opencode run {prompt:?}"), &server)
+    };
+    let hello = run("Say hello");
+    assert!(hello.contains("Hello from kvad."), "{hello}");
+    let read = run("What does the file notes.txt say?");
+    let rows = server.rows();
+    assert!(read.contains("KVAD-PLUM-7341"), "{read}\n{rows:?}\n{}", server.log.lock().unwrap());
+    assert!(rows.iter().filter(|r| r.0 == "/v1/chat/completions").count() >= 3, "{rows:?}");
     let _ = std::fs::remove_dir_all(&work);
 }

@@ -42,6 +42,10 @@ fn a_response_is_stored_read_back_and_deleted() {
     // store: false keeps nothing.
     let (_, r) = create(&s, json!({"model": "qwen2.5-scripted", "input": "hi", "store": false}));
     assert_eq!(s.get(&format!("/v1/responses/{}", r["id"].as_str().unwrap())).0, 404);
+    // Past the context: refused in the Responses API's own words.
+    let (code, v) = create(&s, json!({"model": "qwen2.5-scripted", "input": "hi", "max_output_tokens": 100_000_000}));
+    assert_eq!((code, v["error"]["param"].as_str()), (400, Some("max_output_tokens")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("max_output_tokens = "), "{v}");
     // The length limit: incomplete, and why.
     let (_, r) = create(&s, json!({"model": "qwen2.5-scripted", "input": "hi", "max_output_tokens": 2}));
     assert_eq!(

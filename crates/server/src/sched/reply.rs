@@ -67,6 +67,21 @@ pub fn check(job: &mut Job, p: &Prepared) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A refusal in the words of the request's own API: the Responses API calls the prompt `input` and the length
+/// limit `max_output_tokens` where the checks above (and the prompt reader) say `messages` and `max_tokens`.
+pub fn as_sent(job: &Job, mut e: ApiError) -> ApiError {
+    if job.endpoint != "/v1/responses" {
+        return e;
+    }
+    for (ours, theirs) in [("messages", "input"), ("max_tokens", "max_output_tokens")] {
+        if e.param.as_deref() == Some(ours) {
+            e.param = Some(theirs.to_string());
+            e.message = e.message.replace(ours, theirs);
+        }
+    }
+    e
+}
+
 fn call_id(n: usize) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("call_{:x}{n:02x}", nanos & 0xffff_ffff_ffff)

@@ -287,10 +287,12 @@ impl Runner<'_> {
                 // Loaded by a request: active like a `kvad load`, so autoload puts it back on this backend.
                 let _ = self.store.set_active(&p.model, Some(&p.backend));
             }
-            let checked = result.and_then(|p| match st.payloads.get_mut(&id) {
-                Some(Payload::Generate(job)) => reply::check(job, &p).map(|()| (p, job.params.max_tokens)),
+            let checked = match st.payloads.get_mut(&id) {
+                Some(Payload::Generate(job)) => result
+                    .and_then(|p| reply::check(job, &p).map(|()| (p, job.params.max_tokens)))
+                    .map_err(|e| reply::as_sent(job, e)),
                 _ => Err(ApiError::internal("the job left the line")),
-            });
+            };
             match checked {
                 Ok((p, max_tokens)) => {
                     st.core.prepared(id, p.prompt_tokens + max_tokens);

@@ -8,11 +8,11 @@ use kvad_engine::seam::GenParams;
 use kvad_engine::SamplingParams;
 use serde_json::Value;
 
-/// The sampling and length fields both completion endpoints share. `max_keys` are the accepted names of the
-/// length limit.
-pub fn sampling(f: &mut Fields<'_>, max_keys: &[&'static str]) -> Result<GenParams, ApiError> {
+/// `temperature` (in [0, `hottest`], default 1), `top_p` (above 0) and `seed`, which every generation route reads
+/// (OpenAI's allow temperatures to 2, Anthropic's to 1).
+pub fn base_sampling(f: &mut Fields<'_>, hottest: f64) -> Result<SamplingParams, ApiError> {
     let mut s = SamplingParams {
-        temperature: f.opt_f32("temperature", 0.0, 2.0)?.unwrap_or(1.0),
+        temperature: f.opt_f32("temperature", 0.0, hottest)?.unwrap_or(1.0),
         top_p: 1.0,
         ..Default::default()
     };
@@ -22,6 +22,14 @@ pub fn sampling(f: &mut Fields<'_>, max_keys: &[&'static str]) -> Result<GenPara
         }
         s.top_p = p;
     }
+    s.seed = f.opt_int("seed", i64::MIN, i64::MAX)?.map(|x| x as u64);
+    Ok(s)
+}
+
+/// The sampling and length fields both completion endpoints share. `max_keys` are the accepted names of the
+/// length limit.
+pub fn sampling(f: &mut Fields<'_>, max_keys: &[&'static str]) -> Result<GenParams, ApiError> {
+    let mut s = base_sampling(f, 2.0)?;
     s.top_k = f.opt_int("top_k", -1, 1 << 20)?.map_or(0, |k| k.max(0) as usize);
     s.min_p = f.opt_f32("min_p", 0.0, 1.0)?.unwrap_or(0.0);
     s.presence_penalty = f.opt_f32("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0);
@@ -32,7 +40,6 @@ pub fn sampling(f: &mut Fields<'_>, max_keys: &[&'static str]) -> Result<GenPara
         }
         s.repetition_penalty = r;
     }
-    s.seed = f.opt_int("seed", i64::MIN, i64::MAX)?.map(|x| x as u64);
     let mut max_tokens = 0usize;
     for key in max_keys {
         if let Some(n) = f.opt_int(key, 1, i64::MAX)? {

@@ -4,7 +4,7 @@
 //! clients send it (`messages[2].content[0].tool_use_id`).
 
 use crate::api::chat::ToolChoice;
-use crate::api::request::{kind_of, Fields};
+use crate::api::request::{base_sampling, kind_of, Fields};
 use crate::error::ApiError;
 use kvad_engine::grammar::{Constraint, Grammar};
 use kvad_engine::seam::GenParams;
@@ -124,19 +124,8 @@ fn output_config(f: &mut Fields<'_>) -> Result<Option<Constraint>, ApiError> {
 /// Anthropic's sampling fields as its older clients send them: `temperature` in [0, 1] (default 1), `top_p`,
 /// `top_k`; and kvad's `seed` (a reproducible draw), as on the OpenAI routes.
 fn sampling(f: &mut Fields<'_>) -> Result<SamplingParams, ApiError> {
-    let mut s = SamplingParams {
-        temperature: f.opt_f32("temperature", 0.0, 1.0)?.unwrap_or(1.0),
-        top_p: 1.0,
-        ..Default::default()
-    };
-    if let Some(p) = f.opt_f32("top_p", 0.0, 1.0)? {
-        if p == 0.0 {
-            return Err(ApiError::bad_field("top_p", "top_p = 0: must be above 0 (use temperature 0 for greedy)"));
-        }
-        s.top_p = p;
-    }
+    let mut s = base_sampling(f, 1.0)?;
     s.top_k = f.opt_int("top_k", 0, 1 << 20)?.map_or(0, |k| k as usize);
-    s.seed = f.opt_int("seed", i64::MIN, i64::MAX)?.map(|x| x as u64);
     Ok(s)
 }
 

@@ -4,11 +4,10 @@
 //! (`input[3].call_id`).
 
 use crate::api::chat::ToolChoice;
-use crate::api::request::{kind_of, Fields};
+use crate::api::request::{base_sampling, kind_of, Fields};
 use crate::error::ApiError;
 use kvad_engine::grammar::{Constraint, Grammar};
 use kvad_engine::seam::GenParams;
-use kvad_engine::SamplingParams;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 
@@ -43,18 +42,7 @@ pub(super) fn read(obj: &Map<String, Value>) -> Result<Request, ApiError> {
     let previous = f.opt_string("previous_response_id")?.map(str::to_string);
     let store = f.opt_bool("store")?.unwrap_or(true);
     let stream = f.opt_bool("stream")?.unwrap_or(false);
-    let mut s = SamplingParams {
-        temperature: f.opt_f32("temperature", 0.0, 2.0)?.unwrap_or(1.0),
-        top_p: 1.0,
-        ..Default::default()
-    };
-    if let Some(p) = f.opt_f32("top_p", 0.0, 1.0)? {
-        if p == 0.0 {
-            return Err(ApiError::bad_field("top_p", "top_p = 0: must be above 0 (use temperature 0 for greedy)"));
-        }
-        s.top_p = p;
-    }
-    s.seed = f.opt_int("seed", i64::MIN, i64::MAX)?.map(|x| x as u64);
+    let s = base_sampling(&mut f, 2.0)?;
     let max = f.opt_int("max_output_tokens", 1, i64::MAX)?.map_or(0, |n| n as usize);
     let mut params = GenParams { sampling: s, max_tokens: max, ..Default::default() };
     params.options.constraint = text_format(&mut f)?;

@@ -101,6 +101,18 @@ pub enum Command {
     Queue,
     /// The models in the server's memory: what each is charged, its kept conversations, the memory left.
     Ps,
+    /// Embeddings from an embedding model on the server (`POST /v1/embeddings`): one JSON line per text, its index
+    /// and vector; with --json the server's whole answer.
+    Embed {
+        /// The model's id, as /v1/models lists it.
+        model: String,
+        /// The texts, one vector each.
+        #[arg(required = true)]
+        texts: Vec<String>,
+        /// Shorter vectors (truncated and normalised again), where the model declares Matryoshka training.
+        #[arg(long)]
+        dimensions: Option<usize>,
+    },
     /// Load a model on the server (a job on its queue); refused, naming what holds the memory, when it does not fit,
     /// and naming the backend it is on when it is in memory on another (unload it first).
     Load {

@@ -53,6 +53,8 @@ fn main() -> std::process::ExitCode {
         args::Command::Bench(a) => bench::run(a, c.json),
         args::Command::Queue => client::remote_only(&c, "queue").and_then(|url| client::admin::queue(&url, c.json)),
         args::Command::Ps => client::ps(&c),
+        args::Command::Embed { model, texts, dimensions } => client::remote_only(&c, "embed")
+            .and_then(|url| client::admin::embed(&url, &model, &texts, dimensions, c.json)),
         args::Command::Load { model, backend } => client::remote_only(&c, "load")
             .and_then(|url| client::admin::load(&url, &model, backend.as_deref(), c.json)),
         args::Command::Unload { model } => {

@@ -174,6 +174,9 @@ mod tests {
             }
             self.inner.forward(batch, mode)
         }
+        fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+            self.inner.forward_hidden(batch, rows)
+        }
         fn weight_bytes(&self) -> usize {
             self.inner.weight_bytes()
         }

@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod checks;
 mod config;
+pub mod embed;
 mod error;
 pub mod generate;
 pub mod grammar;

@@ -72,6 +72,29 @@ pub struct Prepared {
     pub tool_format: kvad_text::stream::ToolFormat,
 }
 
+/// One input of an embeddings request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EmbedInput {
+    /// Text, tokenized as a plain prompt is (the tokenizer's special tokens added: Qwen3-Embedding's appended
+    /// `<|endoftext|>`, a BOS), which is what the model was trained to pool.
+    Text(String),
+    /// Token ids, taken as given.
+    Tokens(Vec<u32>),
+}
+
+/// What an embeddings request gets back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    /// One vector per input, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens read in all (the request's usage).
+    pub tokens: usize,
+    /// The backend it ran on.
+    pub backend: String,
+    /// Whether asking brought the model into memory (recorded as a load, as [`Prepared::loaded`] is).
+    pub loaded: bool,
+}
+
 /// Renders and tokenizes prompts for one model in memory, on whatever thread calls it: what it holds (the
 /// tokenizer, the template, the context) is shared and read-only.
 pub trait Reader: Send + Sync {
@@ -272,6 +295,19 @@ pub trait Engine: Send {
 
     /// Runs one forward pass over these parts (all of one model); one entry per part, in order.
     fn step(&mut self, parts: &[Part]) -> Result<Vec<Option<Stepped>>, EngineError>;
+
+    /// Pools each input into one vector with `model`, an embedding model loaded under the memory rule as
+    /// [`Engine::reader`] loads one, in batched passes between the running replies' steps. `Ok(None)`: an input
+    /// does not fit the state room the running replies leave; ask again once nothing runs on the model.
+    fn embed(
+        &mut self,
+        model: &str,
+        inputs: &[EmbedInput],
+        dimensions: Option<usize>,
+    ) -> Result<Option<Embedded>, EngineError> {
+        let _ = (inputs, dimensions);
+        Err(EngineError::unsupported("model", format!("{model}: this engine computes no embeddings")))
+    }
 
     /// Ends a sequence: `keep` sets its cache aside as a conversation (evicting the one that spoke longest ago when
     /// the context is short); otherwise it is freed. Returns the text the decoder held back and what is kept.

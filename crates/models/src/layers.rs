@@ -83,6 +83,22 @@ pub fn is_decode_step(batch: &[crate::SeqInput<'_>]) -> bool {
     batch.len() >= 2 && batch.iter().all(|s| s.tokens.len() == 1)
 }
 
+/// Whether a model has no head to write logits with: an untied config whose checkpoint ships no `lm_head.weight`,
+/// as an embedding model saved from the base model (Qwen3-Embedding's larger sizes) does. It only pools.
+pub fn headless(cfg: &crate::ModelConfig, has_head: bool) -> bool {
+    !cfg.tie_embeddings && !has_head
+}
+
+/// What generating with a headless model ([`headless`]) answers: the field and value, and what it can do instead.
+pub fn no_head_error() -> crate::ModelError {
+    crate::ModelError::refused(
+        "lm_head.weight",
+        "absent",
+        "the config does not tie the head to the embedding and the checkpoint has no head: an embedding model's \
+         checkpoint, which pools (/v1/embeddings) but cannot generate",
+    )
+}
+
 /// The CPU KV cache type of a backend: f16 for cpu-q8/q4, f32 for cpu-f32 (the reference's arithmetic) and for
 /// the GPU backends' CPU side (see [`KvDtype`]). By backend, not by the weights' format, so a quantised backend's
 /// f32 reference (`LoadOptions::f32_reference`) keeps the same cache and isolates the kernels.
@@ -313,12 +329,15 @@ pub fn logit_rows(counts: &[usize], mode: crate::LogitsMode) -> Vec<(usize, usiz
         .collect()
 }
 
-/// The output head: its own matrix, or the embedding read as one.
+/// The output head: its own matrix, or the embedding read as one; or none, where a pass returns the normed rows
+/// themselves (an embedding model's output, [`crate::CausalLm::forward_hidden`]).
 pub enum Head<'a> {
     /// `lm_head.weight`.
     Linear(&'a Linear),
     /// The tied embedding, `[vocab, hidden]`.
     Tied(&'a Embedding),
+    /// No product: the final-normed hidden states.
+    Hidden,
 }
 
 impl Head<'_> {
@@ -331,6 +350,7 @@ impl Head<'_> {
                 e.0.matmul(x, n, &mut y);
                 y
             }
+            Head::Hidden => x.to_vec(),
         }
     }
 }

@@ -71,6 +71,10 @@ pub trait CausalLm: Send + Sync {
     /// Runs the new tokens of every sequence and returns, per sequence, the logits the mode asks for
     /// (`rows × vocab`, flattened).
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Runs the new tokens of every sequence like [`CausalLm::forward`] and returns, per sequence, the rows `rows`
+    /// picks as they reach the head: final-normed hidden states (`rows × hidden`, flattened). What an embedding
+    /// model pools; a checkpoint with no head of its own (an embedding model's) answers only this.
+    fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
     /// Bytes of weights held (mapped or owned), for memory accounting.
     fn weight_bytes(&self) -> usize;
     /// The state room fixed at load (a GPU's pages and slots); None where a sequence's state grows in host memory,

@@ -98,6 +98,9 @@ pub(crate) struct Tensors<'a> {
     pub(crate) f32_reference: bool,
     /// How the checkpoint stores the token embedding, which a head shipped beside a tied one must match.
     embed_type: Option<StoredType>,
+    /// A safetensors checkpoint saved from the base model (transformers' `AutoModel`, as sentence-transformers
+    /// and embedding models save it): its tensors are named without the `model.` of the causal-LM class.
+    bare: bool,
 }
 
 impl<'a> Tensors<'a> {
@@ -118,12 +121,16 @@ impl<'a> Tensors<'a> {
             record: Vec::new(),
             f32_reference: false,
             embed_type: None,
+            bare: gguf.is_none()
+                && src.info("model.embed_tokens.weight").is_none()
+                && src.info("embed_tokens.weight").is_some(),
         }
     }
 
     fn source_name(&self, hf: &str) -> String {
         match self.gguf {
             Some(g) => (g.map)(hf),
+            None if self.bare => hf.strip_prefix("model.").unwrap_or(hf).to_string(),
             None => hf.to_string(),
         }
     }
@@ -347,6 +354,10 @@ impl<'a> Tensors<'a> {
     /// refused (caldrix's rule: such a file was not written by one save of one model).
     pub(crate) fn head(&mut self, cfg: &ModelConfig, embed: &Embedding) -> Result<Option<Linear>, ModelError> {
         let name = "lm_head.weight";
+        if !cfg.tie_embeddings && (self.bare || self.cached.is_some()) && !self.has(name) {
+            self.notes.push("no lm_head.weight: an embedding model's base checkpoint, it pools and cannot generate".into());
+            return Ok(None);
+        }
         if !cfg.tie_embeddings {
             let w = self.matrix(name, cfg.vocab_size, cfg.hidden, Role::Head)?;
             return Ok(Some(Linear::new(w, None)));

@@ -1,4 +1,4 @@
-//! `kvad queue`, `ps`, `load`, `unload` and `metrics usage`: what the server holds and who used it.
+//! `kvad queue`, `ps`, `load`, `unload` and `metrics usage`: what the server holds and who used it; `kvad embed`.
 
 use super::{get_json, http_error};
 use anyhow::Result;
@@ -164,6 +164,23 @@ pub fn usage(url: &str, days: u32, json_out: bool) -> Result<()> {
             msf(&a["queue_ms_max"]),
             msf(&a["ttft_ms_mean"])
         );
+    }
+    Ok(())
+}
+
+/// `kvad embed MODEL TEXT...`: a line `{"index": i, "embedding": [...]}` per text, as the server computed them.
+pub fn embed(url: &str, model: &str, texts: &[String], dimensions: Option<usize>, json_out: bool) -> Result<()> {
+    let mut body = json!({"model": model, "input": texts});
+    if let Some(d) = dimensions {
+        body["dimensions"] = json!(d);
+    }
+    let v = post(url, "/v1/embeddings", body)?;
+    if json_out {
+        println!("{v}");
+        return Ok(());
+    }
+    for d in v["data"].as_array().cloned().unwrap_or_default() {
+        println!("{}", json!({"index": d["index"], "embedding": d["embedding"]}));
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api/openapi.json", "kvad api (with no path: lists every route)"),
     ("GET", "/api/queue", "kvad queue"),
     ("GET", "/api/ps", "kvad ps"),
+    ("POST", "/v1/embeddings", "kvad embed MODEL TEXT... [--dimensions N]"),
     ("POST", "/api/load", "kvad load MODEL [--backend B]"),
     ("POST", "/api/unload", "kvad unload [MODEL] (no name: every model)"),
     ("GET", "/api/metrics/usage", "kvad metrics usage [--days N]"),

@@ -79,6 +79,16 @@ const KV_SHARE_OF_FREE: f64 = 0.4;
 const DEFAULT_RECURRENT_SETS: usize = 256;
 
 impl GpuDecoder {
+    /// Refuses generation where the checkpoint has no head ([`crate::layers::headless`]).
+    fn generates(&self) -> Result<(), ModelError> {
+        match crate::layers::headless(&self.p.cfg, self.p.head.is_some()) {
+            true => Err(crate::layers::no_head_error()),
+            false => Ok(()),
+        }
+    }
+}
+
+impl GpuDecoder {
     /// Takes the uploaded parts and allocates the page pool.
     pub(crate) fn new(gpu: Arc<Gpu>, p: Parts) -> Result<GpuDecoder, ModelError> {
         let c = &p.cfg;
@@ -226,6 +236,7 @@ impl CausalLm for GpuDecoder {
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.generates()?;
         let vocab = self.p.cfg.vocab_size;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(spans) = self.run(batch, mode, &mut guard)? else { return Ok(vec![Vec::new(); batch.len()]) };
@@ -246,7 +257,34 @@ impl CausalLm for GpuDecoder {
         Ok(out)
     }
 
+    /// The pass runs as a prompt chunk's (no head); the residual stream of the rows asked comes back and takes
+    /// the final norm on the host: a few rows of `hidden` values, next to the pass itself nothing.
+    fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        let h = self.p.cfg.hidden;
+        let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if self.run(batch, LogitsMode::None, &mut guard)?.is_none() {
+            return Ok(vec![Vec::new(); batch.len()]);
+        }
+        let s = guard.as_ref().expect("run allocates the scratch");
+        let x: Vec<f32> = s.x.read(&self.gpu, counts.iter().sum::<usize>() * h)?;
+        let eps = self.p.cfg.norm_eps;
+        let norm = match &self.p.final_norm {
+            Norm::Rms(w) => (w.read::<f32>(&self.gpu, h)?, None),
+            Norm::Layer(w, b) => (w.read::<f32>(&self.gpu, h)?, Some(b.read::<f32>(&self.gpu, h)?)),
+        };
+        Ok(crate::layers::final_logits(&x, h, &counts, rows, |r, n| {
+            let mut out = vec![0f32; n * h];
+            match &norm {
+                (w, None) => kvad_tensor::cpu::ops::rms_norm(r, w, eps, &mut out),
+                (w, Some(b)) => kvad_tensor::cpu::ops::layer_norm(r, w, b, eps, &mut out),
+            }
+            out
+        }))
+    }
+
     fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
+        self.generates()?;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(spans) = self.run(batch, LogitsMode::Last, &mut guard)? else { return Ok(Vec::new()) };
         let s = guard.as_ref().expect("run allocates the scratch");
@@ -273,6 +311,7 @@ impl CausalLm for GpuDecoder {
     /// for every step are taken first, so one page table (one graph) serves them all. A pass that ran
     /// unrecorded goes on a step at a time.
     fn forward_greedy_steps(&self, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
+        self.generates()?;
         let SeqInput { tokens, state } = seq;
         if steps <= 1
             || tokens.len() != 1

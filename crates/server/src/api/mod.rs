@@ -5,6 +5,7 @@ pub mod admin;
 pub mod bench;
 pub mod chat;
 pub mod completions;
+pub mod embeddings;
 pub mod conversations;
 pub mod messages;
 pub mod misc;
@@ -34,6 +35,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat::handler))
         .route("/v1/completions", post(completions::handler))
+        .route("/v1/embeddings", post(embeddings::handler))
         .route("/v1/messages", post(messages::create))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/responses", post(responses::create))

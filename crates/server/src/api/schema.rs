@@ -275,6 +275,18 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
             "requestBody": json_body(reference("CompletionRequest")),
             "responses": {"200": sse_or(reference("Completion"))},
         }),
+        ("POST", "/v1/embeddings") => json!({
+            "requestBody": json_body(body(&[
+                ("model", string()), ("input", json!({"type": ["string", "array"]})),
+                ("encoding_format", json!({"enum": ["float", "base64"]})), ("dimensions", nullable("integer")),
+                ("user", any())],
+                &["model", "input"])),
+            "responses": {"200": ok(answer(&[
+                ("object", json!({"const": "list"})), ("model", string()),
+                ("data", array(answer(&[("object", json!({"const": "embedding"})), ("index", int()),
+                    ("embedding", json!({"type": ["array", "string"]}))]))),
+                ("usage", answer(&[("prompt_tokens", int()), ("total_tokens", int())]))]))},
+        }),
         ("GET", "/v1/models") => json!({"responses": {"200": ok(answer(&[
             ("object", json!({"const": "list"})), ("data", array(reference("Model")))]))}}),
         ("GET", "/api/health") => {

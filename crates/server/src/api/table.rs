@@ -32,6 +32,14 @@ pub const ROUTES: &[Route] = &[
     },
     Route {
         method: "POST",
+        path: "/v1/embeddings",
+        summary: "OpenAI embeddings from an embedding model (sentence-transformers' pooling, or a GGUF's \
+                  pooling_type): a string, strings or token ids; encoding_format float or base64; dimensions where \
+                  the model declares Matryoshka training",
+        tag: "openai",
+    },
+    Route {
+        method: "POST",
         path: "/v1/messages",
         summary: "Anthropic Messages: system, text/tool_use/tool_result/thinking blocks, tools and tool_choice \
                   (auto/any/tool/none), thinking as the template's enable_thinking, stop_sequences; streamed as \

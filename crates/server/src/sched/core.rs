@@ -42,6 +42,14 @@ pub enum Kind {
         /// Run with nobody beside it.
         alone: bool,
     },
+    /// Embeddings from `model`: its inputs read in passes of their own between the running replies' steps (same
+    /// model), or once the batch has run down (another model, or `alone`: an input did not fit beside the replies).
+    Embed {
+        /// The model's id.
+        model: String,
+        /// Run with nobody beside it.
+        alone: bool,
+    },
     /// Load a model into memory.
     Load {
         /// The model's id.
@@ -57,7 +65,12 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// A request's work (a reply or embeddings): queued under the limits, and taking its account's turn.
     fn is_generation(&self) -> bool {
+        matches!(self, Kind::Generate { .. } | Kind::Embed { .. })
+    }
+
+    fn is_reply(&self) -> bool {
         matches!(self, Kind::Generate { .. })
     }
 }
@@ -208,6 +221,8 @@ pub enum Decision {
     Join(JobId),
     /// Run this load or unload (nothing else runs meanwhile).
     Exclusive(JobId),
+    /// Compute these embeddings now, in passes of their own (the batch, if any, is on the same model).
+    Embed(JobId),
     /// One step: passes in order (the replies' tokens, in one pass or one per part below `batch_from`; prompt
     /// chunks).
     Step(Vec<Vec<Part>>),
@@ -336,6 +351,7 @@ impl Scheduler {
                     (Kind::Generate { .. }, None) if next.reading => {}
                     (Kind::Generate { .. }, None) => return Decision::Prepare(next.id),
                     (Kind::Generate { .. }, Some(_)) => return Decision::Join(next.id),
+                    (Kind::Embed { .. }, _) => return Decision::Embed(next.id),
                     _ => return Decision::Exclusive(next.id),
                 }
             }
@@ -369,9 +385,16 @@ impl Scheduler {
         if self.running.is_empty() {
             return true;
         }
-        let Kind::Generate { model, alone } = &next.kind else { return false };
+        let (model, alone) = match &next.kind {
+            Kind::Generate { model, alone } | Kind::Embed { model, alone } => (model, *alone),
+            _ => return false,
+        };
         let same_model =
             self.running.iter().all(|r| matches!(&r.kind, Kind::Generate { model: m, alone: false } if m == model));
+        if matches!(next.kind, Kind::Embed { .. }) {
+            // Embeddings join no batch: their passes run between its steps, in the room its reserves leave.
+            return !alone && same_model;
+        }
         // One prompt read at a time on the CPU; a GPU step reads several.
         let reading =
             self.limits.rules.pass_tokens.is_none() && self.running.iter().any(|r| !matches!(r.phase, Phase::Writing));
@@ -384,7 +407,7 @@ impl Scheduler {
     /// Every running reply's part this step: a token each for those writing (or reading their prompt's last);
     /// prompt chunks as the backend's rules allow.
     fn step_parts(&self) -> Vec<Part> {
-        let gens = self.running.iter().filter(|r| r.kind.is_generation());
+        let gens = self.running.iter().filter(|r| r.kind.is_reply());
         let Some(rows) = self.limits.rules.pass_tokens else {
             let chunk = self.limits.rules.chunk;
             return gens.map(|r| Part { id: r.id, work: work_of(r.phase, chunk) }).collect();
@@ -432,6 +455,16 @@ impl Scheduler {
         true
     }
 
+    /// Records that an embeddings job's input did not fit beside the running replies: it waits for the batch to
+    /// run down, and nothing passes it meanwhile.
+    pub fn embed_alone(&mut self, id: JobId) {
+        if let Some(w) = self.waiting.iter_mut().find(|w| w.id == id) {
+            if let Kind::Embed { alone, .. } = &mut w.kind {
+                *alone = true;
+            }
+        }
+    }
+
     /// Advances the parts a step ran.
     pub fn stepped(&mut self, parts: &[Part]) {
         for p in parts {
@@ -455,7 +488,7 @@ impl Scheduler {
 
     /// How many other replies are in the batch beside this one.
     pub fn beside(&self, id: JobId) -> usize {
-        let n = self.running.iter().filter(|r| r.kind.is_generation()).count();
+        let n = self.running.iter().filter(|r| r.kind.is_reply()).count();
         if self.running.iter().any(|r| r.id == id) {
             n - 1
         } else {

@@ -27,7 +27,7 @@ fn drain(s: &mut Scheduler, prompt: usize, reply: usize) -> Vec<String> {
                 order.push(s.waiting().iter().find(|w| w.id == id).unwrap().account.clone());
                 assert!(s.start(id, prompt));
             }
-            Decision::Exclusive(id) => {
+            Decision::Exclusive(id) | Decision::Embed(id) => {
                 s.start(id, 0);
                 s.remove(id);
             }
@@ -301,6 +301,66 @@ fn another_model_an_alone_request_or_no_room_means_nobody_joins() {
     }
 }
 
+fn embed(model: &str) -> Kind {
+    Kind::Embed { model: model.into(), alone: false }
+}
+
+/// A scheduler with one reply of model "m" writing; returns it and the reply's id.
+fn one_writing(t: Instant) -> (Scheduler, JobId) {
+    let mut s = Scheduler::new(limits());
+    let a = s.submit("a", gen("m"), t).unwrap();
+    s.prepared(a, 50);
+    s.start(a, 1);
+    s.stepped(&[Part { id: a, work: Work::Last }]);
+    (s, a)
+}
+
+#[test]
+fn embeddings_of_the_running_model_run_between_its_steps_and_take_their_accounts_turn() {
+    let t = Instant::now();
+    let (mut s, a) = one_writing(t);
+    let e = s.submit("b", embed("m"), t).unwrap();
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Embed(e), "at once, beside the writing reply");
+    s.start(e, 0);
+    s.remove(e);
+    assert_eq!(s.beside(a), 0, "the embeddings never counted as a reply");
+    let b2 = s.submit("b", gen("m"), t).unwrap();
+    let c = s.submit("c", gen("m"), t).unwrap();
+    assert_eq!(s.next_in_turn().map(|w| w.id), Some(c), "b was served: c goes first");
+    assert_ne!(b2, c);
+}
+
+#[test]
+fn embeddings_of_another_model_or_that_did_not_fit_wait_for_the_batch_to_run_down() {
+    let t = Instant::now();
+    for (kind, alone) in [(embed("other"), false), (embed("m"), true)] {
+        let (mut s, a) = one_writing(t);
+        let e = s.submit("b", kind.clone(), t).unwrap();
+        if alone {
+            s.embed_alone(e);
+        }
+        let late = s.submit("c", gen("m"), t).unwrap();
+        s.prepared(late, 1);
+        assert_eq!(
+            s.decide(Budget::tokens(100)),
+            Decision::Step(vec![vec![Part { id: a, work: Work::Decode }]]),
+            "{kind:?} (alone: {alone}): the batch runs down and nobody passes"
+        );
+        s.remove(a);
+        assert_eq!(s.decide(Budget::tokens(100)), Decision::Embed(e));
+    }
+}
+
+#[test]
+fn embeddings_wait_under_the_queue_and_account_limits() {
+    let t = Instant::now();
+    let mut s = Scheduler::new(Limits { queue: 2, per_account: 1, ..limits() });
+    s.submit("a", embed("m"), t).unwrap();
+    assert_eq!(s.submit("a", embed("m"), t), Err(Refusal::AccountFull { account: "a".into(), limit: 1 }));
+    s.submit("b", gen("m"), t).unwrap();
+    assert_eq!(s.submit("c", embed("m"), t), Err(Refusal::Full { waiting: 2 }));
+}
+
 #[test]
 fn removing_frees_a_place_wherever_the_job_was() {
     let t = Instant::now();
@@ -348,7 +408,7 @@ fn next_step(s: &mut Scheduler, budget: Budget, reserve: usize, to_read: usize) 
             Decision::Idle => return None,
             Decision::Prepare(id) => s.prepared(id, reserve),
             Decision::Join(id) => assert!(s.start(id, to_read)),
-            Decision::Exclusive(_) => panic!("no loads here"),
+            Decision::Exclusive(_) | Decision::Embed(_) => panic!("no loads or embeddings here"),
             Decision::Step(passes) => return Some(passes),
         }
     }
@@ -509,7 +569,7 @@ mod simulated {
                         Decision::Join(id) => {
                             prop_assert!(s.start(id, job[&id].prompt));
                         }
-                        Decision::Exclusive(_) => prop_assert!(false, "no loads here"),
+                        Decision::Exclusive(_) | Decision::Embed(_) => prop_assert!(false, "no loads here"),
                         Decision::Idle => break vec![],
                         Decision::Step(p) => break p,
                     }

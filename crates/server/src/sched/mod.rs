@@ -90,6 +90,22 @@ pub struct Job {
     pub queued_at: Instant,
 }
 
+/// One embeddings request to run (`POST /v1/embeddings`).
+pub struct EmbedJob {
+    /// The model's id.
+    pub model: String,
+    /// The inputs, in order.
+    pub inputs: Vec<kvad_engine::seam::EmbedInput>,
+    /// The vectors' length asked for (None: the model's).
+    pub dimensions: Option<usize>,
+    /// Who asked.
+    pub account: String,
+    /// When it was queued.
+    pub queued_at: Instant,
+    /// Where the answer goes; a client that went away dropped its end, and the job then leaves the line.
+    pub reply: tokio::sync::oneshot::Sender<Result<kvad_engine::seam::Embedded, ApiError>>,
+}
+
 /// What a job sends back, in order: `Started`, `Delta`s, then `Done`; or `Failed` instead of all of them.
 #[derive(Debug)]
 pub enum Event {

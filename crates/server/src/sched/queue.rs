@@ -2,7 +2,7 @@
 //! or an unload, and look at what waits and runs.
 
 use super::core::{JobId, Kind, Limits, Phase, Refusal, Scheduler};
-use super::{runner, Job};
+use super::{runner, EmbedJob, Job};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -20,6 +20,8 @@ pub type AdminResult = Result<Vec<String>, ApiError>;
 pub(crate) enum Payload {
     /// A generation.
     Generate(Box<Job>),
+    /// Embeddings.
+    Embed(Box<EmbedJob>),
     /// A load or unload, and who waits for its answer (nobody for an autoload).
     Admin(Option<oneshot::Sender<AdminResult>>),
 }
@@ -111,6 +113,7 @@ pub struct LimitsView {
 fn describe(kind: &Kind) -> (&'static str, Option<String>) {
     match kind {
         Kind::Generate { model, .. } => ("generate", Some(model.clone())),
+        Kind::Embed { model, .. } => ("embed", Some(model.clone())),
         Kind::Load { model, .. } => ("load", Some(model.clone())),
         Kind::Unload { model } => ("unload", model.clone()),
     }
@@ -183,6 +186,17 @@ impl Queue {
         let kind = Kind::Generate { model: job.model.clone(), alone: job.fresh };
         let id = st.core.submit(&job.account, kind, Instant::now()).map_err(refusal)?;
         st.payloads.insert(id, Payload::Generate(Box::new(job)));
+        drop(st);
+        self.shared.wake.notify_all();
+        Ok(())
+    }
+
+    /// Queues an embeddings request under the same limits as a generation (503 full, 429 per account).
+    pub fn embed(&self, job: EmbedJob) -> Result<(), ApiError> {
+        let mut st = self.lock();
+        let kind = Kind::Embed { model: job.model.clone(), alone: false };
+        let id = st.core.submit(&job.account, kind, Instant::now()).map_err(refusal)?;
+        st.payloads.insert(id, Payload::Embed(Box::new(job)));
         drop(st);
         self.shared.wake.notify_all();
         Ok(())

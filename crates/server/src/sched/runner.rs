@@ -6,7 +6,7 @@ use super::core::{Decision, JobId, Kind, Scheduler};
 use super::queue::{AdminResult, Payload, Shared, State};
 use super::read::ReadJob;
 use super::reply::{self, Reply, Stop};
-use super::{Done, Event, Job};
+use super::{Done, EmbedJob, Event, Job};
 use crate::error::ApiError;
 use crate::store::{RequestRow, Store};
 use kvad_engine::seam::{Prepared, Stepped};
@@ -70,6 +70,7 @@ fn row_for(job: &Job) -> RequestRow {
 enum Todo {
     Prepare(JobId, String, kvad_engine::seam::Prompt),
     Exclusive(JobId, Kind, Option<oneshot::Sender<AdminResult>>),
+    Embed(JobId, Box<EmbedJob>),
     Step(Vec<Vec<super::Part>>),
 }
 
@@ -92,6 +93,7 @@ pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: std::sync::Arc<
         match todo {
             Todo::Prepare(id, model, prompt) => r.prepare(id, &model, prompt),
             Todo::Exclusive(id, kind, tx) => r.exclusive(id, kind, tx),
+            Todo::Embed(id, job) => r.embed(id, job),
             Todo::Step(passes) => {
                 for pass in passes {
                     r.step(&pass);
@@ -130,6 +132,12 @@ impl Runner<'_> {
                     }
                 },
                 Decision::Join(id) => self.join(&mut st, id),
+                Decision::Embed(id) => match st.payloads.remove(&id) {
+                    Some(Payload::Embed(job)) => return Todo::Embed(id, job),
+                    _ => {
+                        st.core.remove(id);
+                    }
+                },
                 Decision::Exclusive(id) => {
                     let kind = st.core.waiting().iter().find(|w| w.id == id).map(|w| w.kind.clone());
                     st.core.start(id, 0);
@@ -167,6 +175,10 @@ impl Runner<'_> {
                         st.payloads.insert(id, p);
                         self.fail(st, id, e);
                     }
+                    Some(Payload::Embed(job)) => {
+                        st.core.remove(id);
+                        let _ = job.reply.send(Err(e));
+                    }
                     _ => {
                         st.core.remove(id);
                     }
@@ -176,7 +188,11 @@ impl Runner<'_> {
         let gone: Vec<JobId> = st
             .payloads
             .iter()
-            .filter(|(_, p)| matches!(p, Payload::Generate(j) if j.cancel.load(Ordering::SeqCst)))
+            .filter(|(_, p)| match p {
+                Payload::Generate(j) => j.cancel.load(Ordering::SeqCst),
+                Payload::Embed(j) => j.reply.is_closed(),
+                Payload::Admin(_) => false,
+            })
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -429,6 +445,54 @@ impl Runner<'_> {
         }));
     }
 
+    /// Embeddings, in passes of their own between the batch's steps. An input that does not fit beside the running
+    /// replies puts the job back at the head of the line, to run once they have finished.
+    fn embed(&mut self, id: JobId, job: Box<EmbedJob>) {
+        let started = Instant::now();
+        let mut row = RequestRow {
+            account: job.account.clone(),
+            endpoint: "/v1/embeddings".into(),
+            model: job.model.clone(),
+            queue_ms: started.saturating_duration_since(job.queued_at).as_secs_f64() * 1000.0,
+            ..Default::default()
+        };
+        let result = match job.reply.is_closed() {
+            true => Err(None),
+            false => self.engine.embed(&job.model, &job.inputs, job.dimensions).map_err(|e| Some(ApiError::from(e))),
+        };
+        self.refresh();
+        let mut st = lock(self.shared);
+        match result {
+            Ok(None) => {
+                st.core.embed_alone(id);
+                st.payloads.insert(id, Payload::Embed(job));
+                return;
+            }
+            Ok(Some(e)) => {
+                if e.loaded {
+                    let _ = self.store.set_active(&job.model, Some(&e.backend));
+                }
+                // Its account's turn is taken as a reply's is.
+                st.core.start(id, 0);
+                row.backend = e.backend.clone();
+                row.prompt_tokens = e.tokens;
+                row.finish_reason = "stop".into();
+                let _ = job.reply.send(Ok(e));
+            }
+            Err(e) => {
+                row.finish_reason = if e.is_some() { "error" } else { "cancelled" }.into();
+                row.error = e.as_ref().map(|e| e.message.clone());
+                if let Some(e) = e {
+                    let _ = job.reply.send(Err(e));
+                }
+            }
+        }
+        st.core.remove(id);
+        drop(st);
+        row.duration_ms = ms(started);
+        self.record(id, &row);
+    }
+
     /// A load or an unload, with nothing else running.
     fn exclusive(&mut self, id: JobId, kind: Kind, tx: Option<oneshot::Sender<AdminResult>>) {
         let result = match &kind {
@@ -445,7 +509,7 @@ impl Runner<'_> {
                     let _ = self.store.set_active(id, None);
                 }
             }),
-            Kind::Generate { .. } => Err(ApiError::internal("a generation is not a load")),
+            Kind::Generate { .. } | Kind::Embed { .. } => Err(ApiError::internal("a generation is not a load")),
         };
         if let Err(e) = &result {
             eprintln!("kvad-serve: {kind:?}: {}", e.message);

@@ -134,12 +134,16 @@ impl CausalLm for Deepseek {
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let step = crate::layers::is_decode_step(batch);
-        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode, false))
+    }
+
+    fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.pass(batch, rows, true)
     }
 }
 
 impl Deepseek {
-    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode, hidden: bool) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let m = c.mla.as_ref().expect("a DeepSeek config has latent attention");
         let h = c.hidden;
@@ -154,7 +158,7 @@ impl Deepseek {
             let y = l.ffn.forward(&hbuf, rows);
             ops::add_inplace(&mut p.x, &y);
         }
-        let head = self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear);
+        let head = if hidden { Head::Hidden } else { self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear) };
         Ok(p.finish(c, &self.norm, head, mode))
     }
 }

@@ -120,13 +120,17 @@ impl CausalLm for Gpt2 {
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let step = crate::layers::is_decode_step(batch);
-        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode, false))
+    }
+
+    fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.pass(batch, rows, true)
     }
 }
 
 impl Gpt2 {
     /// One forward pass over the batch (see [`CausalLm::forward`]).
-    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode, hidden: bool) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let e = c.hidden;
         let counts: Vec<usize> = batch.iter().map(|s| s.tokens.len()).collect();
@@ -166,7 +170,7 @@ impl Gpt2 {
         Ok(final_logits(&x, e, &counts, mode, |rows, n| {
             let mut normed = vec![0f32; n * e];
             ops::layer_norm(rows, &self.ln_f.0, &self.ln_f.1, c.norm_eps, &mut normed);
-            let head = self.head.as_ref().map_or(Head::Tied(&self.wte), Head::Linear);
+            let head = if hidden { Head::Hidden } else { self.head.as_ref().map_or(Head::Tied(&self.wte), Head::Linear) };
             head.forward(&normed, n)
         }))
     }

@@ -138,14 +138,21 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        if crate::layers::headless(&self.cfg, self.head.is_some()) {
+            return Err(crate::layers::no_head_error());
+        }
         let step = crate::layers::is_decode_step(batch);
-        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode, false))
+    }
+
+    fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.pass(batch, rows, true)
     }
 }
 
 impl Llama {
     /// One forward pass over the batch (see [`CausalLm::forward`]).
-    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode, hidden: bool) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let (h, qd, kvd, hd) = (c.hidden, c.q_dim(), c.kv_dim(), c.head_dim);
         let mut p = PassIn::begin(c, &self.spec, &self.embed, &self.rope, batch)?;
@@ -182,7 +189,7 @@ impl Llama {
             ops::rms_norm(&p.x, &l.mlp_norm, c.norm_eps, &mut hbuf);
             ops::add_inplace(&mut p.x, &l.ffn.forward(&hbuf, rows));
         }
-        let head = self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear);
+        let head = if hidden { Head::Hidden } else { self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear) };
         Ok(p.finish(c, &self.norm, head, mode))
     }
 }

@@ -164,12 +164,16 @@ impl CausalLm for Qwen3Next {
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
         let step = crate::layers::is_decode_step(batch);
-        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode))
+        kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode, false))
+    }
+
+    fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+        self.pass(batch, rows, true)
     }
 }
 
 impl Qwen3Next {
-    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
+    fn pass(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode, hidden: bool) -> Result<Vec<Vec<f32>>, ModelError> {
         let c = &self.cfg;
         let d = c.delta.as_ref().expect("a Qwen3-Next config has delta-net layers");
         let h = c.hidden;
@@ -187,7 +191,7 @@ impl Qwen3Next {
             let y = l.ffn.forward(&hbuf, rows);
             ops::add_inplace(&mut p.x, &y);
         }
-        let head = self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear);
+        let head = if hidden { Head::Hidden } else { self.head.as_ref().map_or(Head::Tied(&self.embed), Head::Linear) };
         Ok(p.finish(c, &self.norm, head, mode))
     }
 }

@@ -16,7 +16,7 @@ for b in kvad kvad-serve examples/gpu_gemv examples/gpu_mma_few examples/gpu_del
 done
 # The test binaries: their paths come from cargo's JSON messages. kvad-models' own unit tests (its --lib binary,
 # staged as kvad_models_lib) hold the device state tests (gpu::slots).
-cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels --test cuda_decode_attention --test cuda_norm_defer --test cuda_attention --test cuda_q6 --test cuda_delta -p kvad-models --lib --test gpu --test gpu_big -p kvad-engine --test gpu_passes \
+cargo test --locked --no-run --message-format=json -p kvad-tensor --test cuda_kernels --test cuda_decode_attention --test cuda_norm_defer --test cuda_attention --test cuda_q6 --test cuda_delta -p kvad-models --lib --test gpu --test gpu_big -p kvad-engine --test gpu_passes --test embed \
   | python3 -c '
 import json, shutil, subprocess, sys
 for line in sys.stdin:

@@ -7,7 +7,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 source scripts/gpu/env.sh
 export KVAD_ROOT="$PWD"
 .gpu/bin/kvad doctor || true
-for t in cuda_kernels cuda_attention cuda_decode_attention cuda_norm_defer cuda_q6 cuda_delta gpu gpu_passes; do
+for t in cuda_kernels cuda_attention cuda_decode_attention cuda_norm_defer cuda_q6 cuda_delta gpu gpu_passes embed; do
   echo "== $t"
   # NVRTC compiling every kernel for two architectures is checked by CI (scripts/test.sh), not here.
   ".gpu/bin/$t" --test-threads=1 --nocapture --skip every_kernel_compiles_with_nvrtc

@@ -75,6 +75,11 @@ pub trait CausalLm: Send + Sync {
     /// picks as they reach the head: final-normed hidden states (`rows × hidden`, flattened). What an embedding
     /// model pools; a checkpoint with no head of its own (an embedding model's) answers only this.
     fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError>;
+    /// Whether the model writes logits: false for a checkpoint with no head ([`layers::headless`], an embedding
+    /// model's), which only [`CausalLm::forward_hidden`] runs; the engine refuses its generations up front.
+    fn generates(&self) -> bool {
+        true
+    }
     /// Bytes of weights held (mapped or owned), for memory accounting.
     fn weight_bytes(&self) -> usize;
     /// The state room fixed at load (a GPU's pages and slots); None where a sequence's state grows in host memory,

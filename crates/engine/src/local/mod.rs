@@ -345,6 +345,16 @@ impl Engine for LocalEngine {
             .iter_mut()
             .find(|s| s.entry == entry)
             .ok_or_else(|| EngineError::internal(format!("{} was unloaded before its reply began", p.model)))?;
+        if !slot.m.model.generates() {
+            return Err(EngineError::bad_field(
+                "model",
+                format!(
+                    "{} is an embedding model (its checkpoint has no lm_head): it answers /v1/embeddings, not \
+                     generation",
+                    p.model
+                ),
+            ));
+        }
         // A constraint is compiled first: a grammar kvad cannot honour is refused with nothing taken.
         let guide = match &params.options.constraint {
             Some(c) => Some(slot.grammars()?.guide(c)?),

@@ -80,10 +80,10 @@ const DEFAULT_RECURRENT_SETS: usize = 256;
 
 impl GpuDecoder {
     /// Refuses generation where the checkpoint has no head ([`crate::layers::headless`]).
-    fn generates(&self) -> Result<(), ModelError> {
-        match crate::layers::headless(&self.p.cfg, self.p.head.is_some()) {
-            true => Err(crate::layers::no_head_error()),
-            false => Ok(()),
+    fn has_head(&self) -> Result<(), ModelError> {
+        match self.generates() {
+            false => Err(crate::layers::no_head_error()),
+            true => Ok(()),
         }
     }
 }
@@ -236,7 +236,7 @@ impl CausalLm for GpuDecoder {
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
-        self.generates()?;
+        self.has_head()?;
         let vocab = self.p.cfg.vocab_size;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(spans) = self.run(batch, mode, &mut guard)? else { return Ok(vec![Vec::new(); batch.len()]) };
@@ -255,6 +255,10 @@ impl CausalLm for GpuDecoder {
             r += n;
         }
         Ok(out)
+    }
+
+    fn generates(&self) -> bool {
+        !crate::layers::headless(&self.p.cfg, self.p.head.is_some())
     }
 
     /// The pass runs as a prompt chunk's (no head); the residual stream of the rows asked comes back and takes
@@ -284,7 +288,7 @@ impl CausalLm for GpuDecoder {
     }
 
     fn forward_greedy(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<u32>, ModelError> {
-        self.generates()?;
+        self.has_head()?;
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Some(spans) = self.run(batch, LogitsMode::Last, &mut guard)? else { return Ok(Vec::new()) };
         let s = guard.as_ref().expect("run allocates the scratch");
@@ -311,7 +315,7 @@ impl CausalLm for GpuDecoder {
     /// for every step are taken first, so one page table (one graph) serves them all. A pass that ran
     /// unrecorded goes on a step at a time.
     fn forward_greedy_steps(&self, seq: SeqInput<'_>, steps: usize) -> Result<Vec<u32>, ModelError> {
-        self.generates()?;
+        self.has_head()?;
         let SeqInput { tokens, state } = seq;
         if steps <= 1
             || tokens.len() != 1

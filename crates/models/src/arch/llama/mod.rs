@@ -31,6 +31,11 @@ pub(crate) static ENTRY: ArchEntry = ArchEntry {
         "Qwen2ForCausalLM",
         "Qwen3ForCausalLM",
         "Qwen3MoeForCausalLM",
+        // Base checkpoints (no head), as embedding models ship them: they pool and cannot generate.
+        "LlamaModel",
+        "MistralModel",
+        "Qwen2Model",
+        "Qwen3Model",
     ],
     model_types: &["llama", "mistral", "qwen2", "qwen3", "qwen3_moe"],
     gguf_archs: &["llama", "qwen2", "qwen3", "qwen3moe"],
@@ -138,11 +143,15 @@ impl CausalLm for Llama {
     }
 
     fn forward(&self, batch: &mut [SeqInput<'_>], mode: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {
-        if crate::layers::headless(&self.cfg, self.head.is_some()) {
+        if !self.generates() {
             return Err(crate::layers::no_head_error());
         }
         let step = crate::layers::is_decode_step(batch);
         kvad_tensor::cpu::gemv_rows8::decode_step(step, || self.pass(batch, mode, false))
+    }
+
+    fn generates(&self) -> bool {
+        !crate::layers::headless(&self.cfg, self.head.is_some())
     }
 
     fn forward_hidden(&self, batch: &mut [SeqInput<'_>], rows: LogitsMode) -> Result<Vec<Vec<f32>>, ModelError> {

@@ -44,6 +44,7 @@ export OMP_NUM_THREADS=1
 "$PY" scripts/reference/models.py
 "$PY" scripts/reference/moe_models.py
 "$PY" scripts/reference/hybrid_models.py
+"$PY" scripts/reference/embed_models.py
 "$PY" scripts/reference/bf16_ref.py
 "$PY" scripts/reference/gguf_types.py
 "$PY" scripts/reference/templates_ref.py

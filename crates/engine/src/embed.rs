@@ -65,7 +65,8 @@ impl EmbedConfig {
         if path.is_dir() {
             return Self::from_dir(path, hidden);
         }
-        let g = kvad_models::weights::GgufFile::open(path).map_err(|e| EngineError::bad_field("model", e.to_string()))?;
+        let g =
+            kvad_models::weights::GgufFile::open(path).map_err(|e| EngineError::bad_field("model", e.to_string()))?;
         let arch = g.get("general.architecture").and_then(|v| v.as_str()).unwrap_or_default().to_string();
         let key = format!("{arch}.pooling_type");
         let pooling = match g.get(&key).and_then(|v| v.as_u64()) {
@@ -92,9 +93,15 @@ impl EmbedConfig {
             match module_class(ty) {
                 "Transformer" if sub.is_empty() => {}
                 "Transformer" => {
-                    return Err(refused(&format!("modules.json[{i}].path"), sub, "kvad runs the model at the top level"))
+                    return Err(refused(
+                        &format!("modules.json[{i}].path"),
+                        sub,
+                        "kvad runs the model at the top level",
+                    ))
                 }
-                "Pooling" if pooling.is_none() => pooling = Some(Self::pooling(&dir.join(sub).join("config.json"), hidden)?),
+                "Pooling" if pooling.is_none() => {
+                    pooling = Some(Self::pooling(&dir.join(sub).join("config.json"), hidden)?)
+                }
                 "Normalize" => normalize = true,
                 _ => {
                     return Err(refused(

@@ -20,7 +20,11 @@ fn golden(name: &str) -> Value {
 }
 
 fn vecs(v: &Value) -> Vec<Vec<f32>> {
-    v.as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .collect()
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
@@ -138,8 +142,7 @@ fn a_headless_checkpoint_pools_but_refuses_to_generate() {
     let e = m
         .model
         .forward(&mut [kvad_models::SeqInput { tokens: &[3, 4], state: &mut state }], kvad_models::LogitsMode::Last)
-        .err()
-        .expect("no head, no logits")
+        .expect_err("no head, no logits")
         .to_string();
     assert!(e.contains("lm_head.weight") && e.contains("embedding model"), "{e}");
 }
@@ -199,7 +202,10 @@ fn on_a_gpu_each_backend_pools_as_the_reference_and_its_cpu_twin() {
             };
             for (i, (a, b)) in got.iter().zip(&against).enumerate() {
                 let c = cosine(a, b);
-                eprintln!("{name} {gpu} input {i}: cosine {c} against {}", twin.map_or("the reference".into(), |t| t.to_string()));
+                eprintln!(
+                    "{name} {gpu} input {i}: cosine {c} against {}",
+                    twin.map_or("the reference".into(), |t| t.to_string())
+                );
                 assert!(c > least, "{name} {gpu} input {i}: cosine {c}");
             }
         }

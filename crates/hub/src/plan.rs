@@ -13,6 +13,23 @@ pub const TOKENIZER_EXTRAS: &[&str] = &[
 ];
 /// A vision model's image processing configuration.
 pub const PROCESSOR_FILES: &[&str] = &["preprocessor_config.json", "processor_config.json"];
+/// An embedding model's sentence-transformers layout: which modules run, and how they pool (the pooling module's
+/// `N_Pooling/config.json` is fetched by [`is_module_config`]).
+pub const SENTENCE_TRANSFORMERS_FILES: &[&str] =
+    &["modules.json", "config_sentence_transformers.json", "sentence_bert_config.json"];
+
+/// A sentence-transformers module's config, `<n>_<Name>/config.json` (`1_Pooling/config.json`).
+fn is_module_config(f: &str) -> bool {
+    f.split_once('/').is_some_and(|(dir, rest)| {
+        rest == "config.json"
+            && dir.split_once('_').is_some_and(|(n, name)| {
+                !n.is_empty()
+                    && n.bytes().all(|b| b.is_ascii_digit())
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric())
+            })
+    })
+}
+
 /// Adapter files (PEFT).
 pub const ADAPTER_FILES: &[&str] = &["adapter_config.json", "adapter_model.safetensors", "adapter_model.bin"];
 
@@ -114,8 +131,12 @@ pub fn plan(repo: &str, files: &[String]) -> Result<Plan, HubError> {
         };
         return Err(refused(repo, why));
     };
-    let extras = TOKENIZER_EXTRAS.iter().chain(PROCESSOR_FILES).filter(|f| has(f)).map(|f| f.to_string());
-    let extras = extras.filter(|f| !tokenizer_files.contains(f)).collect();
+    let named = TOKENIZER_EXTRAS.iter().chain(PROCESSOR_FILES).chain(SENTENCE_TRANSFORMERS_FILES);
+    let mut extras: Vec<String> = named.filter(|f| has(f)).map(|f| f.to_string()).collect();
+    if has("modules.json") {
+        extras.extend(files.iter().filter(|f| is_module_config(f)).cloned());
+    }
+    let extras = extras.into_iter().filter(|f| !tokenizer_files.contains(f)).collect();
     Ok(Plan { tokenizer, tokenizer_files, extras, weights, adapter })
 }
 
@@ -184,6 +205,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(all.weights, WeightRule::All(names(&["b.safetensors", "a.safetensors"])));
+    }
+
+    #[test]
+    fn an_embedding_models_sentence_transformers_files_come_with_it() {
+        let p = plan(
+            "r",
+            &names(&[
+                "config.json",
+                "tokenizer.json",
+                "model.safetensors",
+                "modules.json",
+                "config_sentence_transformers.json",
+                "1_Pooling/config.json",
+                "1_Pooling/README.md",
+                "x/config.json",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(p.extras, names(&["modules.json", "config_sentence_transformers.json", "1_Pooling/config.json"]));
+        let p = plan("r", &names(&["config.json", "tokenizer.json", "model.safetensors", "1_Pooling/config.json"]));
+        assert!(p.unwrap().extras.is_empty(), "no modules.json: not an embedding model's layout");
     }
 
     #[test]

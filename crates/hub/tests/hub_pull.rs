@@ -279,3 +279,27 @@ fn adapters_beside_weights_follow_the_checksum_rule() {
     );
     assert!(!p.dir.join("adapter_model.safetensors").exists());
 }
+
+#[test]
+fn an_embedding_models_pooling_config_is_pulled_into_its_folder() {
+    let fake = Fake::start();
+    let dir = fixtures().join("models/qwen3-embed");
+    let mut files = Vec::new();
+    for name in ["config.json", "tokenizer.json", "model.safetensors", "modules.json", "1_Pooling/config.json"] {
+        files.push((name.to_string(), std::fs::read(dir.join(name)).unwrap()));
+    }
+    files.push(("1_Pooling/README.md".into(), b"not needed".to_vec()));
+    fake.add_repo("tiny/embed", C1, files.clone(), &["main"]);
+    let t = tempfile::tempdir().unwrap();
+    pull(&hub(&fake, t.path(), None), "tiny/embed").unwrap();
+    let snap = t.path().join("models--tiny--embed/snapshots").join(C1);
+    for (name, bytes) in &files {
+        let f = snap.join(name);
+        match name.ends_with(".md") {
+            true => assert!(!f.exists(), "{name} is not something a model needs"),
+            false => assert_eq!(&std::fs::read(&f).unwrap(), bytes, "{name}"),
+        }
+    }
+    let link = std::fs::read_link(snap.join("1_Pooling/config.json")).unwrap();
+    assert!(link.starts_with("../../../blobs/"), "{}", link.display());
+}

@@ -355,7 +355,8 @@ impl<'a> Tensors<'a> {
     pub(crate) fn head(&mut self, cfg: &ModelConfig, embed: &Embedding) -> Result<Option<Linear>, ModelError> {
         let name = "lm_head.weight";
         if !cfg.tie_embeddings && (self.bare || self.cached.is_some()) && !self.has(name) {
-            self.notes.push("no lm_head.weight: an embedding model's base checkpoint, it pools and cannot generate".into());
+            self.notes
+                .push("no lm_head.weight: an embedding model's base checkpoint, it pools and cannot generate".into());
             return Ok(None);
         }
         if !cfg.tie_embeddings {

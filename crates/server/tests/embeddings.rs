@@ -52,7 +52,8 @@ fn embeddings_equal_sentence_transformers_through_the_server_and_the_openai_sdk(
     let (_, float) = s.post("/v1/embeddings", &body(json!({})));
     let (code, b64) = s.post("/v1/embeddings", &body(json!({"encoding_format": "base64"})));
     assert_eq!(code, 200, "{b64}");
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(b64["data"][0]["embedding"].as_str().unwrap()).unwrap();
     let decoded: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
     let floats: Vec<f32> =
         float["data"][0]["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
@@ -93,7 +94,14 @@ fn embeddings_equal_sentence_transformers_through_the_server_and_the_openai_sdk(
         .unwrap();
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for check in ["as the default equal", "as base64 equal", "as float equal", "dimensions truncated", "token ids embedded", "bad dimensions"] {
+    for check in [
+        "as the default equal",
+        "as base64 equal",
+        "as float equal",
+        "dimensions truncated",
+        "token ids embedded",
+        "bad dimensions",
+    ] {
         assert!(stdout.contains(check), "{check}: {stdout}");
     }
 }

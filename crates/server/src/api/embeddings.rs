@@ -52,7 +52,10 @@ fn inputs(v: Option<&Value>) -> Result<Vec<EmbedInput>, ApiError> {
             out
         }
         Some(v) => {
-            return Err(bad(format!("input must be a string or an array (of strings or token ids), not {}", kind_of(v))))
+            return Err(bad(format!(
+                "input must be a string or an array (of strings or token ids), not {}",
+                kind_of(v)
+            )))
         }
     };
     if list.len() > MAX_INPUTS {
@@ -133,10 +136,7 @@ mod tests {
         let read = |v: Value| inputs(Some(&v));
         assert_eq!(read(json!("hi")).unwrap(), vec![EmbedInput::Text("hi".into())]);
         assert_eq!(read(json!([1, 2])).unwrap(), vec![EmbedInput::Tokens(vec![1, 2])]);
-        assert_eq!(
-            read(json!(["a", [3]])).unwrap(),
-            vec![EmbedInput::Text("a".into()), EmbedInput::Tokens(vec![3])]
-        );
+        assert_eq!(read(json!(["a", [3]])).unwrap(), vec![EmbedInput::Text("a".into()), EmbedInput::Tokens(vec![3])]);
         for (v, says) in [
             (json!([]), "input is an empty array"),
             (json!(["a", ""]), "input[1] is empty"),

@@ -170,7 +170,8 @@ impl Gpt2 {
         Ok(final_logits(&x, e, &counts, mode, |rows, n| {
             let mut normed = vec![0f32; n * e];
             ops::layer_norm(rows, &self.ln_f.0, &self.ln_f.1, c.norm_eps, &mut normed);
-            let head = if hidden { Head::Hidden } else { self.head.as_ref().map_or(Head::Tied(&self.wte), Head::Linear) };
+            let head =
+                if hidden { Head::Hidden } else { self.head.as_ref().map_or(Head::Tied(&self.wte), Head::Linear) };
             head.forward(&normed, n)
         }))
     }

@@ -105,3 +105,46 @@ fn embeddings_equal_sentence_transformers_through_the_server_and_the_openai_sdk(
         assert!(stdout.contains(check), "{check}: {stdout}");
     }
 }
+
+/// A model that both generates and pools (qwen3-embed's weights with its head tied to the embedding): embeddings
+/// asked while a reply runs are read in passes between its steps, and neither changes the other: the reply's
+/// tokens are those it writes alone, the vectors sentence-transformers'.
+#[test]
+fn embeddings_between_a_running_replys_steps_change_neither() {
+    let src = fixtures().join("models/qwen3-embed");
+    let dir = std::env::temp_dir().join(format!("kvad-embed-tied-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json", "1_Pooling/config.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["tie_word_embeddings"] = json!(true);
+    std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    let model = dir.display().to_string();
+    let s = std::sync::Arc::new(common::start("embed-tied", &["--model", &model, "--backend", "cpu-f32"]));
+    let reply = json!({"model": model, "prompt": "Oslo is the capital of", "max_tokens": 200, "temperature": 0,
+                       "ignore_eos": true})
+    .to_string();
+    let (code, alone) = s.post("/v1/completions", &reply);
+    assert_eq!(code, 200, "{alone}");
+    let g = golden("qwen3-embed");
+    let writer = {
+        let (s, reply) = (s.clone(), reply.clone());
+        std::thread::spawn(move || s.post("/v1/completions", &reply))
+    };
+    let mut answered = 0;
+    while !writer.is_finished() || answered == 0 {
+        let (code, v) = s.post("/v1/embeddings", &json!({"model": model, "input": g["texts"]}).to_string());
+        assert_eq!(code, 200, "{v}");
+        for (i, d) in v["data"].as_array().unwrap().iter().enumerate() {
+            let w = worst(&d["embedding"], &g["embeddings"][i]);
+            assert!(w < 1e-4, "input {i} beside a reply: worst difference {w}");
+        }
+        answered += 1;
+    }
+    let (code, beside) = writer.join().unwrap();
+    assert_eq!(code, 200, "{beside}");
+    assert_eq!(beside["choices"][0]["text"], alone["choices"][0]["text"], "after {answered} embeddings beside it");
+    assert_eq!(beside["usage"]["completion_tokens"], 200);
+}

@@ -48,8 +48,12 @@ impl<'a> IncrementalDecoder<'a> {
     }
 
     /// Adds one id; returns the new text it completes, or `None` while a character is still
-    /// incomplete (or the id adds no text, like a skipped special token).
+    /// incomplete (or the id adds no text, like a skipped special token). An id past the tokenizer's vocabulary
+    /// (a model's embedding rows padded beyond it, as Qwen's are) has no text, as transformers decodes it.
     pub fn push(&mut self, id: u32) -> Result<Option<String>, TextError> {
+        if id as usize >= self.tokenizer.vocab_size() {
+            return Ok(None);
+        }
         self.ids.push(id);
         let dropped = self.skip_special && self.tokenizer.is_special(id);
         if !dropped {
@@ -162,6 +166,18 @@ mod tests {
         let (deltas, rest) = stream(&t, &ids, false);
         assert_eq!(deltas, vec!["a", "日", "b"]);
         assert_eq!(rest, "");
+    }
+
+    #[test]
+    fn an_id_past_the_vocabulary_adds_no_text_and_breaks_nothing() {
+        let t = Tokenizer::from_gguf_vocab(tiny_byte_level()).unwrap();
+        let ids = t.encode("a日b", false).unwrap();
+        let past = t.vocab_size() as u32 + 3;
+        let mut with: Vec<u32> = vec![past];
+        for &id in &ids {
+            with.extend([id, past]);
+        }
+        assert_eq!(stream(&t, &with, false), stream(&t, &ids, false));
     }
 
     #[test]

@@ -12,8 +12,14 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 /// The llama fixture's weights beside a byte-level tokenizer of its own: `<unk>`, `<s>`, `</s>` (ids 0–2, the
-/// fixture's end token 2), then one token a byte.
+/// fixture's end token 2), then one token a byte. Written once per test process: the tests run in parallel, and
+/// one writing the files while another reads them was a flake.
 fn model_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(write_model_dir).clone()
+}
+
+fn write_model_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kvad-grammar-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama");

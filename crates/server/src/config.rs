@@ -24,6 +24,7 @@
 //! stall_timeout = 60             # KVAD_STALL_TIMEOUT: seconds a streaming client may leave its reply unread (its
 //!                                # socket full) before the reply is stopped; 0: never
 //! chat_template = "hermes.jinja"  # a chat template for every model instead of its own (--chat-template)
+//! chat_templates = { "smollm2-instruct" = "hermes.jinja" }  # per model, instead of its own and of chat_template
 //! greedy_ahead = 8               # KVAD_GREEDY_AHEAD: greedy steps a lone reply runs ahead (unset: the model's own)
 //! step_trace = false             # KVAD_STEP_TRACE=1: each pass's times on stderr
 //!
@@ -90,6 +91,9 @@ pub struct ServerSection {
     pub stall_timeout: u64,
     /// A Jinja chat template file every model's prompts are rendered with instead of its own (None: each its own).
     pub chat_template: Option<std::path::PathBuf>,
+    /// Chat template files by model id, each in place of that model's own and of `chat_template` (llama.cpp and
+    /// vLLM serve one model each; a server of several may need a tool-calling template for one of them only).
+    pub chat_templates: std::collections::BTreeMap<String, std::path::PathBuf>,
     /// Greedy steps a reply stepping alone runs ahead of its stop checks (None: the model's own count, 8 on a GPU
     /// where it saves the host's wait a step, 1 on the CPU).
     pub greedy_ahead: Option<usize>,
@@ -115,6 +119,7 @@ impl Default for ServerSection {
             shutdown_timeout: 30,
             stall_timeout: 60,
             chat_template: None,
+            chat_templates: Default::default(),
             greedy_ahead: None,
             step_trace: false,
         }

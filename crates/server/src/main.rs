@@ -146,16 +146,18 @@ fn run(args: Args) -> Result<(), String> {
                 step_trace: config.server.step_trace,
             };
             let engine = LocalEngine::new(&config.server.models, backend, &chosen, settings)?;
-            match args.chat_template.as_ref().or(config.server.chat_template.as_ref()) {
-                Some(path) => {
-                    let source =
-                        std::fs::read_to_string(path).map_err(|e| format!("chat_template {}: {e}", path.display()))?;
-                    let t = kvad_text::ChatTemplate::new(&source)
-                        .map_err(|e| format!("chat_template {}: {e}", path.display()))?;
-                    Box::new(engine.with_chat_template(t))
-                }
-                None => Box::new(engine),
+            let read = |key: &str, path: &std::path::Path| -> Result<kvad_text::ChatTemplate, String> {
+                let source = std::fs::read_to_string(path).map_err(|e| format!("{key} {}: {e}", path.display()))?;
+                kvad_text::ChatTemplate::new(&source).map_err(|e| format!("{key} {}: {e}", path.display()))
+            };
+            let mut templates = kvad_engine::local::tokens::Templates::default();
+            if let Some(path) = args.chat_template.as_ref().or(config.server.chat_template.as_ref()) {
+                templates.all = Some(read("chat_template", path)?);
             }
+            for (model, path) in &config.server.chat_templates {
+                templates.per_model.insert(model.clone(), read(&format!("chat_templates.{model}"), path)?);
+            }
+            Box::new(engine.with_chat_templates(templates))
         }
     };
     // The first model's backend sets the passes' limits until a reply joins on its own model's.

@@ -28,6 +28,32 @@ fn ask(s: &common::Server, extra: Value) -> (u16, Value) {
     s.post("/v1/chat/completions", &body.to_string())
 }
 
+/// `[server.chat_templates]` gives one model a template in place of its own, leaving the others theirs: the
+/// catalog's flags follow each model's template in force, and a forced call renders through it.
+#[test]
+fn a_per_model_chat_template_replaces_that_models_own_only() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let template = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/templates/qwen2.5.jinja");
+    let embed = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/models/qwen3-embed");
+    let first = common::start("per-model-template", &["--model", "smollm2-instruct"]);
+    let (_, models) = first.get("/v1/models");
+    assert!(models.contains(r#""tools":false"#), "SmolLM2's own template has no tools: {models}");
+    let toml = format!("[server]\nchat_templates = {{ \"smollm2-instruct\" = {template:?} }}\n");
+    std::fs::write(first.dir.join("kvad.toml"), toml).unwrap();
+    let s = first.restart(&["--model", "smollm2-instruct", "--model", embed]);
+    let (_, models) = s.get("/v1/models");
+    let models: Value = serde_json::from_str(&models).unwrap();
+    let caps = |id: &str| {
+        let m = models["data"].as_array().unwrap().iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("{models}"));
+        m["capabilities"].clone()
+    };
+    assert_eq!(caps("smollm2-instruct")["tools"], json!(true), "{models}");
+    assert_eq!(caps(embed)["chat"], json!(false), "the other model keeps its own (none): {models}");
+    let (code, v) = ask(&s, json!({"temperature": 0, "tools": weather_tools(), "tool_choice": "required"}));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather", "{v}");
+}
+
 #[test]
 fn smollm2_forced_tool_calls_and_json_schema_replies_are_valid() {
     kvad_hub::ensure_smollm2().expect("the default model");

@@ -107,8 +107,8 @@ pub struct LocalEngine {
     backend: Option<BackendKind>,
     /// The backends loads chose per model (kept across restarts by the server).
     chosen: HashMap<String, BackendKind>,
-    /// A chat template that replaces every model's own (`kvad-serve --chat-template`).
-    template: Option<ChatTemplate>,
+    /// Chat templates that replace models' own (`kvad-serve --chat-template`, `[server.chat_templates]`).
+    templates: tokens::Templates,
 }
 
 /// Reads a model's chat template without loading its weights (GGUF metadata is mapped, not read whole).
@@ -129,15 +129,24 @@ fn info_for(name: &str, path: &Path, default: BackendKind, over: Option<&ChatTem
         Some(t) => Some(t.clone()),
         None => probe_template(path)?,
     };
-    Ok(ModelInfo {
+    let mut info = ModelInfo {
         id: name.to_string(),
-        chat: tpl.is_some(),
-        tools: tpl.as_ref().is_some_and(ChatTemplate::supports_tools),
-        reasoning: tpl.as_ref().is_some_and(|t| template_reasons(t.source())),
+        chat: false,
+        tools: false,
+        reasoning: false,
         loaded: false,
         backend: default.to_string(),
         default_backend: default.to_string(),
-    })
+    };
+    capabilities(&mut info, tpl.as_ref());
+    Ok(info)
+}
+
+/// A catalog entry's flags from the template in force: chat, tools, reasoning.
+fn capabilities(info: &mut ModelInfo, tpl: Option<&ChatTemplate>) {
+    info.chat = tpl.is_some();
+    info.tools = tpl.is_some_and(ChatTemplate::supports_tools);
+    info.reasoning = tpl.is_some_and(|t| template_reasons(t.source()));
 }
 
 /// A model on this machine that no engine offers yet, described without loading it, for the server to take a
@@ -169,7 +178,7 @@ impl LocalEngine {
             seqs: HashMap::new(),
             backend,
             chosen: chosen.clone(),
-            template: None,
+            templates: tokens::Templates::default(),
         };
         for name in names {
             let r = kvad_hub::resolve(name).map_err(|e| e.to_string())?;
@@ -180,16 +189,16 @@ impl LocalEngine {
         Ok(engine)
     }
 
-    /// Renders every model's prompts with `template` instead of its own (as llama.cpp's and vLLM's
-    /// `--chat-template`): a model whose template knows no tools gets a tool-calling one, say. The catalog's
-    /// capabilities follow the template in force.
-    pub fn with_chat_template(mut self, template: ChatTemplate) -> Self {
+    /// Renders models' prompts with the server's templates instead of their own (as llama.cpp's and vLLM's
+    /// `--chat-template`, and per model): a model whose template knows no tools gets a tool-calling one, say. The
+    /// catalog's capabilities follow the template in force.
+    pub fn with_chat_templates(mut self, templates: tokens::Templates) -> Self {
         for e in &mut self.entries {
-            e.info.chat = true;
-            e.info.tools = template.supports_tools();
-            e.info.reasoning = template_reasons(template.source());
+            if let Some(t) = templates.for_model(&e.info.id) {
+                capabilities(&mut e.info, Some(t));
+            }
         }
-        self.template = Some(template);
+        self.templates = templates;
         self
     }
 
@@ -200,7 +209,7 @@ impl LocalEngine {
             // The files are here: their family decides, nothing is asked of the Hub.
             (None, None) => default_backend_for(&path.to_string_lossy()).0,
         };
-        let info = info_for(name, &path, default, self.template.as_ref())?;
+        let info = info_for(name, &path, default, self.templates.for_model(name))?;
         Ok(Entry { info, path, default })
     }
 
@@ -271,7 +280,7 @@ impl LocalEngine {
         memory::admit(self.settings.memory, &resident, &name, weights + kv, &detail)
             .map_err(EngineError::insufficient_memory)?;
         let mut m = m;
-        if let Some(t) = &self.template {
+        if let Some(t) = self.templates.for_model(&self.entries[entry].info.id) {
             m.template = Some(t.clone());
         }
         let stop = m.stop_ids();
@@ -533,7 +542,7 @@ impl Engine for LocalEngine {
 
     fn tokenizers(&self) -> std::sync::Arc<dyn crate::seam::Tokenize> {
         let paths = self.entries.iter().map(|e| (e.info.id.clone(), e.path.clone())).collect();
-        std::sync::Arc::new(tokens::LocalTokenizers::new(paths, self.template.clone()))
+        std::sync::Arc::new(tokens::LocalTokenizers::new(paths, self.templates.clone()))
     }
 }
 

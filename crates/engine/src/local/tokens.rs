@@ -13,18 +13,35 @@ use std::sync::{Arc, Mutex};
 /// A model's tokenizer and the chat template its prompts are rendered with.
 type Text = Arc<(Tokenizer, Option<ChatTemplate>)>;
 
+/// The chat templates the server puts in place of models' own: one for every model (`--chat-template`, `[server]
+/// chat_template`) and one per model (`[server.chat_templates]`), which wins for its model.
+#[derive(Debug, Clone, Default)]
+pub struct Templates {
+    /// For every model without one of its own here.
+    pub all: Option<ChatTemplate>,
+    /// By model id.
+    pub per_model: HashMap<String, ChatTemplate>,
+}
+
+impl Templates {
+    /// The template that replaces `model`'s own, if any.
+    pub fn for_model(&self, model: &str) -> Option<&ChatTemplate> {
+        self.per_model.get(model).or(self.all.as_ref())
+    }
+}
+
 /// Every model's files, and the tokenizers read so far.
 pub struct LocalTokenizers {
     paths: Vec<(String, PathBuf)>,
-    /// The server's `--chat-template`, which every model's prompts use instead of their own.
-    template: Option<ChatTemplate>,
+    /// The templates the server puts in place of models' own.
+    templates: Templates,
     read: Mutex<HashMap<String, Text>>,
 }
 
 impl LocalTokenizers {
-    /// The models (id, path) whose tokenizers may be asked for, and the template that overrides theirs.
-    pub fn new(paths: Vec<(String, PathBuf)>, template: Option<ChatTemplate>) -> Self {
-        LocalTokenizers { paths, template, read: Mutex::new(HashMap::new()) }
+    /// The models (id, path) whose tokenizers may be asked for, and the templates that override theirs.
+    pub fn new(paths: Vec<(String, PathBuf)>, templates: Templates) -> Self {
+        LocalTokenizers { paths, templates, read: Mutex::new(HashMap::new()) }
     }
 
     fn get(&self, model: &str) -> Result<Text, EngineError> {
@@ -45,7 +62,7 @@ impl LocalTokenizers {
             return Ok(t.clone());
         }
         let (tok, own) = open(&path).map_err(|e| EngineError::internal(format!("{model}'s tokenizer: {e}")))?;
-        let text = Arc::new((tok, self.template.clone().or(own)));
+        let text = Arc::new((tok, self.templates.for_model(model).cloned().or(own)));
         read.insert(model.to_string(), text.clone());
         Ok(text)
     }

@@ -118,3 +118,66 @@ fn in_play_marks_what_top_k_top_p_and_greedy_leave() {
     // No alternatives asked: no marks.
     assert!(Sampler::new(params()).sample(&logits, &[], &[]).in_play.is_empty());
 }
+
+/// The cuts as a full sort of the vocabulary makes them (what the sampler did before it selected and sorted only
+/// what a cut needs): top-k, then top-p over the normalised probabilities, then min-p against the best.
+fn by_full_sort(l: &[f32], p: &SamplingParams) -> Vec<(u32, f64)> {
+    let l: Vec<f32> = l.iter().map(|v| v / p.temperature).collect();
+    let mut idx: Vec<u32> = (0..l.len() as u32).filter(|&i| l[i as usize].is_finite()).collect();
+    idx.sort_unstable_by(|&a, &b| l[b as usize].total_cmp(&l[a as usize]).then(a.cmp(&b)));
+    if p.top_k > 0 && p.top_k < idx.len() {
+        idx.truncate(p.top_k);
+    }
+    let max = l[idx[0] as usize];
+    let mut probs: Vec<f64> = idx.iter().map(|&i| ((l[i as usize] - max) as f64).exp()).collect();
+    let sum: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|x| *x /= sum);
+    if p.top_p < 1.0 {
+        let mut acc = 0.0;
+        let keep = probs.iter().position(|&q| {
+            acc += q;
+            acc >= p.top_p as f64
+        });
+        let keep = keep.map_or(probs.len(), |k| k + 1);
+        probs.truncate(keep);
+        idx.truncate(keep);
+    }
+    if p.min_p > 0.0 {
+        let floor = probs[0] * p.min_p as f64;
+        let keep = probs.iter().take_while(|&&q| q >= floor).count().max(1);
+        probs.truncate(keep);
+        idx.truncate(keep);
+    }
+    idx.into_iter().zip(probs).collect()
+}
+
+proptest::proptest! {
+    /// The candidates and their probabilities are the full sort's, whatever the cuts; in its order wherever a cut
+    /// needs one. Flat logits over 3,000 tokens make top-p sort past its first prefix of 256.
+    #[test]
+    fn the_cuts_keep_what_a_full_sort_keeps(
+        seed in 0u64..1000, spread in 0.1f32..20.0, top_k in 0usize..400, top_p in 0.05f32..1.0, min_p in 0.0f32..0.5,
+        cut_p in proptest::bool::ANY, cut_min in proptest::bool::ANY, temperature in 0.3f32..2.0,
+    ) {
+        let mut rng = Rng::new(seed);
+        let l: Vec<f32> = (0..3000).map(|i| if i % 97 == 5 { f32::NEG_INFINITY } else { (rng.next_f64() as f32) * spread }).collect();
+        let p = SamplingParams {
+            temperature,
+            top_k,
+            top_p: if cut_p { top_p } else { 1.0 },
+            min_p: if cut_min { min_p } else { 0.0 },
+            ..params()
+        };
+        let want = by_full_sort(&l, &p);
+        let (idx, probs) = Sampler::new(p.clone()).candidates(&mut l.clone());
+        let mut got: Vec<(u32, f64)> = idx.into_iter().zip(probs).collect();
+        if p.top_k == 0 && p.top_p >= 1.0 && p.min_p == 0.0 {
+            got.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        }
+        proptest::prop_assert_eq!(got.len(), want.len());
+        for ((gi, gp), (wi, wp)) in got.iter().zip(&want) {
+            proptest::prop_assert_eq!(gi, wi);
+            proptest::prop_assert!((gp - wp).abs() <= 1e-12 * wp.max(1e-300), "{} {} {}", gi, gp, wp);
+        }
+    }
+}

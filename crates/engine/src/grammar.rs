@@ -141,6 +141,20 @@ struct Wait {
     env: TokEnv,
 }
 
+/// The tokens a grammar allows at one step.
+pub struct Mask(toktrie::SimpleVob);
+
+impl Mask {
+    /// Sets every logit the mask does not allow to minus infinity.
+    pub fn apply(&self, logits: &mut [f32]) {
+        for (id, l) in logits.iter_mut().enumerate() {
+            if !self.0.is_allowed(id as TokenId) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
 /// One reply's place in its grammar.
 #[derive(Clone)]
 pub struct Guide {
@@ -158,17 +172,23 @@ impl std::fmt::Debug for Guide {
 }
 
 impl Guide {
-    /// Sets the logit of every token the grammar does not allow next to minus infinity (once the grammar is
-    /// complete, all but the end token).
-    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), EngineError> {
-        if self.wait.is_some() {
-            return Ok(());
-        }
+    /// Whether the next draw is held (the free text before the constraint is not).
+    pub fn needs_mask(&self) -> bool {
+        self.wait.is_none()
+    }
+
+    /// The tokens the grammar allows next (once it is complete, the end token only). Computed while the pass that
+    /// gives the logits runs ([`crate::pass::run`]); applied to them with [`Mask::apply`].
+    pub fn next_mask(&mut self) -> Result<Mask, EngineError> {
         let allowed = self.matcher.compute_mask_or_eos().map_err(|e| EngineError::internal(format!("grammar: {e}")))?;
-        for (id, l) in logits.iter_mut().enumerate() {
-            if !allowed.is_allowed(id as TokenId) {
-                *l = f32::NEG_INFINITY;
-            }
+        Ok(Mask(allowed))
+    }
+
+    /// Sets the logit of every token the grammar does not allow next to minus infinity; text before the
+    /// constraint applies is left free.
+    pub fn mask(&mut self, logits: &mut [f32]) -> Result<(), EngineError> {
+        if self.needs_mask() {
+            self.next_mask()?.apply(logits);
         }
         Ok(())
     }

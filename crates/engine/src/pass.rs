@@ -207,6 +207,48 @@ fn forward_parts(
     Ok(out)
 }
 
+/// The pass's outputs per part: a lone greedy reply's picks run ahead, picks made ahead handed out, the rest from
+/// one forward ([`forward_parts`]).
+fn forward_outs(
+    model: &dyn CausalLm,
+    how: Stepping,
+    works: &[Work],
+    seqs: &mut [&mut Sequence],
+    tokens: &[Vec<u32>],
+) -> Result<Vec<Out>, EngineError> {
+    Ok(if let Some(k) = lone_ahead(model, how, works, seqs) {
+        // One reply's next token alone: k greedy steps back to back, the first handed out now.
+        let s = &mut seqs[0];
+        let picks = greedy_steps(model, SeqInput { tokens: &tokens[0], state: &mut s.state }, k)?;
+        s.ahead.extend(&picks[1..]);
+        vec![Out::Id(picks[0])]
+    } else {
+        // Replies holding picks made ahead take their next from there; the others run the pass.
+        let mut outs: Vec<Out> = Vec::with_capacity(works.len());
+        let (mut run_works, mut run_seqs, mut run_tokens, mut run_at) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, ((w, s), t)) in works.iter().zip(seqs.iter_mut()).zip(tokens).enumerate() {
+            let made = if *w == Work::Decode { s.ahead.pop_front() } else { None };
+            match made {
+                Some(id) => outs.push(Out::Id(id)),
+                None => {
+                    outs.push(Out::Nothing);
+                    run_works.push(*w);
+                    run_seqs.push(&mut **s);
+                    run_tokens.push(t.clone());
+                    run_at.push(i);
+                }
+            }
+        }
+        if !run_works.is_empty() {
+            for (i, o) in run_at.into_iter().zip(forward_parts(model, &run_works, &mut run_seqs, &run_tokens)?) {
+                outs[i] = o;
+            }
+        }
+        outs
+    })
+}
+
 /// Runs one pass of `model` over the sequences, `works[i]` saying what `seqs[i]` does: a prompt chunk is read into
 /// the cache (None), the prompt's last token or the reply's latest gives the next token, sampled and pushed onto the
 /// reply (Some). A lone greedy reply may run several steps ahead ([`Stepping`]); the picks are handed out a pass at a
@@ -228,40 +270,33 @@ pub fn run(
         }
         tokens.push(t);
     }
-    let outs = if let Some(k) = lone_ahead(model, how, works, seqs) {
-        // One reply's next token alone: k greedy steps back to back, the first handed out now.
-        let s = &mut seqs[0];
-        let picks = greedy_steps(model, SeqInput { tokens: &tokens[0], state: &mut s.state }, k)?;
-        s.ahead.extend(&picks[1..]);
-        vec![Out::Id(picks[0])]
-    } else {
-        // Replies holding picks made ahead take their next from there; the others run the pass.
-        let mut outs: Vec<Out> = Vec::with_capacity(works.len());
-        let (mut run_works, mut run_seqs, mut run_tokens, mut run_at) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (i, ((w, s), t)) in works.iter().zip(seqs.iter_mut()).zip(&tokens).enumerate() {
-            let made = if *w == Work::Decode { s.ahead.pop_front() } else { None };
-            match made {
-                Some(id) => outs.push(Out::Id(id)),
-                None => {
-                    outs.push(Out::Nothing);
-                    run_works.push(*w);
-                    run_seqs.push(&mut **s);
-                    run_tokens.push(t.clone());
-                    run_at.push(i);
-                }
-            }
-        }
-        if !run_works.is_empty() {
-            for (i, o) in run_at.into_iter().zip(forward_parts(model, &run_works, &mut run_seqs, &run_tokens)?) {
-                outs[i] = o;
-            }
-        }
-        outs
-    };
+    // Each grammar's mask for this step is computed on another thread while the forward pass runs (the token it
+    // follows was accepted last step), so a constrained reply's step costs what the mask adds beyond the pass.
+    let guided: Vec<usize> = (0..works.len())
+        .filter(|&i| !matches!(works[i], Work::Chunk(_)) && seqs[i].guide.as_ref().is_some_and(|g| g.needs_mask()))
+        .collect();
+    let mut guides: Vec<crate::grammar::Guide> = guided.iter().filter_map(|&i| seqs[i].guide.take()).collect();
+    let (outs, masks) = std::thread::scope(|scope| {
+        let masking = (!guides.is_empty())
+            .then(|| scope.spawn(|| guides.iter_mut().map(|g| g.next_mask()).collect::<Result<Vec<_>, _>>()));
+        let outs = forward_outs(model, how, works, seqs, &tokens);
+        let masks = match masking {
+            Some(h) => h.join().unwrap_or_else(|_| Err(EngineError::internal("a grammar's mask thread panicked"))),
+            None => Ok(Vec::new()),
+        };
+        (outs, masks)
+    });
+    for (&i, g) in guided.iter().zip(guides) {
+        seqs[i].guide = Some(g);
+    }
+    let (outs, masks) = (outs?, masks?);
+    let mut mask_of: Vec<Option<crate::grammar::Mask>> = (0..works.len()).map(|_| None).collect();
+    for (&i, m) in guided.iter().zip(masks) {
+        mask_of[i] = Some(m);
+    }
     let recurrent = model.state_spec().has_recurrent();
     let mut out = Vec::with_capacity(works.len());
-    for (((w, s), got), t) in works.iter().zip(seqs.iter_mut()).zip(outs).zip(&tokens) {
+    for ((((w, s), got), t), mask) in works.iter().zip(seqs.iter_mut()).zip(outs).zip(&tokens).zip(mask_of) {
         match w {
             Work::Chunk(_) => {
                 let before = s.read;
@@ -288,8 +323,8 @@ pub fn run(
                         *v += b;
                     }
                 }
-                if let Some(g) = s.guide.as_mut() {
-                    g.mask(&mut row)?;
+                if let Some(m) = &mask {
+                    m.apply(&mut row);
                 }
                 s.sampler.sample(&row, &s.prompt, &s.reply)
             }

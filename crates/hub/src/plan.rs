@@ -14,7 +14,7 @@ pub const TOKENIZER_EXTRAS: &[&str] = &[
 /// A vision model's image processing configuration.
 pub const PROCESSOR_FILES: &[&str] = &["preprocessor_config.json", "processor_config.json"];
 /// An embedding model's sentence-transformers layout: which modules run, and how they pool (the pooling module's
-/// `N_Pooling/config.json` is fetched by [`is_module_config`]).
+/// `N_Pooling/config.json` comes too, when `modules.json` does).
 pub const SENTENCE_TRANSFORMERS_FILES: &[&str] =
     &["modules.json", "config_sentence_transformers.json", "sentence_bert_config.json"];
 

@@ -46,8 +46,14 @@ impl Tokenizer {
     /// Every token's bytes, indexed by id (ids the vocabulary lacks are empty).
     pub fn token_bytes(&self) -> Vec<TokenBytes> {
         let inner = self.inner();
+        // A byte-level vocabulary is named by its pre-tokenizer or its decoder, alone or inside a sequence (newer
+        // transformers write SmolLM2's GGUF vocabulary with a decoder sequence that ends in ByteLevel).
         let byte_level = matches!(inner.get_model(), TextModel::ByteLevel(_))
-            || matches!(inner.get_decoder(), Some(DecoderWrapper::ByteLevel(_)));
+            || matches!(inner.get_decoder(), Some(DecoderWrapper::ByteLevel(_)))
+            || inner.get_decoder().is_some_and(|d| names_byte_level(&serde_json::to_value(d).unwrap_or_default()))
+            || inner
+                .get_pre_tokenizer()
+                .is_some_and(|p| names_byte_level(&serde_json::to_value(p).unwrap_or_default()));
         let alphabet = if byte_level {
             Alphabet::ByteLevel(byte_of_char())
         } else {
@@ -81,6 +87,17 @@ impl Tokenizer {
     }
 }
 
+/// Whether a serialised decoder or pre-tokenizer is ByteLevel or a sequence holding one.
+fn names_byte_level(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::Object(o) => {
+            o.get("type").and_then(|t| t.as_str()) == Some("ByteLevel") || o.values().any(names_byte_level)
+        }
+        serde_json::Value::Array(a) => a.iter().any(names_byte_level),
+        _ => false,
+    }
+}
+
 /// The byte a `<0xNN>` token stands for.
 fn fallback_byte(s: &str) -> Option<u8> {
     let hex = s.strip_prefix("<0x")?.strip_suffix('>')?;
@@ -90,6 +107,31 @@ fn fallback_byte(s: &str) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The decoder newer transformers write for SmolLM2's GGUF vocabulary: ByteFallback, Fuse, Replace and
+    /// ByteLevel in a sequence. Its tokens are still GPT-2's alphabet (a grammar masked wrongly when they were read
+    /// as SentencePiece pieces).
+    #[test]
+    fn a_byte_level_decoder_inside_a_sequence_is_byte_level() {
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": {"type": "Sequence", "normalizers": []},
+            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
+            "post_processor": null,
+            "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"},
+                {"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "},
+                {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}]},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": true, "ignore_merges": false,
+                "vocab": {"a": 0, "Ġ": 1, "Ġa": 2, "\":": 3, "Ċ": 4}, "merges": [["Ġ", "a"]]}
+        });
+        let dir = std::env::temp_dir().join(format!("kvad-token-bytes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("tokenizer.json"), json.to_string()).unwrap();
+        let t = Tokenizer::from_file(&dir.join("tokenizer.json")).unwrap();
+        let bytes: Vec<Vec<u8>> = t.token_bytes().into_iter().map(|b| b.bytes).collect();
+        assert_eq!(bytes, vec![b"a".to_vec(), b" ".to_vec(), b" a".to_vec(), b"\":".to_vec(), b"\n".to_vec()]);
+    }
 
     #[test]
     fn the_byte_level_alphabet_covers_every_byte_once() {

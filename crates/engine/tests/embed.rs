@@ -195,18 +195,19 @@ fn on_a_gpu_each_backend_pools_as_the_reference_and_its_cpu_twin() {
             (BackendKind::GpuQ8, Some(BackendKind::CpuQ8), 0.9995),
             (BackendKind::GpuQ4, Some(BackendKind::CpuQ4), 0.9995),
         ] {
-            let (_, got) = run(name, gpu, 32, None);
-            let against = match twin {
-                Some(b) => run(name, b, 32, None).1,
-                None => want.clone(),
-            };
-            for (i, (a, b)) in got.iter().zip(&against).enumerate() {
-                let c = cosine(a, b);
-                eprintln!(
-                    "{name} {gpu} input {i}: cosine {c} against {}",
-                    twin.map_or("the reference".into(), |t| t.to_string())
-                );
-                assert!(c > least, "{name} {gpu} input {i}: cosine {c}");
+            // 32-row passes (the few-row kernels) and 512-row ones (the prompt kernels, tiled attention).
+            for rows in [32, 512] {
+                let (_, got) = run(name, gpu, rows, None);
+                let against = match twin {
+                    Some(b) => run(name, b, rows, None).1,
+                    None => want.clone(),
+                };
+                for (i, (a, b)) in got.iter().zip(&against).enumerate() {
+                    let c = cosine(a, b);
+                    let to = twin.map_or("the reference".into(), |t| t.to_string());
+                    eprintln!("{name} {gpu} {rows}-row passes, input {i}: cosine {c} against {to}");
+                    assert!(c > least, "{name} {gpu} {rows}-row passes, input {i}: cosine {c}");
+                }
             }
         }
     }

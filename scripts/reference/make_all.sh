@@ -45,6 +45,7 @@ export OMP_NUM_THREADS=1
 "$PY" scripts/reference/moe_models.py
 "$PY" scripts/reference/hybrid_models.py
 "$PY" scripts/reference/embed_models.py
+"$PY" scripts/reference/train_ref.py       # after models.py: gradients and loss curves of its fixtures
 "$PY" scripts/reference/bf16_ref.py
 "$PY" scripts/reference/gguf_types.py
 "$PY" scripts/reference/templates_ref.py

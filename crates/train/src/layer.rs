@@ -2,9 +2,8 @@
 //! are its own, so the network's forward and backward read as the model does.
 
 use crate::ops::{self, LinShape, NormStats, WeightLayout};
-use crate::params::{Grads, Params};
+use crate::params::{Grads, Params, Source};
 use crate::TrainError;
-use kvad_models::weights::WeightSource;
 
 /// A LoRA adapter on a linear layer: `y += scale · (x·Aᵀ)·Bᵀ`, A `[rank][in]`, B `[out][rank]` (PEFT's shapes,
 /// whatever the base weight's layout).
@@ -54,13 +53,7 @@ pub fn put(g: &mut Grads, p: &Params, i: usize, buf: Vec<f32>) {
 
 impl Lin {
     /// Reads `{name}.weight` (and `{name}.bias`) from `src`.
-    pub fn take(
-        p: &mut Params,
-        src: &dyn WeightSource,
-        name: &str,
-        s: LinShape,
-        bias: bool,
-    ) -> Result<Self, TrainError> {
+    pub fn take(p: &mut Params, src: &dyn Source, name: &str, s: LinShape, bias: bool) -> Result<Self, TrainError> {
         let shape = match s.layout {
             WeightLayout::OutIn => [s.n_out, s.n_in],
             WeightLayout::InOut => [s.n_in, s.n_out],
@@ -154,13 +147,7 @@ pub enum Norm {
 
 impl Norm {
     /// Reads `{name}.weight` (and, for LayerNorm, `{name}.bias`).
-    pub fn take(
-        p: &mut Params,
-        src: &dyn WeightSource,
-        name: &str,
-        width: usize,
-        layer: bool,
-    ) -> Result<Self, TrainError> {
+    pub fn take(p: &mut Params, src: &dyn Source, name: &str, width: usize, layer: bool) -> Result<Self, TrainError> {
         let w = p.take(src, &format!("{name}.weight"), &[width])?;
         Ok(if layer { Norm::Layer { w, b: p.take(src, &format!("{name}.bias"), &[width])? } } else { Norm::Rms { w } })
     }

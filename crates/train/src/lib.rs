@@ -7,13 +7,16 @@
 mod attn;
 mod batch;
 mod checkpoint;
+pub mod data;
 mod error;
+pub mod init;
 mod layer;
 mod lora;
 mod net;
 mod ops;
 mod optim;
 mod params;
+pub mod run;
 mod trainer;
 
 pub use batch::Batch;
@@ -22,7 +25,7 @@ pub use error::TrainError;
 pub use lora::{read_adapter_config, save_adapter, LoraSpec};
 pub use net::Net;
 pub use optim::{clip, cosine_lr, AdamW, AdamWConfig};
-pub use params::{Grads, Param, Params};
+pub use params::{Grads, Param, Params, Source, Stored};
 pub use trainer::{StepReport, TrainConfig, Trainer};
 
 use kvad_models::{read_config, ModelFiles};
@@ -59,5 +62,5 @@ pub fn open(dir: &Path) -> Result<Net, TrainError> {
     }
     let cfg = read_config(&ModelFiles::HfDir(dir.to_path_buf()))?;
     let src = kvad_models::weights::open(dir)?;
-    Net::load(&cfg, src.as_ref())
+    Net::load(&cfg, &params::Stored(src.as_ref()))
 }

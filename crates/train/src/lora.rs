@@ -89,8 +89,9 @@ impl Net {
     /// trainable (resuming a LoRA run). Settings kvad does not compute are refused by name.
     pub fn load_adapter(&mut self, dir: &Path) -> Result<LoraSpec, TrainError> {
         let spec = read_adapter_config(dir)?;
-        let src = SafetensorsSource::open_files(&[dir.join("adapter_model.safetensors")])?;
-        let mut unused: std::collections::BTreeSet<String> = src.tensor_names().into_iter().collect();
+        let file = SafetensorsSource::open_files(&[dir.join("adapter_model.safetensors")])?;
+        let src = crate::params::Stored(&file);
+        let mut unused: std::collections::BTreeSet<String> = file.tensor_names().into_iter().collect();
         let scale = spec.scale();
         let (params, lins) = self.parts_mut();
         params.freeze_all();

@@ -10,10 +10,9 @@ use crate::attn::{self, Shape};
 use crate::batch::Batch;
 use crate::layer::{put, take, Lin, Norm};
 use crate::ops::{self, LinShape, NormStats, WeightLayout};
-use crate::params::{Grads, Params};
+use crate::params::{Grads, Params, Source};
 use crate::TrainError;
 use kvad_models::layers::Rope;
-use kvad_models::weights::WeightSource;
 use kvad_models::{ArchKind, ModelConfig, RopeScaling};
 
 /// Rows of the output head computed at once: the logits of a chunk (rows × vocab) are the step's largest buffer.
@@ -98,7 +97,7 @@ pub struct Net {
 impl Net {
     /// Builds the network for `cfg` from `src`'s tensors; architectures training does not cover are refused by
     /// name.
-    pub fn load(cfg: &ModelConfig, src: &dyn WeightSource) -> Result<Self, TrainError> {
+    pub fn load(cfg: &ModelConfig, src: &dyn Source) -> Result<Self, TrainError> {
         check(cfg)?;
         let gpt2 = cfg.arch == ArchKind::Gpt2;
         let (d, ff, hd) = (cfg.hidden, cfg.intermediate, cfg.head_dim);

@@ -41,6 +41,21 @@ impl AdamW {
         self.t
     }
 
+    /// The first and second moments of tensor `i` (empty for a frozen one).
+    pub fn moments(&self, i: usize) -> (&[f32], &[f32]) {
+        (&self.m[i], &self.v[i])
+    }
+
+    /// Puts back saved moments and the step count (a resumed run); a moment of another size is refused naming
+    /// the tensor.
+    pub fn restore(&mut self, i: usize, name: &str, m: Vec<f32>, v: Vec<f32>, t: i32) -> Result<(), crate::TrainError> {
+        if m.len() != self.m[i].len() || v.len() != self.v[i].len() {
+            return Err(crate::TrainError::refused(name, m.len(), format!("moments must hold {}", self.m[i].len())));
+        }
+        (self.m[i], self.v[i], self.t) = (m, v, t);
+        Ok(())
+    }
+
     /// One update at learning rate `lr`, in torch.optim.AdamW's order: decay, moments, bias-corrected step.
     pub fn step(&mut self, params: &mut Params, grads: &Grads, lr: f32) {
         self.t += 1;

@@ -8,6 +8,26 @@ use crate::TrainError;
 use kvad_models::weights::WeightSource;
 use std::collections::HashMap;
 
+/// Where a network's tensors come from: a checkpoint ([`Stored`]) or a fresh initialisation
+/// ([`crate::init::Init`]).
+pub trait Source {
+    /// Tensor `name` as f32 in `shape`; a missing tensor or another shape is a refusal naming the tensor.
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, TrainError>;
+}
+
+/// Tensors read from a checkpoint's files (f16 and bf16 widened, GGUF blocks dequantised).
+pub struct Stored<'a>(pub &'a dyn WeightSource);
+
+impl Source for Stored<'_> {
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, TrainError> {
+        let info = self.0.info(name).ok_or_else(|| TrainError::refused(name, "missing", "the checkpoint lacks it"))?;
+        if info.shape != shape {
+            return Err(TrainError::refused(name, format!("{:?}", info.shape), format!("expected shape {shape:?}")));
+        }
+        Ok(self.0.load_f32(name)?)
+    }
+}
+
 /// One trainable tensor.
 #[derive(Debug, Clone)]
 pub struct Param {
@@ -37,17 +57,13 @@ pub struct Params {
 }
 
 impl Params {
-    /// Reads `name` from `src` as f32 with the `shape` the architecture expects; a missing tensor or another shape
-    /// is a refusal naming the tensor.
-    pub fn take(&mut self, src: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<usize, TrainError> {
+    /// Takes `name` from `src` with the `shape` the architecture expects (once: a tied tensor asked for again
+    /// returns its first index).
+    pub fn take(&mut self, src: &dyn Source, name: &str, shape: &[usize]) -> Result<usize, TrainError> {
         if let Some(&i) = self.index.get(name) {
             return Ok(i);
         }
-        let info = src.info(name).ok_or_else(|| TrainError::refused(name, "missing", "the checkpoint lacks it"))?;
-        if info.shape != shape {
-            return Err(TrainError::refused(name, format!("{:?}", info.shape), format!("expected shape {shape:?}")));
-        }
-        let data = src.load_f32(name)?;
+        let data = src.tensor(name, shape)?;
         Ok(self.push(name, shape.to_vec(), data))
     }
 

@@ -3,8 +3,10 @@
 use crate::batch::Batch;
 use crate::net::Net;
 use crate::optim::{clip, cosine_lr, AdamW, AdamWConfig};
-use crate::params::Grads;
+use crate::params::{Grads, Params};
 use crate::TrainError;
+use kvad_models::weights::{SafetensorsSource, WeightSource};
+use std::path::Path;
 
 /// A run's settings.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -48,6 +50,8 @@ pub struct Trainer {
     opt: AdamW,
     grads: Grads,
     step: usize,
+    /// Rows of the training data visited so far (a resumed run continues the same order from here).
+    pub rows_seen: usize,
 }
 
 impl Trainer {
@@ -55,12 +59,56 @@ impl Trainer {
     pub fn new(net: Net, cfg: TrainConfig) -> Self {
         let opt = AdamW::new(cfg.adamw, &net.params);
         let grads = net.params.zero_grads();
-        Trainer { net, cfg, opt, grads, step: 0 }
+        Trainer { net, cfg, opt, grads, step: 0, rows_seen: 0 }
     }
 
     /// Steps taken.
     pub fn step_index(&self) -> usize {
         self.step
+    }
+
+    /// The run's settings.
+    pub fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+
+    /// Writes AdamW's moments (`optimizer.safetensors`, `{name}.exp_avg` and `{name}.exp_avg_sq` a trained
+    /// tensor) and `trainer_state.json` (the step and `spec`) into `dir`.
+    pub fn save_state(&self, dir: &Path, spec: &impl serde::Serialize) -> Result<(), TrainError> {
+        let mut moments = Params::default();
+        for (i, p) in self.net.params.iter().enumerate().filter(|(_, p)| p.trainable) {
+            let (m, v) = self.opt.moments(i);
+            moments.push(&format!("{}.exp_avg", p.name), p.shape.clone(), m.to_vec());
+            moments.push(&format!("{}.exp_avg_sq", p.name), p.shape.clone(), v.to_vec());
+        }
+        crate::checkpoint::write_safetensors(&moments, &dir.join("optimizer.safetensors"))?;
+        let state = serde_json::json!({"step": self.step, "adam_steps": self.opt.steps(), "rows_seen": self.rows_seen,
+                                       "spec": spec});
+        let path = dir.join("trainer_state.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&state).unwrap_or_default() + "\n")
+            .map_err(|e| TrainError::io(&path, e))
+    }
+
+    /// A trainer for `net` (loaded from checkpoint `dir`) at the step and optimiser state saved there.
+    pub fn resume(net: Net, cfg: TrainConfig, dir: &Path) -> Result<Self, TrainError> {
+        let path = dir.join("trainer_state.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| TrainError::io(&path, e))?;
+        let state: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| TrainError::Format { path: path.display().to_string(), msg: e.to_string() })?;
+        let step = state["step"].as_u64().ok_or_else(|| TrainError::refused("step", &state["step"], "not a count"))?;
+        let adam = state["adam_steps"].as_i64().unwrap_or(step as i64) as i32;
+        let mut tr = Trainer::new(net, cfg);
+        let file = SafetensorsSource::open_files(&[dir.join("optimizer.safetensors")])?;
+        let names: Vec<(usize, String)> =
+            tr.net.params.iter().enumerate().filter(|(_, p)| p.trainable).map(|(i, p)| (i, p.name.clone())).collect();
+        for (i, name) in names {
+            let m = file.load_f32(&format!("{name}.exp_avg"))?;
+            let v = file.load_f32(&format!("{name}.exp_avg_sq"))?;
+            tr.opt.restore(i, &name, m, v, adam)?;
+        }
+        tr.step = step as usize;
+        tr.rows_seen = state["rows_seen"].as_u64().unwrap_or(0) as usize;
+        Ok(tr)
     }
 
     /// One optimiser step over `micro` micro-batches (gradient accumulation: each contributes its mean loss's

@@ -154,6 +154,136 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<KeysCommand>,
     },
+    /// Training sets on the server: list, add (checked line by line), show, rm.
+    Datasets {
+        #[command(subcommand)]
+        command: Option<DatasetsCommand>,
+    },
+    /// Long-running work on the server (training runs): list, show, follow, cancel.
+    Jobs {
+        #[command(subcommand)]
+        command: Option<JobsCommand>,
+    },
+    /// Train on the server: fine-tune MODEL (whole, or --lora-rank) or start from --config, on --data FILE or
+    /// --dataset ID; the result is `trained:OUTPUT`. Follows the job's progress until it ends.
+    Train(Box<TrainCmd>),
+}
+
+/// `kvad train`.
+#[derive(clap::Args, Debug)]
+pub struct TrainCmd {
+    /// The model to fine-tune (safetensors), as `kvad ls` names it.
+    pub model: Option<String>,
+    /// An HF config.json to train a new model from (with a byte-level tokenizer unless --tokenizer names a model).
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+    /// With --config: "bytes" or a model whose tokenizer the new model takes.
+    #[arg(long)]
+    pub tokenizer: Option<String>,
+    /// With --config: a chat template file the new model carries.
+    #[arg(long)]
+    pub chat_template: Option<std::path::PathBuf>,
+    /// With a byte-level tokenizer: its end token.
+    #[arg(long)]
+    pub eos: Option<String>,
+    /// A dataset file to upload (JSONL of {"text"} or {"messages"}, or plain text).
+    #[arg(long)]
+    pub data: Option<std::path::PathBuf>,
+    /// An uploaded dataset's id.
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// The trained model's name (it becomes trained:OUTPUT).
+    #[arg(long)]
+    pub output: String,
+    /// Optimiser steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Warmup steps.
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Rows a micro-batch.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Micro-batches a step (gradient accumulation).
+    #[arg(long)]
+    pub accum: Option<usize>,
+    /// Tokens a row.
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// A checkpoint every N steps.
+    #[arg(long)]
+    pub save_every: Option<usize>,
+    /// The validation loss every N steps.
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// LoRA of this rank instead of full fine-tuning.
+    #[arg(long)]
+    pub lora_rank: Option<usize>,
+    /// LoRA's alpha (default twice the rank).
+    #[arg(long)]
+    pub lora_alpha: Option<f32>,
+    /// LoRA's target modules, comma-separated (default: every projection).
+    #[arg(long, value_delimiter = ',')]
+    pub lora_targets: Option<Vec<String>>,
+}
+
+/// `kvad datasets`.
+#[derive(Subcommand, Debug)]
+pub enum DatasetsCommand {
+    /// Your datasets (the default).
+    List,
+    /// Upload a file; a bad one is refused naming every bad line.
+    Add {
+        /// The file.
+        file: std::path::PathBuf,
+        /// Its name on the server (default: the file's).
+        #[arg(long)]
+        name: Option<String>,
+        /// The fraction of records held out for validation (default 0.1).
+        #[arg(long)]
+        validation: Option<f64>,
+    },
+    /// A dataset, its first records, and with --model its token counts.
+    Show {
+        /// Its id.
+        id: String,
+        /// Records to show.
+        #[arg(long)]
+        rows: Option<usize>,
+        /// Count tokens as this model reads them.
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Delete a dataset.
+    Rm {
+        /// Its id.
+        id: String,
+    },
+}
+
+/// `kvad jobs`.
+#[derive(Subcommand, Debug)]
+pub enum JobsCommand {
+    /// Your jobs (the default).
+    List,
+    /// One job, whole.
+    Show {
+        /// Its id.
+        id: String,
+    },
+    /// A job's progress until it ends.
+    Follow {
+        /// Its id.
+        id: String,
+    },
+    /// Stop a job after the step it is on (its last checkpoint stays).
+    Cancel {
+        /// Its id.
+        id: String,
+    },
 }
 
 /// `kvad auth`.

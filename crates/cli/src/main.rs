@@ -144,6 +144,27 @@ fn main() -> std::process::ExitCode {
                 args::KeysCommand::Revoke { id } => client::accounts::keys_revoke(&url, &id),
             })
         }
+        args::Command::Datasets { command } => client::remote_only(&c, "datasets").and_then(|url| {
+            use client::training as t;
+            match command.unwrap_or(args::DatasetsCommand::List) {
+                args::DatasetsCommand::List => t::datasets_list(&url, c.json),
+                args::DatasetsCommand::Add { file, name, validation } => {
+                    t::datasets_add(&url, &file, name.as_deref(), validation, c.json)
+                }
+                args::DatasetsCommand::Show { id, rows, model } => t::datasets_show(&url, &id, rows, model.as_deref()),
+                args::DatasetsCommand::Rm { id } => t::datasets_rm(&url, &id),
+            }
+        }),
+        args::Command::Jobs { command } => client::remote_only(&c, "jobs").and_then(|url| {
+            use client::training as t;
+            match command.unwrap_or(args::JobsCommand::List) {
+                args::JobsCommand::List => t::jobs_list(&url, c.json),
+                args::JobsCommand::Show { id } => t::jobs_show(&url, &id),
+                args::JobsCommand::Follow { id } => t::jobs_follow(&url, &id, c.json),
+                args::JobsCommand::Cancel { id } => t::jobs_cancel(&url, &id),
+            }
+        }),
+        args::Command::Train(t) => client::remote_only(&c, "train").and_then(|url| train(&url, &t, c.json)),
         args::Command::Service { command: args::ServiceCommand::Status } => {
             client::service_url().and_then(|url| client::service::status(c.remote.as_deref().unwrap_or(&url)))
         }
@@ -155,4 +176,44 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `kvad train`: the flags as `POST /api/jobs` fields.
+fn train(url: &str, t: &args::TrainCmd, json_out: bool) -> anyhow::Result<()> {
+    let mut f = serde_json::json!({"output": t.output});
+    let nums = [
+        ("steps", t.steps.map(|v| v as f64)),
+        ("lr", t.lr.map(f64::from)),
+        ("warmup", t.warmup.map(|v| v as f64)),
+        ("batch", t.batch.map(|v| v as f64)),
+        ("accum", t.accum.map(|v| v as f64)),
+        ("seq_len", t.seq_len.map(|v| v as f64)),
+        ("save_every", t.save_every.map(|v| v as f64)),
+        ("eval_every", t.eval_every.map(|v| v as f64)),
+    ];
+    for (k, v) in nums {
+        if let Some(v) = v {
+            f[k] = if v.fract() == 0.0 { serde_json::json!(v as u64) } else { serde_json::json!(v) };
+        }
+    }
+    if let Some(tok) = &t.tokenizer {
+        f["tokenizer"] = serde_json::json!(tok);
+    }
+    if let Some(e) = &t.eos {
+        f["eos"] = serde_json::json!(e);
+    }
+    if let Some(p) = &t.chat_template {
+        f["chat_template"] = serde_json::json!(std::fs::read_to_string(p)?);
+    }
+    if let Some(r) = t.lora_rank {
+        f["lora"] = serde_json::json!({"rank": r, "alpha": t.lora_alpha, "targets": t.lora_targets});
+    }
+    let a = client::training::TrainArgs {
+        model: t.model.as_deref(),
+        config: t.config.as_deref(),
+        data: t.data.as_deref(),
+        dataset: t.dataset.as_deref(),
+        fields: f,
+    };
+    client::training::train(url, a, json_out)
 }

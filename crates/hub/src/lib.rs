@@ -21,6 +21,7 @@ pub mod pull;
 mod pypi;
 pub mod repo;
 mod resolve;
+pub mod trained;
 
 pub use cache::HfCache;
 pub use config::{hf_cache_dir, kvad_cache_dir, kvad_config_dir, offline};

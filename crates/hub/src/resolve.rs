@@ -7,7 +7,7 @@ use crate::cache::missing_for_load;
 use crate::fetch::Progress;
 use crate::pull::{Checks, Hub};
 use crate::repo::RepoRef;
-use crate::{config, ollama, pypi, HubError, DEFAULT_ALIAS};
+use crate::{config, ollama, pypi, trained, HubError, DEFAULT_ALIAS};
 use std::path::{Path, PathBuf};
 
 /// Where a model name points, and how it got there.
@@ -26,13 +26,17 @@ pub fn resolve(name: &str) -> Result<Resolved, HubError> {
     resolve_with(name, &Checks::none(), &mut crate::Silent)
 }
 
-/// Resolves a model name: a path as it is; `ollama:…` from the Ollama registry; an alias or `owner/name[@rev]`
+/// Resolves a model name: a path as it is; `trained:…` from this machine's trained models; `ollama:…` from the
+/// Ollama registry; an alias or `owner/name[@rev]`
 /// from the Hugging Face cache, downloading (with `checks` run on config.json and the tokenizer before any
 /// weight) when it is not complete there.
 pub fn resolve_with(name: &str, checks: &Checks<'_>, progress: &mut dyn Progress) -> Result<Resolved, HubError> {
     let p = Path::new(name);
     if p.exists() {
         return Ok(Resolved { path: p.to_path_buf(), source_note: None, notes: Vec::new() });
+    }
+    if name.starts_with(trained::PREFIX) {
+        return resolve_on_disk(name);
     }
     if let Some(tag) = name.strip_prefix("ollama:") {
         return ollama::resolve(&ollama::OllamaTag::parse(tag)?, progress);
@@ -57,6 +61,14 @@ pub fn resolve_on_disk(name: &str) -> Result<Resolved, HubError> {
         return Ok(Resolved { path: p.to_path_buf(), source_note: None, notes: Vec::new() });
     }
     let missing = |detail: String| HubError::NotOnDisk { what: name.to_string(), detail };
+    if let Some(n) = name.strip_prefix(trained::PREFIX) {
+        let dir = trained::dir(n).map_err(missing)?;
+        if !trained::is_complete(&dir) {
+            return Err(missing(format!("no trained model of that name in {}", trained::store_dir().display())));
+        }
+        let note = format!("{name}: trained on this machine ({})", dir.display());
+        return Ok(Resolved { path: dir, source_note: Some(note), notes: Vec::new() });
+    }
     if let Some(tag) = name.strip_prefix("ollama:") {
         let t = ollama::OllamaTag::parse(tag)?;
         return ollama::stored(&t)
@@ -111,6 +123,9 @@ pub fn on_disk() -> Vec<OnDisk> {
                 out.push(OnDisk { name, path: r.path, size });
             }
         }
+    }
+    for (name, path, size) in trained::list() {
+        out.push(OnDisk { name, path, size });
     }
     let offline = pypi::smollm2_path();
     if let Ok(m) = std::fs::metadata(&offline) {

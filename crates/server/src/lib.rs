@@ -11,6 +11,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod fields;
+pub mod jobs;
 pub mod metrics;
 pub mod sched;
 pub mod scripted;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub tokenizers: Arc<dyn kvad_engine::seam::Tokenize>,
     /// The benchmark running now or the last one (`/api/bench`), so a second is refused naming the first.
     pub bench: api::bench::Benches,
+    /// The jobs running now (training runs): their cancel flags and live events.
+    pub jobs: jobs::Jobs,
     /// The configuration the server started with (`GET /api/settings`; live limits are the queue's).
     pub config: Arc<config::Config>,
     /// The model offered first (`kvad use` against the server; kept in kvad.db), else the engine's first.

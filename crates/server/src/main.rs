@@ -195,6 +195,7 @@ fn run(args: Args) -> Result<(), String> {
         auth,
         tokenizers,
         bench: api::bench::Benches::default(),
+        jobs: kvad_server::jobs::Jobs::default(),
         config: Arc::new(config.clone()),
         default_model: Arc::new(std::sync::RwLock::new(default_model)),
     };

@@ -67,6 +67,35 @@ const MIGRATIONS: &[&str] = &[
         created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
     );
     CREATE INDEX responses_account ON responses (account, created_at);",
+    // Datasets (api/datasets.rs): each account's uploads; the file itself is in the data directory's datasets/.
+    // `validation` is the JSON array of the record indices held out.
+    "CREATE TABLE datasets (
+        id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        name TEXT NOT NULL,
+        format TEXT NOT NULL,
+        records INTEGER NOT NULL,
+        validation TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+    );
+    CREATE INDEX datasets_account ON datasets (account, created_at);",
+    // Long-running work (jobs/): training runs. `spec` is what was asked, `result` what it made; `job_events` every
+    // progress event in order, what the Training page draws its curves from and a follower replays.
+    "CREATE TABLE jobs (
+        id TEXT PRIMARY KEY,
+        account TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        result TEXT,
+        error TEXT,
+        created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        started_at TEXT,
+        finished_at TEXT
+    );
+    CREATE INDEX jobs_account ON jobs (account, created_at);
+    CREATE TABLE job_events (job TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (job, seq));",
 ];
 
 /// One completion's row.
@@ -161,6 +190,12 @@ impl Store {
     /// Rows left "running" by a process that died (a kill, a crash, the power): "interrupted", keeping what they
     /// had generated. Returns how many.
     pub fn mark_interrupted(&self) -> Result<usize, rusqlite::Error> {
+        // A job that was running when the server stopped did not finish; its last checkpoint is on disk.
+        self.conn.execute(
+            "UPDATE jobs SET state = 'failed', error = 'the server stopped while it ran', \
+             finished_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE state IN ('queued', 'running')",
+            [],
+        )?;
         self.conn.execute("UPDATE requests SET finish_reason = 'interrupted' WHERE finish_reason = 'running'", [])
     }
 

@@ -5,6 +5,35 @@ use crate::ops::{self, LinShape, NormStats, WeightLayout};
 use crate::params::{Grads, Params, Source};
 use crate::TrainError;
 
+/// Which modules get an adapter, and its size.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LoraSpec {
+    /// The rank r.
+    pub rank: usize,
+    /// α: the update is scaled by α/r.
+    pub alpha: f32,
+    /// Module names (`q_proj`, `c_attn`, …): a module is adapted when its name is one of these or ends with
+    /// `.` and one of these, as PEFT matches a list.
+    pub targets: Vec<String>,
+    /// rsLoRA's scale α/√r instead of α/r.
+    pub rslora: bool,
+}
+
+impl LoraSpec {
+    /// The update's scale.
+    pub fn scale(&self) -> f32 {
+        if self.rslora {
+            self.alpha / (self.rank as f32).sqrt()
+        } else {
+            self.alpha / self.rank as f32
+        }
+    }
+
+    pub(crate) fn matches(&self, module: &str) -> bool {
+        self.targets.iter().any(|t| module == t || module.ends_with(&format!(".{t}")))
+    }
+}
+
 /// A LoRA adapter on a linear layer: `y += scale · (x·Aᵀ)·Bᵀ`, A `[rank][in]`, B `[out][rank]` (PEFT's shapes,
 /// whatever the base weight's layout).
 #[derive(Debug, Clone, Copy)]

@@ -31,6 +31,12 @@ pub use trainer::{StepReport, TrainConfig, Trainer};
 use kvad_models::{read_config, ModelFiles};
 use std::path::Path;
 
+/// Checks an HF config.json's contents for training from scratch: a config kvad reads, of an architecture
+/// training covers.
+pub fn check_config(config: &serde_json::Value) -> Result<(), TrainError> {
+    net::check(&kvad_models::config_from_hf(config)?)
+}
+
 /// Loads a model directory in Hugging Face layout (config.json and safetensors) as a trainable network; a PEFT
 /// adapter directory (adapter_config.json) loads its base model — `base_model_name_or_path`, relative to the
 /// adapter — with the adapter on, trainable.

@@ -6,40 +6,12 @@
 //! adapters start as PEFT's do: A uniform in ±1/√in (kaiming-uniform with a = √5), B zero, so step 0 is the base
 //! model.
 
+pub use crate::layer::LoraSpec;
 use crate::net::Net;
 use crate::TrainError;
 use kvad_models::weights::{SafetensorsSource, WeightSource};
 use serde_json::{json, Value};
 use std::path::Path;
-
-/// Which modules get an adapter, and its size.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LoraSpec {
-    /// The rank r.
-    pub rank: usize,
-    /// α: the update is scaled by α/r.
-    pub alpha: f32,
-    /// Module names (`q_proj`, `c_attn`, …): a module is adapted when its name is one of these or ends with
-    /// `.` and one of these, as PEFT matches a list.
-    pub targets: Vec<String>,
-    /// rsLoRA's scale α/√r instead of α/r.
-    pub rslora: bool,
-}
-
-impl LoraSpec {
-    /// The update's scale.
-    pub fn scale(&self) -> f32 {
-        if self.rslora {
-            self.alpha / (self.rank as f32).sqrt()
-        } else {
-            self.alpha / self.rank as f32
-        }
-    }
-
-    fn matches(&self, module: &str) -> bool {
-        self.targets.iter().any(|t| module == t || module.ends_with(&format!(".{t}")))
-    }
-}
 
 fn tensor_name(module: &str, which: char) -> String {
     format!("base_model.model.{module}.lora_{which}.weight")

@@ -91,7 +91,7 @@ pub struct Net {
     head: usize,
     rope: Option<Rope>,
     /// The LoRA adapter on this network, when one is on.
-    pub(crate) lora: Option<crate::lora::LoraSpec>,
+    pub(crate) lora: Option<crate::layer::LoraSpec>,
 }
 
 impl Net {
@@ -161,6 +161,11 @@ impl Net {
     /// The model's config.
     pub fn config(&self) -> &ModelConfig {
         &self.cfg
+    }
+
+    /// Whether this is GPT-2 (whose LoRA targets are c_attn, c_proj and c_fc).
+    pub fn is_gpt2(&self) -> bool {
+        self.cfg.arch == ArchKind::Gpt2
     }
 
     /// The parameters and every linear layer of the blocks (what LoRA may target), in order.
@@ -438,7 +443,7 @@ fn join3(q: &[f32], k: &[f32], v: &[f32], rows: usize, d: usize) -> Vec<f32> {
 }
 
 /// Refuses what this network does not compute, naming the config field.
-fn check(cfg: &ModelConfig) -> Result<(), TrainError> {
+pub(crate) fn check(cfg: &ModelConfig) -> Result<(), TrainError> {
     if !matches!(cfg.arch, ArchKind::Llama | ArchKind::Gpt2)
         || cfg.moe.is_some()
         || cfg.delta.is_some()

@@ -29,6 +29,15 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api/sessions", "kvad sessions list"),
     ("DELETE", "/api/sessions/{id}", "kvad sessions rm ID"),
     ("PATCH", "/api/settings", "kvad use MODEL (the default model); the limits from the web UI's Settings page"),
+    ("GET", "/api/datasets", "kvad datasets list"),
+    ("POST", "/api/datasets", "kvad datasets add FILE [--name N] [--validation F]; kvad train --data FILE"),
+    ("GET", "/api/datasets/{id}", "kvad datasets show ID [--rows N] [--model M]"),
+    ("DELETE", "/api/datasets/{id}", "kvad datasets rm ID"),
+    ("GET", "/api/jobs", "kvad jobs list"),
+    ("POST", "/api/jobs", "kvad train MODEL --data FILE|--dataset ID --output NAME [...]"),
+    ("GET", "/api/jobs/{id}", "kvad jobs show ID"),
+    ("DELETE", "/api/jobs/{id}", "kvad jobs cancel ID"),
+    ("GET", "/api/jobs/{id}/events", "kvad jobs follow ID; kvad train (follows the job it starts)"),
 ];
 
 /// `(method, path, why no command sends it)`.

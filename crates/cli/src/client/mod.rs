@@ -16,6 +16,7 @@ pub mod pull;
 pub mod remote;
 pub mod service;
 pub mod serving;
+pub mod training;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;

@@ -170,6 +170,20 @@ pub async fn run(State(state): State<AppState>, Admin(who): Admin, body: Bytes) 
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down", None));
     }
+    if let Some(j) = state.jobs.running().into_iter().next() {
+        return Err(ApiError {
+            status: StatusCode::CONFLICT,
+            message: format!(
+                "a {} job is running ({}: {}, account {:?}); a benchmark beside it would measure both, so it is \
+                 refused: wait for the job to end, or cancel it (DELETE /api/jobs/{})",
+                j.kind, j.id, j.what, j.account, j.id
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("job_in_progress"),
+            retry_after: Some(5),
+        });
+    }
     state.bench.claim(RunView {
         account: account.clone(),
         models: a.models.clone(),

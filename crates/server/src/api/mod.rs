@@ -6,7 +6,9 @@ pub mod bench;
 pub mod chat;
 pub mod completions;
 pub mod conversations;
+pub mod datasets;
 pub mod embeddings;
+pub mod jobs;
 pub mod messages;
 pub mod misc;
 pub mod pull;
@@ -60,6 +62,15 @@ pub fn router(state: AppState) -> Router {
         .route("/api/settings", patch(web::change))
         .route("/api/bench", get(bench::state))
         .route("/api/bench", post(bench::run))
+        .route("/api/datasets", get(datasets::list))
+        .route("/api/datasets", post(datasets::create))
+        .route("/api/datasets/{id}", get(datasets::get))
+        .route("/api/datasets/{id}", delete(datasets::delete))
+        .route("/api/jobs", get(jobs::list))
+        .route("/api/jobs", post(jobs::create))
+        .route("/api/jobs/{id}", get(jobs::get))
+        .route("/api/jobs/{id}", delete(jobs::cancel))
+        .route("/api/jobs/{id}/events", get(jobs::events))
         .route("/api/conversations", get(conversations::list))
         .route("/api/conversations", post(conversations::create))
         .route("/api/conversations/{id}", get(conversations::get))

@@ -210,6 +210,10 @@ pub fn components() -> Value {
         "Account": account,
         "Session": session,
         "Conversation": conversation,
+        "Dataset": answer(&[("id", string()), ("name", string()), ("format", json!({"enum": ["text", "messages", "plain"]})),
+            ("records", int()), ("train_records", int()), ("validation_records", int()), ("bytes", int())]),
+        "Job": answer(&[("id", string()), ("kind", string()), ("state", json!({"enum": crate::jobs::STATES})),
+            ("spec", json!({"type": "object"})), ("created_at", string())]),
         "MessagesRequest": anthropic_request,
         "CountTokensRequest": anthropic_count,
         "Message": anthropic_message,
@@ -384,6 +388,53 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
             "requestBody": json_body(body(&[("models", array(string())), ("max_tokens", int()), ("rounds", int())],
                 &["models"])),
             "responses": {"200": {"description": "progress as server-sent events",
+                                  "content": {"text/event-stream": {"schema": string()}}}},
+        }),
+        ("GET", "/api/datasets") => json!({"responses": {"200": ok(answer(&[("data", array(reference("Dataset")))]))}}),
+        ("POST", "/api/datasets") => json!({
+            "parameters": [
+                {"name": "name", "in": "query", "required": false, "schema": string()},
+                {"name": "validation", "in": "query", "required": false,
+                 "schema": {"type": "number", "minimum": 0, "exclusiveMaximum": 1}},
+            ],
+            "requestBody": {"required": true, "content": {
+                "application/octet-stream": {"schema": string()}, "text/plain": {"schema": string()}}},
+            "responses": created(reference("Dataset")),
+        }),
+        ("GET", "/api/datasets/{id}") => json!({
+            "parameters": [
+                {"name": "id", "in": "path", "required": true, "schema": string()},
+                {"name": "rows", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 0}},
+                {"name": "model", "in": "query", "required": false, "schema": string()},
+            ],
+            "responses": {"200": ok(reference("Dataset"))},
+        }),
+        ("DELETE", "/api/datasets/{id}") => json!({
+            "parameters": path_param("id"),
+            "responses": {"200": ok(answer(&[("id", string()), ("deleted", boolean())]))},
+        }),
+        ("GET", "/api/jobs") => json!({"responses": {"200": ok(answer(&[("data", array(reference("Job")))]))}}),
+        ("POST", "/api/jobs") => json!({
+            "requestBody": json_body(body(&[
+                ("kind", json!({"enum": ["train"]})), ("output", string()), ("model", string()),
+                ("config", json!({"type": "object"})), ("tokenizer", string()), ("eos", string()),
+                ("chat_template", string()), ("dataset", string()), ("steps", int()),
+                ("lr", json!({"type": "number"})), ("warmup", int()), ("batch", int()), ("accum", int()),
+                ("seq_len", int()), ("clip", json!({"type": "number"})), ("weight_decay", json!({"type": "number"})),
+                ("seed", int()), ("save_every", int()), ("eval_every", int()),
+                ("lora", body(&[("rank", int()), ("alpha", json!({"type": "number"})), ("targets", array(string()))],
+                    &[]))], &["kind", "output", "dataset"])),
+            "responses": created(reference("Job")),
+        }),
+        ("GET", "/api/jobs/{id}") => {
+            json!({"parameters": path_param("id"), "responses": {"200": ok(reference("Job"))}})
+        }
+        ("DELETE", "/api/jobs/{id}") => {
+            json!({"parameters": path_param("id"), "responses": {"200": ok(reference("Job"))}})
+        }
+        ("GET", "/api/jobs/{id}/events") => json!({
+            "parameters": path_param("id"),
+            "responses": {"200": {"description": "the job's events, then the live ones (server-sent events)",
                                   "content": {"text/event-stream": {"schema": string()}}}},
         }),
         ("GET", "/api/conversations") => json!({"responses": {"200": ok(answer(&[

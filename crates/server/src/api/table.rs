@@ -286,6 +286,55 @@ pub const ROUTES: &[Route] = &[
                   benchmark runs, naming it",
         tag: "web",
     },
+    Route { method: "GET", path: "/api/datasets", summary: "The caller's datasets, newest first", tag: "training" },
+    Route {
+        method: "POST",
+        path: "/api/datasets",
+        summary: "Upload a dataset (the body: JSONL of {text} or {messages}, or plain text; ?name=, ?validation= \
+                  fraction held out, default 0.1), checked whole: a 400 names every bad line and field; 201",
+        tag: "training",
+    },
+    Route {
+        method: "GET",
+        path: "/api/datasets/{id}",
+        summary: "A dataset: records, split, its first ?rows= records, and with ?model= its token counts as that \
+                  model reads them",
+        tag: "training",
+    },
+    Route { method: "DELETE", path: "/api/datasets/{id}", summary: "Delete a dataset and its file", tag: "training" },
+    Route {
+        method: "GET",
+        path: "/api/jobs",
+        summary: "The caller's jobs (an administrator's: everybody's), newest first, each with its last step",
+        tag: "training",
+    },
+    Route {
+        method: "POST",
+        path: "/api/jobs",
+        summary: "Start a job: {kind: train, output, model | config (from scratch), dataset, steps?, lr?, warmup?, \
+                  batch?, accum?, seq_len?, clip?, weight_decay?, seed?, save_every?, eval_every?, lora?}; 201, \
+                  queued; the model becomes trained:OUTPUT",
+        tag: "training",
+    },
+    Route {
+        method: "GET",
+        path: "/api/jobs/{id}",
+        summary: "One job: state, what was asked, what it made, its last step",
+        tag: "training",
+    },
+    Route {
+        method: "DELETE",
+        path: "/api/jobs/{id}",
+        summary: "Cancel a job: it stops after the step it is on, its last checkpoint kept",
+        tag: "training",
+    },
+    Route {
+        method: "GET",
+        path: "/api/jobs/{id}/events",
+        summary: "A job's events (SSE): every one so far, then the live ones; start, step {loss, lr, grad_norm, \
+                  tokens_per_s}, eval, checkpoint, and a last state done, failed or cancelled",
+        tag: "training",
+    },
     Route {
         method: "GET",
         path: "/api/conversations",

@@ -1,0 +1,240 @@
+//! `kvad datasets`, `kvad jobs` and `kvad train`: training on the server, as the Training and Datasets pages do.
+
+use super::{get_json, http_error, with_auth};
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+
+fn send(url: &str, method: &str, path: &str, body: Option<Value>) -> Result<Value> {
+    let req = with_auth(url, ureq::request(method, &format!("{url}{path}")));
+    let r = match body {
+        Some(b) => req.send_json(b),
+        None => req.call(),
+    };
+    Ok(r.map_err(http_error)?.into_json()?)
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    }
+}
+
+/// `kvad datasets list`.
+pub fn datasets_list(url: &str, json_out: bool) -> Result<()> {
+    let v = get_json(url, "/api/datasets")?;
+    if json_out {
+        println!("{v}");
+        return Ok(());
+    }
+    println!("{:<24} {:<28} {:<9} {:>8} {:>6} {:>10}", "ID", "NAME", "FORMAT", "RECORDS", "HELD", "BYTES");
+    for d in v["data"].as_array().into_iter().flatten() {
+        println!(
+            "{:<24} {:<28} {:<9} {:>8} {:>6} {:>10}",
+            s(&d["id"]),
+            s(&d["name"]),
+            s(&d["format"]),
+            s(&d["records"]),
+            s(&d["validation_records"]),
+            s(&d["bytes"])
+        );
+    }
+    Ok(())
+}
+
+/// Uploads a file (`POST /api/datasets`); returns the dataset.
+pub fn upload(url: &str, file: &std::path::Path, name: Option<&str>, validation: Option<f64>) -> Result<Value> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let name = name.map(str::to_string).unwrap_or_else(|| {
+        file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "dataset".into())
+    });
+    let mut req = with_auth(url, ureq::post(&format!("{url}/api/datasets"))).query("name", &name);
+    if let Some(v) = validation {
+        req = req.query("validation", &v.to_string());
+    }
+    Ok(req.send_bytes(&bytes).map_err(http_error)?.into_json()?)
+}
+
+/// `kvad datasets add FILE`.
+pub fn datasets_add(
+    url: &str,
+    file: &std::path::Path,
+    name: Option<&str>,
+    validation: Option<f64>,
+    json_out: bool,
+) -> Result<()> {
+    let d = upload(url, file, name, validation)?;
+    if json_out {
+        println!("{d}");
+    } else {
+        println!(
+            "{}: {} {} records ({} held out for validation)",
+            s(&d["id"]),
+            s(&d["records"]),
+            s(&d["format"]),
+            s(&d["validation_records"])
+        );
+    }
+    Ok(())
+}
+
+/// `kvad datasets show ID`.
+pub fn datasets_show(url: &str, id: &str, rows: Option<usize>, model: Option<&str>) -> Result<()> {
+    let mut path = format!("/api/datasets/{id}?rows={}", rows.unwrap_or(5));
+    if let Some(m) = model {
+        path.push_str(&format!("&model={m}"));
+    }
+    println!("{}", serde_json::to_string_pretty(&get_json(url, &path)?)?);
+    Ok(())
+}
+
+/// `kvad datasets rm ID`.
+pub fn datasets_rm(url: &str, id: &str) -> Result<()> {
+    send(url, "DELETE", &format!("/api/datasets/{id}"), None)?;
+    println!("deleted {id}");
+    Ok(())
+}
+
+/// `kvad jobs list`.
+pub fn jobs_list(url: &str, json_out: bool) -> Result<()> {
+    let v = get_json(url, "/api/jobs")?;
+    if json_out {
+        println!("{v}");
+        return Ok(());
+    }
+    println!("{:<24} {:<6} {:<10} {:<24} {:>8} {:>9}", "ID", "KIND", "STATE", "OUTPUT", "STEP", "LOSS");
+    for j in v["data"].as_array().into_iter().flatten() {
+        let step = &j["last_step"];
+        let loss = step["loss"].as_f64().map_or("-".into(), |l| format!("{l:.4}"));
+        println!(
+            "{:<24} {:<6} {:<10} {:<24} {:>8} {:>9}",
+            s(&j["id"]),
+            s(&j["kind"]),
+            s(&j["state"]),
+            s(&j["spec"]["output"]),
+            step["step"].as_u64().map_or("-".into(), |n| (n + 1).to_string()),
+            loss
+        );
+    }
+    Ok(())
+}
+
+/// `kvad jobs show ID`.
+pub fn jobs_show(url: &str, id: &str) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(&get_json(url, &format!("/api/jobs/{id}"))?)?);
+    Ok(())
+}
+
+/// `kvad jobs cancel ID`.
+pub fn jobs_cancel(url: &str, id: &str) -> Result<()> {
+    let v = send(url, "DELETE", &format!("/api/jobs/{id}"), None)?;
+    if v["cancelling"] == true {
+        println!("{id}: cancelling after the step it is on");
+    } else {
+        println!("{id}: not running ({})", s(&v["state"]));
+    }
+    Ok(())
+}
+
+/// `kvad jobs follow ID`: its events until it ends (a line each; with --json the events as sent). Fails when the
+/// job failed.
+pub fn jobs_follow(url: &str, id: &str, json_out: bool) -> Result<()> {
+    let r = with_auth(url, ureq::get(&format!("{url}/api/jobs/{id}/events"))).call().map_err(http_error)?;
+    let mut end = Value::Null;
+    for line in BufReader::new(r.into_reader()).lines() {
+        let Some(data) = line?.strip_prefix("data: ").map(str::to_string) else { continue };
+        let ev: Value = serde_json::from_str(&data)?;
+        if json_out {
+            println!("{ev}");
+        } else {
+            match ev["type"].as_str() {
+                Some("start") => println!(
+                    "training {} of {} parameters on {} rows ({} for validation)",
+                    s(&ev["trained_parameters"]),
+                    s(&ev["parameters"]),
+                    s(&ev["train_rows"]),
+                    s(&ev["validation_rows"])
+                ),
+                Some("step") => println!(
+                    "step {:>6}  loss {:.4}  lr {:.2e}  grad {:.3}  {:.0} tok/s",
+                    ev["step"].as_u64().unwrap_or(0) + 1,
+                    ev["loss"].as_f64().unwrap_or(f64::NAN),
+                    ev["lr"].as_f64().unwrap_or(0.0),
+                    ev["grad_norm"].as_f64().unwrap_or(0.0),
+                    ev["tokens_per_s"].as_f64().unwrap_or(0.0)
+                ),
+                Some("eval") => println!(
+                    "validation loss {:.4} after step {}",
+                    ev["loss"].as_f64().unwrap_or(f64::NAN),
+                    s(&ev["step"])
+                ),
+                Some("checkpoint") => println!("checkpoint: {}", s(&ev["path"])),
+                _ => {}
+            }
+        }
+        if ev["type"] == "state" && ev["state"] != "running" {
+            end = ev;
+        }
+    }
+    match end["state"].as_str() {
+        Some("done") => {
+            if !json_out {
+                println!("done: {}", s(&end["result"]["model"]));
+            }
+            Ok(())
+        }
+        Some("cancelled") => {
+            if !json_out {
+                println!("cancelled after {} steps", s(&end["result"]["steps"]));
+            }
+            Ok(())
+        }
+        Some("failed") => bail!("job {id} failed: {}", s(&end["error"])),
+        _ => bail!("the event stream of job {id} ended before the job did"),
+    }
+}
+
+/// What `kvad train` asks for.
+pub struct TrainArgs<'a> {
+    /// The model to fine-tune.
+    pub model: Option<&'a str>,
+    /// Or a config.json for a model from scratch.
+    pub config: Option<&'a std::path::Path>,
+    /// A file to upload as the dataset.
+    pub data: Option<&'a std::path::Path>,
+    /// Or an uploaded dataset's id.
+    pub dataset: Option<&'a str>,
+    /// Everything else, as `POST /api/jobs` fields.
+    pub fields: Value,
+}
+
+/// `kvad train`: uploads the data when a file is given, starts the job and follows it.
+pub fn train(url: &str, a: TrainArgs<'_>, json_out: bool) -> Result<()> {
+    let dataset = match (a.data, a.dataset) {
+        (Some(f), None) => s(&upload(url, f, None, None)?["id"]),
+        (None, Some(id)) => id.to_string(),
+        _ => bail!("give the data as --data FILE or --dataset ID (one of them)"),
+    };
+    let mut body = a.fields;
+    body["kind"] = json!("train");
+    body["dataset"] = json!(dataset);
+    match (a.model, a.config) {
+        (Some(m), None) => body["model"] = json!(m),
+        (None, Some(c)) => {
+            let text = std::fs::read_to_string(c).with_context(|| format!("reading {}", c.display()))?;
+            body["config"] = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", c.display()))?;
+        }
+        _ => bail!("give a MODEL to fine-tune or --config FILE to start from (one of them)"),
+    }
+    let job = send(url, "POST", "/api/jobs", Some(body))?;
+    let id = s(&job["id"]);
+    if !json_out {
+        println!(
+            "job {id}: training trained:{} (follow again with `kvad jobs follow {id}`)",
+            s(&job["spec"]["output"])
+        );
+    }
+    jobs_follow(url, &id, json_out)
+}

@@ -1,0 +1,160 @@
+//! `/api/jobs`: create a training run, list and inspect jobs, follow one's progress (SSE), cancel one. Each
+//! account sees its own; an administrator sees everybody's. Another account's job is a 404, as one that does not
+//! exist.
+
+use super::conversations::Owner;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::jobs::train::TrainRequest;
+use crate::store::Store;
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+
+async fn with_store<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce(&Store) -> Result<T, rusqlite::Error> + Send + 'static,
+) -> Result<T, ApiError> {
+    let db = state.db.clone();
+    tokio::task::spawn_blocking(move || Store::open(&db).and_then(|s| f(&s)))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("the jobs table: {e}")))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError { param: Some("id".into()), ..ApiError::not_found(format!("no job {id}")) }
+}
+
+/// `POST /api/jobs`: `{"kind": "train", ...}` (see [`TrainRequest`]); 201 with the job, queued.
+pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: Bytes) -> Result<Response, ApiError> {
+    let v: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    match v.get("kind").and_then(Value::as_str) {
+        Some("train") => {}
+        Some(k) => return Err(ApiError::bad_field("kind", format!("\"{k}\": the job kinds are: train"))),
+        None => return Err(ApiError::bad_field("kind", "missing: the job kinds are: train")),
+    }
+    let req: TrainRequest = serde_json::from_value(v.clone()).map_err(|e| {
+        let msg = e.to_string();
+        let field = msg.split('`').nth(1).unwrap_or("body").to_string();
+        ApiError::bad_field(&field, msg)
+    })?;
+    let from = req
+        .check(|m| kvad_hub::resolve_on_disk(m).map(|r| r.path).map_err(|e| e.to_string()))
+        .map_err(|(field, msg)| ApiError::bad_field(field, msg))?;
+    let out = kvad_hub::trained::dir(&req.output).map_err(|e| ApiError::bad_field("output", e))?;
+    if out.exists() || state.jobs.running().iter().any(|r| r.what.ends_with(&format!("→ trained:{}", req.output))) {
+        return Err(ApiError::conflict(
+            "output",
+            format!("trained:{} exists already; name the run another way", req.output),
+        ));
+    }
+    let (ds, acc) = (req.dataset.clone(), account.clone());
+    let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
+        .await?
+        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    let file = super::datasets::file(&state, &req.dataset, dataset["format"].as_str().unwrap_or(""));
+    let held: Vec<usize> = serde_json::from_value(dataset["validation"].clone()).unwrap_or_default();
+    let id = format!(
+        "job_{:x}",
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    );
+    let (i, a, spec) = (id.clone(), account.clone(), v.clone());
+    with_store(&state, move |s| crate::jobs::insert(s, &i, &a, "train", &spec)).await?;
+    let what = format!("{} → trained:{}", req.model.clone().unwrap_or_else(|| "a new model".into()), req.output);
+    state.jobs.spawn(state.db.clone(), id.clone(), "train", &account, what, move |cancel, emit| {
+        crate::jobs::train::execute(&req, &from, (&file, &held), &out, cancel, emit)
+    });
+    let (i, a) = (id.clone(), account);
+    let job = with_store(&state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
+    Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// `GET /api/jobs`: the caller's jobs (an administrator's: everybody's), newest first.
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    let scope = caller.scope().map(String::from);
+    let data = with_store(&state, move |s| crate::jobs::list(s, scope.as_deref())).await?;
+    Ok(Json(json!({"object": "list", "data": data})))
+}
+
+/// `GET /api/jobs/{id}`: one job with its last step.
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (key, scope) = (id.clone(), caller.scope().map(String::from));
+    let job = with_store(&state, move |s| crate::jobs::load(s, &key, scope.as_deref())).await?;
+    job.map(Json).ok_or_else(|| not_found(&id))
+}
+
+/// `DELETE /api/jobs/{id}`: cancels a running job (it stops after the step it is on; its last checkpoint stays);
+/// a finished one is answered as it is.
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (key, scope) = (id.clone(), caller.scope().map(String::from));
+    let job = with_store(&state, move |s| crate::jobs::load(s, &key, scope.as_deref()))
+        .await?
+        .ok_or_else(|| not_found(&id))?;
+    let asked = state.jobs.cancel(&id);
+    let mut job = job;
+    job["cancelling"] = json!(asked);
+    Ok(Json(job))
+}
+
+/// `GET /api/jobs/{id}/events`: every event so far, then the live ones until the job ends (SSE, one JSON object a
+/// `data:` line; the last is `{"type": "state", "state": "done"|"failed"|"cancelled"}`).
+pub async fn events(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (key, scope) = (id.clone(), caller.scope().map(String::from));
+    with_store(&state, move |s| crate::jobs::load(s, &key, scope.as_deref())).await?.ok_or_else(|| not_found(&id))?;
+    // Subscribe before reading the stored events, so none falls between the two.
+    let live = state.jobs.subscribe(&id);
+    let key = id.clone();
+    let stored = with_store(&state, move |s| crate::jobs::events(s, &key, 0)).await?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let mut last = 0i64;
+    let mut ended = false;
+    for ev in stored {
+        last = ev["seq"].as_i64().unwrap_or(last);
+        ended |= is_end(&ev);
+        let _ = tx.send(ev);
+    }
+    if let (Some(mut live), false) = (live, ended) {
+        tokio::spawn(async move {
+            loop {
+                match live.recv().await {
+                    Ok(ev) if ev["seq"].as_i64().unwrap_or(0) > last => {
+                        let end = is_end(&ev);
+                        if tx.send(ev).is_err() || end {
+                            break;
+                        }
+                    }
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+    }
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|ev| (Ok::<_, Infallible>(SseEvent::default().data(ev.to_string())), rx))
+    });
+    Ok(Sse::new(stream).into_response())
+}
+
+fn is_end(ev: &Value) -> bool {
+    ev["type"] == "state" && matches!(ev["state"].as_str(), Some("done" | "failed" | "cancelled"))
+}

@@ -1,0 +1,115 @@
+//! Training through the real server: a dataset uploaded and checked line by line, the seed's chat model
+//! (`u:the cat?|a:on the mat.|`, `|` as its end token) trained from scratch as a job whose progress streams as
+//! events, then asked through `/v1/chat/completions` as `trained:NAME`; a benchmark refused while a job runs,
+//! naming it; a cancelled job.
+
+mod common;
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+
+const TEMPLATE: &str =
+    "{% for m in messages %}{{ m.role[0] }}:{{ m.content }}|{% endfor %}{% if add_generation_prompt %}a:{% endif %}";
+
+fn upload(s: &common::Server, name: &str, body: &str) -> (u16, Value) {
+    let r = ureq::post(&format!("{}/api/datasets?name={name}&validation=0", s.url)).send_string(body);
+    match r {
+        Ok(r) => (r.status(), r.into_json().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Every event of a job, read from its SSE stream until the last.
+fn follow(s: &common::Server, id: &str) -> Vec<Value> {
+    let r = ureq::get(&format!("{}/api/jobs/{id}/events", s.url)).call().unwrap();
+    BufReader::new(r.into_reader())
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| l.strip_prefix("data: ").map(|d| serde_json::from_str(d).unwrap()))
+        .collect()
+}
+
+fn gpt_config() -> Value {
+    json!({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257, "n_embd": 32, "n_layer": 2,
+           "n_head": 2, "n_positions": 64, "eos_token_id": 124})
+}
+
+#[test]
+fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
+    let kvad = std::env::temp_dir().join(format!("kvad-training-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&kvad);
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama-tied");
+    let s = common::start_env(
+        "training",
+        &["--model", fixture.to_str().unwrap(), "--backend", "cpu-f32"],
+        &[("KVAD_CACHE", kvad.to_str().unwrap())],
+    );
+
+    let (code, v) =
+        upload(&s, "bad.jsonl", "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}\n{\"text\": 1}\n");
+    assert_eq!(code, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("line 1: field messages[0].role") && msg.contains("line 2: field text"), "{msg}");
+    let (_, list) = s.call("GET", "/api/datasets", "");
+    assert_eq!(list["data"], json!([]), "a bad file keeps nothing");
+
+    let line =
+        json!({"messages": [{"role": "user", "content": "the cat?"}, {"role": "assistant", "content": "on the mat."}]});
+    let (code, ds) = upload(&s, "chat.jsonl", &format!("{line}\n"));
+    assert_eq!(code, 201, "{ds}");
+    assert_eq!((ds["format"].as_str(), ds["records"].as_u64()), (Some("messages"), Some(1)));
+    let id = ds["id"].as_str().unwrap().to_string();
+
+    let job = json!({"kind": "train", "output": "cat-chat", "config": gpt_config(), "tokenizer": "bytes", "eos": "|",
+                     "chat_template": TEMPLATE, "dataset": id, "steps": 150, "lr": 0.01, "warmup": 5, "batch": 4,
+                     "seq_len": 32, "weight_decay": 0.0});
+    let (code, bad) = s.post("/api/jobs", &json!({"kind": "train", "output": "x", "dataset": id}).to_string());
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("model")), "{bad}");
+    let (code, bad) = s.post("/api/jobs", &json!({"kind": "dance"}).to_string());
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("kind")), "{bad}");
+    let (code, created) = s.post("/api/jobs", &job.to_string());
+    assert_eq!(code, 201, "{created}");
+    let job_id = created["id"].as_str().unwrap().to_string();
+    let events = follow(&s, &job_id);
+    let steps: Vec<&Value> = events.iter().filter(|e| e["type"] == "step").collect();
+    assert_eq!(steps.len(), 150, "{:?}", events.last());
+    let last = events.last().unwrap();
+    assert_eq!((last["type"].as_str(), last["state"].as_str()), (Some("state"), Some("done")), "{last}");
+    assert!(steps[149]["loss"].as_f64().unwrap() < 0.05, "{}", steps[149]);
+    let (_, shown) = s.call("GET", &format!("/api/jobs/{job_id}"), "");
+    assert_eq!((shown["state"].as_str(), shown["result"]["model"].as_str()), (Some("done"), Some("trained:cat-chat")));
+    let (code, again) = s.post("/api/jobs", &job.to_string());
+    assert_eq!((code, again["error"]["param"].as_str()), (409, Some("output")), "{again}");
+
+    let ask = json!({"model": "trained:cat-chat", "messages": [{"role": "user", "content": "the cat?"}],
+                     "temperature": 0, "max_tokens": 20});
+    let (code, reply) = s.post("/v1/chat/completions", &ask.to_string());
+    assert_eq!(code, 200, "{reply}");
+    assert_eq!(reply["choices"][0]["message"]["content"], "on the mat.", "{reply}");
+    assert_eq!(reply["choices"][0]["finish_reason"], "stop", "{reply}");
+
+    // A long run: a benchmark is refused while it goes, naming it; cancelled, it says so.
+    let mut long = job.clone();
+    long["output"] = json!("long");
+    long["steps"] = json!(1_000_000);
+    let (code, created) = s.post("/api/jobs", &long.to_string());
+    assert_eq!(code, 201, "{created}");
+    let long_id = created["id"].as_str().unwrap().to_string();
+    let (code, refused) = s.post("/api/bench", &json!({"models": ["trained:cat-chat"], "rounds": 1}).to_string());
+    assert_eq!(code, 409, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains(&long_id), "{refused}");
+    let (code, c) = s.call("DELETE", &format!("/api/jobs/{long_id}"), "");
+    assert_eq!((code, c["cancelling"].as_bool()), (200, Some(true)), "{c}");
+    let events = follow(&s, &long_id);
+    assert_eq!(events.last().unwrap()["state"], "cancelled", "{:?}", events.last());
+    let (_, jobs) = s.call("GET", "/api/jobs", "");
+    let states: Vec<&str> = jobs["data"].as_array().unwrap().iter().map(|j| j["state"].as_str().unwrap()).collect();
+    assert_eq!(states, vec!["cancelled", "done"]);
+    let (code, _) = s.call("GET", "/api/jobs/job_nope", "");
+    assert_eq!(code, 404);
+    let (code, v) = s.call("DELETE", &format!("/api/datasets/{id}"), "");
+    assert_eq!((code, v["deleted"].as_bool()), (200, Some(true)));
+    drop(s);
+    let _ = std::fs::remove_dir_all(&kvad);
+}

@@ -167,6 +167,45 @@ pub enum Command {
     /// Train on the server: fine-tune MODEL (whole, or --lora-rank) or start from --config, on --data FILE or
     /// --dataset ID; the result is `trained:OUTPUT`. Follows the job's progress until it ends.
     Train(Box<TrainCmd>),
+    /// Evals on the server: run a prompt suite against models, list a run's answers (and where two runs differ).
+    Evals {
+        #[command(subcommand)]
+        command: EvalsCommand,
+    },
+}
+
+/// `kvad evals`.
+#[derive(Subcommand, Debug)]
+pub enum EvalsCommand {
+    /// Ask every item of a suite (JSONL of {"prompt", "expected", "scorer"?}) of each model, in turn; follow it.
+    Run {
+        /// A suite file to upload.
+        #[arg(long)]
+        data: Option<std::path::PathBuf>,
+        /// An uploaded suite's id.
+        #[arg(long)]
+        dataset: Option<String>,
+        /// A model (1 to 4 of them), with a chat template.
+        #[arg(long = "model", required = true)]
+        models: Vec<String>,
+        /// The scorer for items that name none: exact, contains, regex, choice.
+        #[arg(long)]
+        scorer: Option<String>,
+        /// Tokens an answer may take.
+        #[arg(long)]
+        max_tokens: Option<usize>,
+        /// A system message before every prompt.
+        #[arg(long)]
+        system: Option<String>,
+    },
+    /// An eval job's answers; with --against another job, only the items whose score differs.
+    Items {
+        /// The job's id.
+        job: String,
+        /// Another eval job to compare with.
+        #[arg(long)]
+        against: Option<String>,
+    },
 }
 
 /// `kvad train`.

@@ -164,6 +164,16 @@ fn main() -> std::process::ExitCode {
                 args::JobsCommand::Cancel { id } => t::jobs_cancel(&url, &id),
             }
         }),
+        args::Command::Evals { command } => client::remote_only(&c, "evals").and_then(|url| match command {
+            args::EvalsCommand::Run { data, dataset, models, scorer, max_tokens, system } => {
+                let fields =
+                    serde_json::json!({"models": models, "scorer": scorer, "max_tokens": max_tokens, "system": system});
+                client::training::eval(&url, data.as_deref(), dataset.as_deref(), fields, c.json)
+            }
+            args::EvalsCommand::Items { job, against } => {
+                client::training::eval_items(&url, &job, against.as_deref(), c.json)
+            }
+        }),
         args::Command::Train(t) => client::remote_only(&c, "train").and_then(|url| train(&url, &t, c.json)),
         args::Command::Service { command: args::ServiceCommand::Status } => {
             client::service_url().and_then(|url| client::service::status(c.remote.as_deref().unwrap_or(&url)))

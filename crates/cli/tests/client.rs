@@ -425,3 +425,52 @@ fn a_serving_benchmark_reports_what_the_server_delivered_and_the_goodput_under_i
         assert!(!o.status.success() && err.contains(says), "{flag} {value}: {err}");
     }
 }
+
+#[test]
+fn datasets_train_jobs_and_evals_from_the_command_line() {
+    let cache = temp("train-cache");
+    let s = scripted_env("train", &[("KVAD_CACHE", cache.to_str().unwrap())]);
+    let data = temp("train-data");
+    let file = data.join("bad.jsonl");
+    std::fs::write(&file, "{\"text\": \"ok\"}\n{\"text\": 5}\n").unwrap();
+    let o = kvad(&data, &["--remote", &s.1, "datasets", "add", file.to_str().unwrap()]);
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains("line 2: field text: must be a string"), "{err}");
+
+    let file = data.join("cat.txt");
+    std::fs::write(&file, "the cat sat on the mat").unwrap();
+    let cfg = data.join("config.json");
+    let gpt = r#"{"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257, "n_embd": 32,
+                  "n_layer": 2, "n_head": 2, "n_positions": 64, "eos_token_id": 256}"#;
+    std::fs::write(&cfg, gpt).unwrap();
+    let args = ["--remote", &s.1, "train", "--config", cfg.to_str().unwrap(), "--data", file.to_str().unwrap()];
+    let more = ["--output", "cli-cat", "--steps", "40", "--lr", "0.01", "--seq-len", "32", "--batch", "2"];
+    let o = kvad(&data, &[&args[..], &more[..]].concat());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("step     40") && out.trim_end().ends_with("done: trained:cli-cat"), "{out}");
+    assert!(cache.join("trained/cli-cat/model.safetensors").is_file());
+    let o = kvad(&data, &["--remote", &s.1, "jobs"]);
+    let out = text(&o).0;
+    let row = out.lines().find(|l| l.contains("cli-cat")).unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("train") && row.contains("done") && row.contains(" 40 "), "{row}");
+    let o = kvad(&data, &["--remote", &s.1, "datasets"]);
+    assert!(text(&o).0.contains("cat.txt"), "{}", text(&o).0);
+
+    let suite = data.join("suite.jsonl");
+    std::fs::write(&suite, "{\"prompt\": \"Hi\", \"expected\": \"zzz-never\", \"scorer\": \"contains\"}\n").unwrap();
+    let o = kvad(
+        &data,
+        &["--remote", &s.1, "evals", "run", "--data", suite.to_str().unwrap(), "--model", "smollm2-scripted"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("smollm2-scripted: 0 of 1 right"), "{out}");
+    let o = kvad(&data, &["--remote", &s.1, "--json", "jobs"]);
+    let jobs: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
+    let eval = jobs["data"][0]["id"].as_str().unwrap().to_string();
+    let o = kvad(&data, &["--remote", &s.1, "evals", "items", &eval]);
+    let out = text(&o).0;
+    assert!(out.starts_with("smollm2-scripted #0 wrong:") && out.contains("expected \"zzz-never\""), "{out}");
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -96,6 +96,17 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX jobs_account ON jobs (account, created_at);
     CREATE TABLE job_events (job TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (job, seq));",
+    // An eval job's answers (jobs/eval.rs), kept so two runs can be compared item by item.
+    "CREATE TABLE eval_items (
+        job TEXT NOT NULL,
+        model TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        prompt TEXT NOT NULL,
+        expected TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        correct INTEGER NOT NULL,
+        PRIMARY KEY (job, model, idx)
+    )",
 ];
 
 /// One completion's row.

@@ -85,8 +85,9 @@ fn the_served_openapi_document_and_page_list_every_route_and_each_answers() {
         let want = match (r.method, r.path) {
             (_, p) if p.starts_with("/api/conversations/{id}") => 400,
             (_, p) if p.starts_with("/api/auth/oidc/") => 400,
-            // A stored response that does not exist: 404 for a GET as for a DELETE.
+            // A stored response, dataset or job that does not exist: 404 for a GET as for a DELETE.
             (_, "/v1/responses/{id}") => 404,
+            (_, p) if p.starts_with("/api/datasets/{id}") || p.starts_with("/api/jobs/{id}") => 404,
             ("POST", "/api/auth/logout") => 204,
             ("GET", _) => 200,
             ("POST" | "PATCH", _) => 400,

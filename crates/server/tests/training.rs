@@ -1,7 +1,7 @@
 //! Training through the real server: a dataset uploaded and checked line by line, the seed's chat model
 //! (`u:the cat?|a:on the mat.|`, `|` as its end token) trained from scratch as a job whose progress streams as
-//! events, then asked through `/v1/chat/completions` as `trained:NAME`; a benchmark refused while a job runs,
-//! naming it; a cancelled job.
+//! events, then asked through `/v1/chat/completions` as `trained:NAME`, scored by a prompt suite run as an eval job
+//! through the scheduler, and benchmarked; a benchmark refused while a job runs, naming it; a cancelled job.
 
 mod common;
 
@@ -32,7 +32,7 @@ fn follow(s: &common::Server, id: &str) -> Vec<Value> {
 
 fn gpt_config() -> Value {
     json!({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257, "n_embd": 32, "n_layer": 2,
-           "n_head": 2, "n_positions": 64, "eos_token_id": 124})
+           "n_head": 2, "n_positions": 128, "eos_token_id": 124})
 }
 
 #[test]
@@ -89,6 +89,48 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     assert_eq!(reply["choices"][0]["message"]["content"], "on the mat.", "{reply}");
     assert_eq!(reply["choices"][0]["finish_reason"], "stop", "{reply}");
 
+    // A prompt suite through the scheduler: the trained model gets it right; a model with no chat template is
+    // refused rather than scored empty.
+    let suite = "{\"prompt\": \"the cat?\", \"expected\": \"on the mat.\"}\n\
+                 {\"prompt\": \"the cat?\", \"expected\": \"mat\", \"scorer\": \"contains\"}\n\
+                 {\"prompt\": \"the cat?\", \"expected\": \"dog\", \"scorer\": \"contains\"}\n";
+    let (code, suite) = upload(&s, "suite.jsonl", suite);
+    assert_eq!((code, suite["format"].as_str()), (201, Some("suite")), "{suite}");
+    let suite_id = suite["id"].as_str().unwrap();
+    let (code, bad) = s.post(
+        "/api/jobs",
+        &json!({"kind": "eval", "dataset": suite_id, "models": [fixture.to_str().unwrap()]}).to_string(),
+    );
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("models[0]")), "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("no chat template"), "{bad}");
+    let (code, bad) = s.post(
+        "/api/jobs",
+        &json!({"kind": "train", "output": "y", "dataset": suite_id, "config": gpt_config()}).to_string(),
+    );
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("dataset")), "{bad}");
+    let eval = json!({"kind": "eval", "dataset": suite_id, "models": ["trained:cat-chat"], "max_tokens": 20});
+    let (code, created) = s.post("/api/jobs", &eval.to_string());
+    assert_eq!(code, 201, "{created}");
+    let eval_id = created["id"].as_str().unwrap().to_string();
+    let events = follow(&s, &eval_id);
+    let last = events.last().unwrap();
+    assert_eq!(last["state"], "done", "{last}");
+    assert_eq!(last["result"]["models"][0]["correct"], 2, "{last}");
+    let (_, items) = s.call("GET", &format!("/api/jobs/{eval_id}/items"), "");
+    let got: Vec<(String, bool)> = items["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["answer"].as_str().unwrap().to_string(), i["correct"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(got, vec![("on the mat.".into(), true), ("on the mat.".into(), true), ("on the mat.".into(), false)]);
+    let bench = ureq::post(&format!("{}/api/bench", s.url))
+        .send_string(&json!({"models": ["trained:cat-chat"], "rounds": 1, "max_tokens": 4}).to_string())
+        .unwrap()
+        .into_string()
+        .unwrap();
+    assert!(bench.contains("event: done"), "{bench}");
+
     // A long run: a benchmark is refused while it goes, naming it; cancelled, it says so.
     let mut long = job.clone();
     long["output"] = json!("long");
@@ -105,9 +147,30 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     assert_eq!(events.last().unwrap()["state"], "cancelled", "{:?}", events.last());
     let (_, jobs) = s.call("GET", "/api/jobs", "");
     let states: Vec<&str> = jobs["data"].as_array().unwrap().iter().map(|j| j["state"].as_str().unwrap()).collect();
-    assert_eq!(states, vec!["cancelled", "done"]);
+    assert_eq!(states, vec!["cancelled", "done", "done"]);
     let (code, _) = s.call("GET", "/api/jobs/job_nope", "");
     assert_eq!(code, 404);
+    // Another account sees none of it: each route answers as for no such job or dataset.
+    let as_bob = |method: &str, path: &str| match ureq::request(method, &format!("{}{path}", s.url))
+        .set("x-kvad-account", "bob")
+        .call()
+    {
+        Ok(r) => (r.status(), r.into_string().unwrap()),
+        Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap()),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(as_bob("GET", "/api/jobs").1.replace(' ', ""), "{\"object\":\"list\",\"data\":[]}");
+    assert_eq!(as_bob("GET", "/api/datasets").1.replace(' ', ""), "{\"object\":\"list\",\"data\":[]}");
+    for (m, p) in [
+        ("GET", format!("/api/jobs/{job_id}")),
+        ("GET", format!("/api/jobs/{job_id}/events")),
+        ("GET", format!("/api/jobs/{eval_id}/items")),
+        ("DELETE", format!("/api/jobs/{job_id}")),
+        ("GET", format!("/api/datasets/{id}")),
+        ("DELETE", format!("/api/datasets/{id}")),
+    ] {
+        assert_eq!(as_bob(m, &p).0, 404, "{m} {p}");
+    }
     let (code, v) = s.call("DELETE", &format!("/api/datasets/{id}"), "");
     assert_eq!((code, v["deleted"].as_bool()), (200, Some(true)));
     drop(s);

@@ -55,7 +55,7 @@ pub fn save(net: &Net, source: &Path, out: &Path) -> Result<(), TrainError> {
 
 /// Writes `params` as one f32 safetensors file with `{"format": "pt"}` metadata, through a temporary name and a
 /// rename, so an interrupted save leaves the previous file whole.
-pub(crate) fn write_safetensors(params: &Params, dst: &Path) -> Result<(), TrainError> {
+pub fn write_safetensors(params: &Params, dst: &Path) -> Result<(), TrainError> {
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = params
         .iter()
         .map(|p| (p.name.clone(), p.shape.clone(), p.data.iter().flat_map(|v| v.to_le_bytes()).collect()))

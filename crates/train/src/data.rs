@@ -20,6 +20,8 @@ pub enum Record {
     Text(String),
     /// A conversation (objects with `role` and `content`), rendered with the model's chat template.
     Messages(Vec<Value>),
+    /// A prompt suite's item: asked as a user turn, the answer scored against `expected`.
+    Item(crate::eval::Item),
 }
 
 /// What a dataset holds, as the Datasets page shows it.
@@ -32,6 +34,8 @@ pub enum Format {
     Messages,
     /// Plain text: documents separated by blank lines.
     Plain,
+    /// JSONL with `prompt` and `expected` (and optionally `scorer`) a line: a prompt suite for evals.
+    Suite,
 }
 
 /// A parsed dataset.
@@ -96,6 +100,23 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<Dataset, Vec<LineError>> {
                 continue;
             }
         };
+        if v.get("prompt").is_some() {
+            match crate::eval::Item::from_json(&v) {
+                Ok(item) => {
+                    if let Some((f, first)) = format.filter(|(f, _)| *f != Format::Suite) {
+                        bad(
+                            "prompt",
+                            format!("line {first} set the dataset's kind to {}; lines cannot mix kinds", name_of(f)),
+                        );
+                    } else {
+                        format.get_or_insert((Format::Suite, n));
+                        records.push(Record::Item(item));
+                    }
+                }
+                Err((field, msg)) => bad(&field, msg),
+            }
+            continue;
+        }
         let record = match (v.get("text"), v.get("messages")) {
             (Some(Value::String(t)), None) if !t.is_empty() => Some(Record::Text(t.clone())),
             (Some(Value::String(_)), None) => {
@@ -116,7 +137,7 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<Dataset, Vec<LineError>> {
                 None
             }
             (None, None) => {
-                bad("", "needs a \"text\" or a \"messages\" field".into());
+                bad("", "needs a \"text\", \"messages\" or \"prompt\" field".into());
                 None
             }
         };
@@ -124,6 +145,11 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<Dataset, Vec<LineError>> {
         let this = if matches!(record, Record::Text(_)) { Format::Text } else { Format::Messages };
         match format {
             None => format = Some((this, n)),
+            Some((Format::Suite, first)) => {
+                let msg = format!("line {first} made this a prompt suite; lines cannot mix kinds");
+                errors.push(LineError { line: n, field: String::new(), message: msg });
+                continue;
+            }
             Some((f, first)) if f != this => {
                 let field = if this == Format::Text { "text" } else { "messages" };
                 let msg = format!("line {first} set the dataset's kind to {}; lines cannot mix kinds", name_of(f));
@@ -149,6 +175,7 @@ fn name_of(f: Format) -> &'static str {
         Format::Text => "\"text\"",
         Format::Messages => "\"messages\"",
         Format::Plain => "plain text",
+        Format::Suite => "a prompt suite",
     }
 }
 
@@ -260,6 +287,9 @@ pub fn encode(
                     };
                     tok.encode(&template.render(&ctx).map_err(err)?, false).map_err(err)
                 }
+                Record::Item(_) => {
+                    Err(EncodeError::Record { index, msg: "a prompt suite is for evals, not training".into() })
+                }
             }
         })
         .collect()
@@ -299,7 +329,7 @@ mod tests {
         assert!(lines[0].contains("field text: must be a string, not a number"), "{lines:?}");
         assert!(lines[1].contains("not JSON"), "{lines:?}");
         assert!(lines[2].contains("field messages: line 1 set the dataset's kind"), "{lines:?}");
-        assert!(lines[3].contains("needs a \"text\" or a \"messages\""), "{lines:?}");
+        assert!(lines[3].contains("needs a \"text\", \"messages\" or \"prompt\""), "{lines:?}");
         assert!(lines[4].contains("field text: is empty"), "{lines:?}");
         assert!(lines[5].contains("must be an object, not an array"), "{lines:?}");
     }

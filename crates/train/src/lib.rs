@@ -9,6 +9,7 @@ mod batch;
 mod checkpoint;
 pub mod data;
 mod error;
+pub mod eval;
 pub mod init;
 mod layer;
 mod lora;
@@ -20,7 +21,7 @@ pub mod run;
 mod trainer;
 
 pub use batch::Batch;
-pub use checkpoint::save;
+pub use checkpoint::{save, write_safetensors};
 pub use error::TrainError;
 pub use lora::{read_adapter_config, save_adapter, LoraSpec};
 pub use net::Net;

@@ -156,10 +156,11 @@ pub fn read_adapter_config(dir: &Path) -> Result<LoraSpec, TrainError> {
     Ok(spec)
 }
 
-/// Writes `net`'s adapter in PEFT's format into `out`: `adapter_model.safetensors` and `adapter_config.json`
+/// Writes `net`'s adapter in PEFT's format into `out` (created if missing): `adapter_model.safetensors` and `adapter_config.json`
 /// naming `base` (as given: a path or a repository id) as its base model.
 pub fn save_adapter(net: &Net, base: &str, out: &Path) -> Result<(), TrainError> {
     let spec = net.lora().ok_or_else(|| TrainError::refused("adapter", "none", "this network has no LoRA adapter"))?;
+    std::fs::create_dir_all(out).map_err(|e| TrainError::io(out, e))?;
     let mut adapter = crate::params::Params::default();
     for p in net.params.iter().filter(|p| p.trainable && p.name.contains(".lora_")) {
         adapter.push(&p.name, p.shape.clone(), p.data.clone());

@@ -128,7 +128,6 @@ fn fifty_adamw_steps_follow_pytorchs_loss_curve_and_the_checkpoint_loads() {
             Some(base) => {
                 // The adapter saved in PEFT's format loads back with the same logits; then merged into the model.
                 let adapter = out.path().join("adapter");
-                std::fs::create_dir_all(&adapter).unwrap();
                 kvad_train::save_adapter(&tr.net, &format!("../{base}"), &adapter).unwrap();
                 let base_dir = root().join("fixtures/models").join(base);
                 kvad_train::save(&kvad_train::open(&base_dir).unwrap(), &base_dir, &out.path().join(base)).unwrap();

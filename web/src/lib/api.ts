@@ -85,6 +85,15 @@ export interface SseEvent {
  */
 export async function* stream(path: string, json: unknown, signal?: AbortSignal): AsyncGenerator<SseEvent> {
   const r = await request(path, { method: 'POST', json, signal, headers: { accept: 'text/event-stream' } });
+  yield* events(r);
+}
+
+/** GETs `path` and yields its server-sent events until the server ends the stream (a job's progress). */
+export async function* follow(path: string, signal?: AbortSignal): AsyncGenerator<SseEvent> {
+  yield* events(await request(path, { signal, headers: { accept: 'text/event-stream' } }));
+}
+
+async function* events(r: Response): AsyncGenerator<SseEvent> {
   if (!r.body) return;
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let buf = '';

@@ -1,4 +1,5 @@
-//! `kvad datasets`, `kvad jobs` and `kvad train`: training on the server, as the Training and Datasets pages do.
+//! `kvad datasets`, `kvad jobs`, `kvad train` and `kvad evals`: training and evals on the server, as the Training,
+//! Datasets and Evals pages do.
 
 use super::{get_json, http_error, with_auth};
 use anyhow::{bail, Context, Result};
@@ -171,6 +172,12 @@ pub fn jobs_follow(url: &str, id: &str, json_out: bool) -> Result<()> {
                     s(&ev["step"])
                 ),
                 Some("checkpoint") => println!("checkpoint: {}", s(&ev["path"])),
+                Some("item") => println!(
+                    "{} #{}: {}",
+                    s(&ev["model"]),
+                    s(&ev["index"]),
+                    if ev["correct"] == true { "right" } else { "wrong" }
+                ),
                 _ => {}
             }
         }
@@ -181,7 +188,12 @@ pub fn jobs_follow(url: &str, id: &str, json_out: bool) -> Result<()> {
     match end["state"].as_str() {
         Some("done") => {
             if !json_out {
-                println!("done: {}", s(&end["result"]["model"]));
+                match end["result"]["models"].as_array() {
+                    Some(scores) => scores
+                        .iter()
+                        .for_each(|m| println!("{}: {} of {} right", s(&m["model"]), s(&m["correct"]), s(&m["total"]))),
+                    None => println!("done: {}", s(&end["result"]["model"])),
+                }
             }
             Ok(())
         }
@@ -237,4 +249,71 @@ pub fn train(url: &str, a: TrainArgs<'_>, json_out: bool) -> Result<()> {
         );
     }
     jobs_follow(url, &id, json_out)
+}
+
+/// `kvad evals run`: uploads the suite when a file is given, starts the eval and follows it.
+pub fn eval(
+    url: &str,
+    data: Option<&std::path::Path>,
+    dataset: Option<&str>,
+    fields: Value,
+    json_out: bool,
+) -> Result<()> {
+    let dataset = match (data, dataset) {
+        (Some(f), None) => s(&upload(url, f, None, Some(0.0))?["id"]),
+        (None, Some(id)) => id.to_string(),
+        _ => bail!("give the suite as --data FILE or --dataset ID (one of them)"),
+    };
+    let mut body: serde_json::Map<String, Value> = fields
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    body.insert("kind".into(), json!("eval"));
+    body.insert("dataset".into(), json!(dataset));
+    let job = send(url, "POST", "/api/jobs", Some(Value::Object(body)))?;
+    jobs_follow(url, &s(&job["id"]), json_out)
+}
+
+/// `kvad evals items JOB [--against JOB2]`: a line an answer; against another run, only the items scored otherwise.
+pub fn eval_items(url: &str, job: &str, against: Option<&str>, json_out: bool) -> Result<()> {
+    let mine = get_json(url, &format!("/api/jobs/{job}/items"))?;
+    let key = |v: &Value| (s(&v["model"]), v["index"].as_u64().unwrap_or(0));
+    let other: std::collections::HashMap<(String, u64), Value> = match against {
+        Some(j) => get_json(url, &format!("/api/jobs/{j}/items"))?["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| (key(v), v.clone()))
+            .collect(),
+        None => Default::default(),
+    };
+    for it in mine["data"].as_array().into_iter().flatten() {
+        let theirs = other.get(&key(it));
+        if against.is_some() && theirs.is_none_or(|t| t["correct"] == it["correct"]) {
+            continue;
+        }
+        if json_out {
+            println!("{}", json!({"item": it, "against": theirs}));
+            continue;
+        }
+        let mark = |v: &Value| if v["correct"] == true { "right" } else { "wrong" };
+        print!(
+            "{} #{} {}: {:?} (expected {:?})",
+            s(&it["model"]),
+            s(&it["index"]),
+            mark(it),
+            s(&it["answer"]),
+            s(&it["expected"])
+        );
+        match theirs {
+            Some(t) => {
+                println!("; {against:?} was {}: {:?}", mark(t), s(&t["answer"]), against = against.unwrap_or_default())
+            }
+            None => println!(),
+        }
+    }
+    Ok(())
 }

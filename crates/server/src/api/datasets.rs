@@ -142,6 +142,7 @@ pub async fn get(
     let show = |r: &data::Record| match r {
         data::Record::Text(t) => json!({"text": t}),
         data::Record::Messages(m) => json!({"messages": m}),
+        data::Record::Item(i) => json!(i),
     };
     v["rows"] = ds.records.iter().take(rows).map(show).collect();
     if let Some(model) = q.get("model") {

@@ -1,10 +1,10 @@
-//! `/api/jobs`: create a training run, list and inspect jobs, follow one's progress (SSE), cancel one. Each
-//! account sees its own; an administrator sees everybody's. Another account's job is a 404, as one that does not
-//! exist.
+//! `/api/jobs`: create a training run or an eval, list and inspect jobs, follow one's progress (SSE), cancel one. Each
+//! account sees its own (an administrator's are its own too, as conversations are): another account's job is a
+//! 404, as one that does not exist.
 
 use super::conversations::Owner;
-use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::jobs::eval::EvalRequest;
 use crate::jobs::train::TrainRequest;
 use crate::store::Store;
 use crate::AppState;
@@ -38,14 +38,11 @@ pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: 
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
     match v.get("kind").and_then(Value::as_str) {
         Some("train") => {}
-        Some(k) => return Err(ApiError::bad_field("kind", format!("\"{k}\": the job kinds are: train"))),
-        None => return Err(ApiError::bad_field("kind", "missing: the job kinds are: train")),
+        Some("eval") => return create_eval(state, account, v).await,
+        Some(k) => return Err(ApiError::bad_field("kind", format!("\"{k}\": the job kinds are: train, eval"))),
+        None => return Err(ApiError::bad_field("kind", "missing: the job kinds are: train, eval")),
     }
-    let req: TrainRequest = serde_json::from_value(v.clone()).map_err(|e| {
-        let msg = e.to_string();
-        let field = msg.split('`').nth(1).unwrap_or("body").to_string();
-        ApiError::bad_field(&field, msg)
-    })?;
+    let req: TrainRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
     let from = req
         .check(|m| kvad_hub::resolve_on_disk(m).map(|r| r.path).map_err(|e| e.to_string()))
         .map_err(|(field, msg)| ApiError::bad_field(field, msg))?;
@@ -60,6 +57,12 @@ pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: 
     let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
         .await?
         .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    if dataset["format"] == "suite" {
+        return Err(ApiError::bad_field(
+            "dataset",
+            format!("{} is a prompt suite: it is for evals, not training", req.dataset),
+        ));
+    }
     let file = super::datasets::file(&state, &req.dataset, dataset["format"].as_str().unwrap_or(""));
     let held: Vec<usize> = serde_json::from_value(dataset["validation"].clone()).unwrap_or_default();
     let id = format!(
@@ -77,9 +80,79 @@ pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: 
     Ok((StatusCode::CREATED, Json(job)).into_response())
 }
 
-/// `GET /api/jobs`: the caller's jobs (an administrator's: everybody's), newest first.
-pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
-    let scope = caller.scope().map(String::from);
+/// A body that does not deserialise, as a 400 naming the field serde names.
+fn serde_field(e: serde_json::Error) -> ApiError {
+    let msg = e.to_string();
+    let field = msg.split('`').nth(1).unwrap_or("body").to_string();
+    ApiError::bad_field(&field, msg)
+}
+
+fn new_id() -> String {
+    format!("job_{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()))
+}
+
+/// `POST /api/jobs` with `kind: "eval"`: a prompt suite against one to four models.
+async fn create_eval(state: AppState, account: String, v: Value) -> Result<Response, ApiError> {
+    let req: EvalRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
+    let checked = req.check(&state).map_err(|(field, msg)| ApiError::bad_field(&field, msg))?;
+    let (ds, acc) = (req.dataset.clone(), account.clone());
+    let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
+        .await?
+        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    if dataset["format"] != "suite" {
+        return Err(ApiError::bad_field(
+            "dataset",
+            format!(
+                "{} holds {} records, not a prompt suite ({{\"prompt\", \"expected\"}} lines)",
+                req.dataset, dataset["format"]
+            ),
+        ));
+    }
+    let file = super::datasets::file(&state, &req.dataset, "suite");
+    let bytes = std::fs::read(&file).map_err(|e| ApiError::internal(format!("{}: {e}", file.display())))?;
+    let items: Vec<kvad_train::eval::Item> = kvad_train::data::parse("suite.jsonl", &bytes)
+        .map_err(|e| ApiError::internal(format!("the stored suite no longer parses: {}", e[0])))?
+        .records
+        .into_iter()
+        .filter_map(|r| match r {
+            kvad_train::data::Record::Item(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    let id = new_id();
+    let (i, a, spec) = (id.clone(), account.clone(), v);
+    with_store(&state, move |s| crate::jobs::insert(s, &i, &a, "eval", &spec)).await?;
+    let what = format!("{} items of {} against {}", items.len(), req.dataset, req.models.join(", "));
+    let (st, rt, job, who) = (state.clone(), tokio::runtime::Handle::current(), id.clone(), account.clone());
+    state.jobs.spawn(state.db.clone(), id.clone(), "eval", &account, what, move |cancel, emit| {
+        crate::jobs::eval::execute(&st, &rt, &job, &who, &req, &items, checked, cancel, emit)
+    });
+    let (i, a) = (id, account);
+    let job = with_store(&state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
+    Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// `GET /api/jobs/{id}/items`: an eval job's kept answers, each with its prompt, expected answer and score.
+pub async fn items(
+    State(state): State<AppState>,
+    Owner(account): Owner,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (key, scope) = (id.clone(), Some(account));
+    let data = with_store(&state, move |s| {
+        Ok(match crate::jobs::load(s, &key, scope.as_deref())? {
+            Some(_) => Some(crate::jobs::eval::items(s, &key)?),
+            None => None,
+        })
+    })
+    .await?
+    .ok_or_else(|| not_found(&id))?;
+    Ok(Json(json!({"object": "list", "data": data})))
+}
+
+/// `GET /api/jobs`: the caller's jobs, newest first.
+pub async fn list(State(state): State<AppState>, Owner(account): Owner) -> Result<Json<Value>, ApiError> {
+    let scope = Some(account);
     let data = with_store(&state, move |s| crate::jobs::list(s, scope.as_deref())).await?;
     Ok(Json(json!({"object": "list", "data": data})))
 }
@@ -87,10 +160,10 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<
 /// `GET /api/jobs/{id}`: one job with its last step.
 pub async fn get(
     State(state): State<AppState>,
-    caller: Caller,
+    Owner(account): Owner,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (key, scope) = (id.clone(), caller.scope().map(String::from));
+    let (key, scope) = (id.clone(), Some(account));
     let job = with_store(&state, move |s| crate::jobs::load(s, &key, scope.as_deref())).await?;
     job.map(Json).ok_or_else(|| not_found(&id))
 }
@@ -99,10 +172,10 @@ pub async fn get(
 /// a finished one is answered as it is.
 pub async fn cancel(
     State(state): State<AppState>,
-    caller: Caller,
+    Owner(account): Owner,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (key, scope) = (id.clone(), caller.scope().map(String::from));
+    let (key, scope) = (id.clone(), Some(account));
     let job = with_store(&state, move |s| crate::jobs::load(s, &key, scope.as_deref()))
         .await?
         .ok_or_else(|| not_found(&id))?;
@@ -116,10 +189,10 @@ pub async fn cancel(
 /// `data:` line; the last is `{"type": "state", "state": "done"|"failed"|"cancelled"}`).
 pub async fn events(
     State(state): State<AppState>,
-    caller: Caller,
+    Owner(account): Owner,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (key, scope) = (id.clone(), caller.scope().map(String::from));
+    let (key, scope) = (id.clone(), Some(account));
     with_store(&state, move |s| crate::jobs::load(s, &key, scope.as_deref())).await?.ok_or_else(|| not_found(&id))?;
     // Subscribe before reading the stored events, so none falls between the two.
     let live = state.jobs.subscribe(&id);

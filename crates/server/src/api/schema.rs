@@ -210,7 +210,7 @@ pub fn components() -> Value {
         "Account": account,
         "Session": session,
         "Conversation": conversation,
-        "Dataset": answer(&[("id", string()), ("name", string()), ("format", json!({"enum": ["text", "messages", "plain"]})),
+        "Dataset": answer(&[("id", string()), ("name", string()), ("format", json!({"enum": ["text", "messages", "plain", "suite"]})),
             ("records", int()), ("train_records", int()), ("validation_records", int()), ("bytes", int())]),
         "Job": answer(&[("id", string()), ("kind", string()), ("state", json!({"enum": crate::jobs::STATES})),
             ("spec", json!({"type": "object"})), ("created_at", string())]),
@@ -416,14 +416,16 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
         ("GET", "/api/jobs") => json!({"responses": {"200": ok(answer(&[("data", array(reference("Job")))]))}}),
         ("POST", "/api/jobs") => json!({
             "requestBody": json_body(body(&[
-                ("kind", json!({"enum": ["train"]})), ("output", string()), ("model", string()),
+                ("kind", json!({"enum": ["train", "eval"]})), ("output", string()), ("model", string()),
+                ("models", array(string())), ("scorer", json!({"enum": ["exact", "contains", "regex", "choice"]})),
+                ("max_tokens", int()), ("system", string()),
                 ("config", json!({"type": "object"})), ("tokenizer", string()), ("eos", string()),
                 ("chat_template", string()), ("dataset", string()), ("steps", int()),
                 ("lr", json!({"type": "number"})), ("warmup", int()), ("batch", int()), ("accum", int()),
                 ("seq_len", int()), ("clip", json!({"type": "number"})), ("weight_decay", json!({"type": "number"})),
                 ("seed", int()), ("save_every", int()), ("eval_every", int()),
                 ("lora", body(&[("rank", int()), ("alpha", json!({"type": "number"})), ("targets", array(string()))],
-                    &[]))], &["kind", "output", "dataset"])),
+                    &[]))], &["kind", "dataset"])),
             "responses": created(reference("Job")),
         }),
         ("GET", "/api/jobs/{id}") => {
@@ -432,6 +434,11 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
         ("DELETE", "/api/jobs/{id}") => {
             json!({"parameters": path_param("id"), "responses": {"200": ok(reference("Job"))}})
         }
+        ("GET", "/api/jobs/{id}/items") => json!({
+            "parameters": path_param("id"),
+            "responses": {"200": ok(answer(&[("data", array(answer(&[("model", string()), ("index", int()),
+                ("prompt", string()), ("expected", string()), ("answer", string()), ("correct", boolean())])))]))},
+        }),
         ("GET", "/api/jobs/{id}/events") => json!({
             "parameters": path_param("id"),
             "responses": {"200": {"description": "the job's events, then the live ones (server-sent events)",

@@ -305,15 +305,16 @@ pub const ROUTES: &[Route] = &[
     Route {
         method: "GET",
         path: "/api/jobs",
-        summary: "The caller's jobs (an administrator's: everybody's), newest first, each with its last step",
+        summary: "The caller's jobs, newest first, each with its last step",
         tag: "training",
     },
     Route {
         method: "POST",
         path: "/api/jobs",
         summary: "Start a job: {kind: train, output, model | config (from scratch), dataset, steps?, lr?, warmup?, \
-                  batch?, accum?, seq_len?, clip?, weight_decay?, seed?, save_every?, eval_every?, lora?}; 201, \
-                  queued; the model becomes trained:OUTPUT",
+                  batch?, accum?, seq_len?, clip?, weight_decay?, seed?, save_every?, eval_every?, lora?} (the model \
+                  becomes trained:OUTPUT) or {kind: eval, dataset (a prompt suite), models (1-4), scorer?, \
+                  max_tokens?, system?}; 201, queued",
         tag: "training",
     },
     Route {
@@ -332,7 +333,13 @@ pub const ROUTES: &[Route] = &[
         method: "GET",
         path: "/api/jobs/{id}/events",
         summary: "A job's events (SSE): every one so far, then the live ones; start, step {loss, lr, grad_norm, \
-                  tokens_per_s}, eval, checkpoint, and a last state done, failed or cancelled",
+                  tokens_per_s}, eval, checkpoint, item (evals), and a last state done, failed or cancelled",
+        tag: "training",
+    },
+    Route {
+        method: "GET",
+        path: "/api/jobs/{id}/items",
+        summary: "An eval job's answers: model, index, prompt, expected, answer, correct",
         tag: "training",
     },
     Route {

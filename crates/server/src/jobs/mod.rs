@@ -1,10 +1,11 @@
-//! Jobs: long-running work with an id, an owner, a state and progress events — training runs now.
+//! Jobs: long-running work with an id, an owner, a state and progress events — training runs and evals.
 //!
 //! A job runs on a thread of its own, beside the scheduler's replies rather than queued behind them or they behind
 //! it (the seed measured chat during training at about half speed, not zero). Every event is written to
 //! `job_events` before it is broadcast, so a follower that arrives late replays what it missed from SQLite and then
 //! reads the live ones; the row's state is the truth after a restart (a job running then is marked failed).
 
+pub mod eval;
 pub mod train;
 
 use crate::store::Store;

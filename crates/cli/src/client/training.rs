@@ -279,15 +279,11 @@ pub fn eval(
 
 /// `kvad evals items JOB [--against JOB2]`: a line an answer; against another run, only the items scored otherwise.
 pub fn eval_items(url: &str, job: &str, against: Option<&str>, json_out: bool) -> Result<()> {
-    let mine = get_json(url, &format!("/api/jobs/{job}/items"))?;
+    let items = |id: &str| get_json(url, &format!("/api/jobs/{id}/items"));
+    let mine = items(job)?;
     let key = |v: &Value| (s(&v["model"]), v["index"].as_u64().unwrap_or(0));
     let other: std::collections::HashMap<(String, u64), Value> = match against {
-        Some(j) => get_json(url, &format!("/api/jobs/{j}/items"))?["data"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| (key(v), v.clone()))
-            .collect(),
+        Some(j) => items(j)?["data"].as_array().into_iter().flatten().map(|v| (key(v), v.clone())).collect(),
         None => Default::default(),
     };
     for it in mine["data"].as_array().into_iter().flatten() {

@@ -198,6 +198,25 @@ pub enum EvalsCommand {
         #[arg(long)]
         system: Option<String>,
     },
+    /// The perplexity of a model over a dataset's documents ({"text"} lines or plain text), through the server's
+    /// scheduler; follow it.
+    Ppl {
+        /// A file to upload.
+        #[arg(long)]
+        data: Option<std::path::PathBuf>,
+        /// An uploaded dataset's id.
+        #[arg(long)]
+        dataset: Option<String>,
+        /// The model.
+        #[arg(long)]
+        model: String,
+        /// Which documents: all, train or validation.
+        #[arg(long)]
+        split: Option<String>,
+        /// Tokens a window (default: the model's context).
+        #[arg(long)]
+        window: Option<usize>,
+    },
     /// An eval job's answers; with --against another job, only the items whose score differs.
     Items {
         /// The job's id.

@@ -168,7 +168,11 @@ fn main() -> std::process::ExitCode {
             args::EvalsCommand::Run { data, dataset, models, scorer, max_tokens, system } => {
                 let fields =
                     serde_json::json!({"models": models, "scorer": scorer, "max_tokens": max_tokens, "system": system});
-                client::training::eval(&url, data.as_deref(), dataset.as_deref(), fields, c.json)
+                client::training::eval(&url, "eval", (data.as_deref(), dataset.as_deref()), fields, c.json)
+            }
+            args::EvalsCommand::Ppl { data, dataset, model, split, window } => {
+                let fields = serde_json::json!({"model": model, "split": split, "window": window});
+                client::training::eval(&url, "perplexity", (data.as_deref(), dataset.as_deref()), fields, c.json)
             }
             args::EvalsCommand::Items { job, against } => {
                 client::training::eval_items(&url, &job, against.as_deref(), c.json)

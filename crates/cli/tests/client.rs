@@ -472,5 +472,31 @@ fn datasets_train_jobs_and_evals_from_the_command_line() {
     let o = kvad(&data, &["--remote", &s.1, "evals", "items", &eval]);
     let out = text(&o).0;
     assert!(out.starts_with("smollm2-scripted #0 wrong:") && out.contains("expected \"zzz-never\""), "{out}");
+    // A perplexity job: uploaded, started and followed; the scripted engine computes no scores, and the job's
+    // failure is the command's, with the engine's words.
+    let o = kvad(
+        &data,
+        &["--remote", &s.1, "evals", "ppl", "--data", file.to_str().unwrap(), "--model", "smollm2-scripted"],
+    );
+    let (out, err) = text(&o);
+    assert!(out.contains("perplexity of smollm2-scripted over 1 documents"), "{out}");
+    assert!(!o.status.success() && err.contains("failed") && err.contains("scores no texts"), "{err}");
+    let o = kvad(
+        &data,
+        &[
+            "--remote",
+            &s.1,
+            "evals",
+            "ppl",
+            "--data",
+            file.to_str().unwrap(),
+            "--model",
+            "smollm2-scripted",
+            "--split",
+            "test",
+        ],
+    );
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains("split"), "{err}");
     let _ = std::fs::remove_dir_all(&cache);
 }

@@ -4,8 +4,10 @@
 //! `<arch>.pooling_type`, and llama.cpp's server normalises those. `dimensions` truncates and normalises again, where
 //! the config declares the model was trained for it (vLLM's `is_matryoshka` / `matryoshka_dimensions`).
 
+pub use crate::passes::Room;
+use crate::passes::{check_inputs, read_in_passes, Rows};
 use crate::EngineError;
-use kvad_models::{CausalLm, LogitsMode, SeqInput};
+use kvad_models::{CausalLm, LogitsMode};
 use serde_json::Value;
 use std::path::Path;
 
@@ -244,45 +246,10 @@ impl Acc {
     }
 }
 
-/// One input being read: its tokens, how far, its state and its rows pooled so far.
-struct Reading<'a> {
-    at: usize,
-    tokens: &'a [u32],
-    state: kvad_models::SeqState,
-    acc: Acc,
-}
-
-/// What an embeddings run may take: rows a pass, and state held at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Room {
-    /// Rows one pass carries (the model's prompt chunk).
-    pub rows: usize,
-    /// Tokens of state held at once, in whole pages.
-    pub tokens: usize,
-    /// Tokens a page holds (1 where state is not paged).
-    pub page: usize,
-    /// Sequences held at once (a GPU's recurrent slots; `usize::MAX` where tokens alone bound them).
-    pub sequences: usize,
-}
-
-impl Room {
-    /// What an input of `n` tokens holds: whole pages.
-    fn held(&self, n: usize) -> usize {
-        n.div_ceil(self.page.max(1)) * self.page.max(1)
-    }
-
-    /// The room a run of these inputs needs at most: its longest input, or a pass's rows where more (several
-    /// short inputs read together), in whole pages and within what there is.
-    pub fn needed(&self, inputs: &[Vec<u32>]) -> usize {
-        let longest = inputs.iter().map(|t| self.held(t.len())).max().unwrap_or(0);
-        longest.max(self.held(self.rows)).min(self.tokens)
-    }
-}
-
-/// Pools every input through `model` in batched passes of up to `room.rows` rows (long inputs over several, their
-/// rows pooled as they come), each sequence's state held only while it is read and never more state at once than
-/// the room has. Inputs are checked first (empty, past the context or the vocabulary: refused naming `input[i]`).
-/// Returns one vector per input, pooled and finished ([`EmbedConfig::finish`]).
+/// Pools every input through `model` in batched passes ([`read_in_passes`]: up to `room.rows` rows a pass, long
+/// inputs over several, their rows pooled as they come, never more state at once than the room has). Inputs are
+/// checked first (empty, past the context or the vocabulary: refused naming `input[i]`). Returns one vector per
+/// input, pooled and finished ([`EmbedConfig::finish`]).
 pub fn embed_inputs(
     model: &dyn CausalLm,
     cfg: &EmbedConfig,
@@ -291,83 +258,21 @@ pub fn embed_inputs(
     room: Room,
 ) -> Result<Vec<Vec<f32>>, EngineError> {
     cfg.check_dimensions(dims)?;
-    let c = model.config();
-    for (i, t) in inputs.iter().enumerate() {
-        if t.is_empty() {
-            return Err(EngineError::bad_field("input", format!("input[{i}] is empty: there is nothing to embed")));
-        }
-        if t.len() > c.max_position {
-            return Err(EngineError::bad_field(
-                "input",
-                format!("input[{i}] is {} tokens; this model reads at most {}", t.len(), c.max_position),
-            ));
-        }
-        if room.held(t.len()) > room.tokens {
-            return Err(EngineError::bad_field(
-                "input",
-                format!("input[{i}] is {} tokens; the model's state room holds {}", t.len(), room.tokens),
-            ));
-        }
-        if let Some(bad) = t.iter().find(|&&id| id as usize >= c.vocab_size) {
-            return Err(EngineError::bad_field(
-                "input",
-                format!("input[{i}] holds token id {bad}, past the vocabulary ({})", c.vocab_size),
-            ));
-        }
-    }
-    let pass_rows = room.rows.max(1);
+    check_inputs(model, inputs, room, "embed")?;
+    let mut accs: Vec<Option<Acc>> = (0..inputs.len()).map(|_| None).collect();
     let mut out: Vec<Option<Vec<f32>>> = vec![None; inputs.len()];
-    let mut next = 0;
-    let mut reading: Vec<(usize, Reading<'_>)> = Vec::new();
-    while next < inputs.len() || !reading.is_empty() {
-        // Newcomers join while their whole input fits the room beside what is held.
-        let held = |r: &[(usize, Reading<'_>)]| r.iter().map(|(_, x)| room.held(x.tokens.len())).sum::<usize>();
-        while next < inputs.len()
-            && (reading.is_empty()
-                || (held(&reading) + room.held(inputs[next].len()) <= room.tokens && reading.len() < room.sequences))
-        {
-            let acc = Acc::new(cfg.pooling, cfg.hidden);
-            reading.push((next, Reading { at: 0, tokens: &inputs[next], state: model.new_state(), acc }));
-            next += 1;
-            if reading.iter().map(|(_, r)| r.tokens.len() - r.at).sum::<usize>() >= pass_rows {
-                break;
-            }
+    // Last-token pooling needs only each sequence's last row; the rest need every row.
+    let last_only = cfg.pooling == Pooling::Last;
+    let mode = if last_only { LogitsMode::Last } else { LogitsMode::All };
+    read_in_passes(model, inputs, room, (Rows::Hidden, mode), |i, _, rows, done| {
+        let acc = accs[i].get_or_insert_with(|| Acc::new(cfg.pooling, cfg.hidden));
+        if !last_only || done {
+            acc.add(&rows);
         }
-        // One pass: each reader's next chunk, first come first, up to pass_rows rows.
-        let mut left = pass_rows;
-        let mut takes: Vec<usize> = Vec::with_capacity(reading.len());
-        for (_, r) in &reading {
-            let n = (r.tokens.len() - r.at).min(left);
-            takes.push(n);
-            left -= n;
+        if done {
+            out[i] = accs[i].take().map(|a| cfg.finish(a.pooled(), dims));
         }
-        let last_only = cfg.pooling == Pooling::Last;
-        let mut batch: Vec<SeqInput<'_>> = Vec::new();
-        let mut who: Vec<usize> = Vec::new();
-        for (k, ((_, r), &n)) in reading.iter_mut().zip(&takes).enumerate() {
-            if n > 0 {
-                let t: &[u32] = r.tokens;
-                batch.push(SeqInput { tokens: &t[r.at..r.at + n], state: &mut r.state });
-                who.push(k);
-            }
-        }
-        // Last-token pooling needs only each sequence's last row; the rest need every row.
-        let mode = if last_only { LogitsMode::Last } else { LogitsMode::All };
-        let rows = model.forward_hidden(&mut batch, mode)?;
-        drop(batch);
-        for (k, rows) in who.into_iter().zip(rows) {
-            let r = &mut reading[k].1;
-            r.at += takes[k];
-            if !last_only || r.at == r.tokens.len() {
-                r.acc.add(&rows);
-            }
-        }
-        let (done, still): (Vec<_>, Vec<_>) = reading.into_iter().partition(|(_, r)| r.at == r.tokens.len());
-        reading = still;
-        for (i, r) in done {
-            out[i] = Some(cfg.finish(r.acc.pooled(), dims));
-        }
-    }
+    })?;
     out.into_iter()
         .enumerate()
         .map(|(i, v)| v.ok_or_else(|| EngineError::internal(format!("input[{i}] was never pooled"))))

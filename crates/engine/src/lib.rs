@@ -16,6 +16,7 @@ pub mod grammar;
 pub mod local;
 pub mod open;
 pub mod pass;
+pub mod passes;
 pub mod perplexity;
 pub mod sampler;
 pub mod seam;

@@ -95,6 +95,19 @@ pub struct Embedded {
     pub loaded: bool,
 }
 
+/// What scoring texts gets back: each text's negative log-likelihood, its windows' summed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    /// One per input, in order.
+    pub scores: Vec<crate::perplexity::Nll>,
+    /// Tokens read in all.
+    pub tokens: usize,
+    /// The backend it ran on.
+    pub backend: String,
+    /// Whether asking brought the model into memory.
+    pub loaded: bool,
+}
+
 /// Renders and tokenizes prompts for one model in memory, on whatever thread calls it: what it holds (the
 /// tokenizer, the template, the context) is shared and read-only.
 pub trait Reader: Send + Sync {
@@ -307,6 +320,20 @@ pub trait Engine: Send {
     ) -> Result<Option<Embedded>, EngineError> {
         let _ = (inputs, dimensions);
         Err(EngineError::unsupported("model", format!("{model}: this engine computes no embeddings")))
+    }
+
+    /// Scores each text with `model` (tokenized as [`EmbedInput::Text`] is, with the tokenizer's special tokens),
+    /// every token after the first of each window of `window` tokens (None: the model's context), in batched
+    /// passes of their own between the running replies' steps, as [`Engine::embed`] reads. `Ok(None)`: a window
+    /// does not fit the state room the running replies leave; ask again once nothing runs on the model.
+    fn score(
+        &mut self,
+        model: &str,
+        inputs: &[EmbedInput],
+        window: Option<usize>,
+    ) -> Result<Option<Scored>, EngineError> {
+        let _ = (inputs, window);
+        Err(EngineError::unsupported("model", format!("{model}: this engine scores no texts")))
     }
 
     /// Ends a sequence: `keep` sets its cache aside as a conversation (evicting the one that spoke longest ago when

@@ -294,3 +294,43 @@ fn smollm2_greedy_steps_ahead_equal_steps_one_at_a_time() {
     assert!(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() > 0, "{v}");
     batched_replies_equal_alone(&five, "cpu-q8, steps ahead");
 }
+
+/// The perplexity job on the real model equals transformers' figure (fixtures/goldens/smollm2_ppl.json, from
+/// scripts/reference/ppl_ref.py) on the committed public-domain text, read as a plain-text dataset: the same
+/// documents, the same tokens, the perplexity within 0.5%.
+#[test]
+fn smollm2_perplexity_job_equals_transformers() {
+    kvad_hub::ensure_smollm2().expect("the default model");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("fixtures/goldens/smollm2_ppl.json")).unwrap())
+            .unwrap();
+    let text = std::fs::read_to_string(root.join("fixtures/text/public-domain.txt")).unwrap();
+    let s = common::start("smollm2-ppl", &["--model", "smollm2-instruct", "--backend", "cpu-f32"]);
+    let ds: serde_json::Value = ureq::post(&format!("{}/api/datasets?name=public-domain.txt&validation=0", s.url))
+        .send_string(&text)
+        .unwrap()
+        .into_json()
+        .unwrap();
+    assert_eq!(ds["format"], "plain", "{ds}");
+    let job = json!({"kind": "perplexity", "model": "smollm2-instruct", "dataset": ds["id"]});
+    let (code, created) = s.post("/api/jobs", &job.to_string());
+    assert_eq!(code, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let r = ureq::get(&format!("{}/api/jobs/{id}/events", s.url)).call().unwrap();
+    let last: serde_json::Value = std::io::BufRead::lines(std::io::BufReader::new(r.into_reader()))
+        .map_while(Result::ok)
+        .filter_map(|l| l.strip_prefix("data: ").map(|d| serde_json::from_str(d).unwrap()))
+        .last()
+        .unwrap();
+    assert_eq!(last["state"], "done", "{last}");
+    let (got, want) = (&last["result"], &golden["documents"]);
+    assert_eq!(got["backend"], "cpu-f32", "{got}");
+    assert_eq!(
+        (got["documents"].as_u64(), got["tokens"].as_u64()),
+        (want["documents"].as_u64(), want["tokens"].as_u64())
+    );
+    let (p, q) = (got["perplexity"].as_f64().unwrap(), want["ppl"].as_f64().unwrap());
+    eprintln!("perplexity: kvad {p:.5}, transformers {q:.5}");
+    assert!((p / q - 1.0).abs() < 0.005, "kvad {p} vs transformers {q}");
+}

@@ -176,3 +176,82 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     drop(s);
     let _ = std::fs::remove_dir_all(&kvad);
 }
+
+/// The seed's test: the two-layer GPT trained on "the cat sat on the mat" inside the test, then a prompt suite
+/// (refused: the model has no chat template, so its answers would be scored empty), a benchmark and a perplexity
+/// job against it through the real scheduler.
+#[test]
+fn the_seed_s_cat_gpt_is_benchmarked_and_scored_through_the_scheduler() {
+    let kvad = std::env::temp_dir().join(format!("kvad-training-cat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&kvad);
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/models/llama-tied");
+    let s = common::start_env(
+        "training-cat",
+        &["--model", fixture.to_str().unwrap(), "--backend", "cpu-f32"],
+        &[("KVAD_CACHE", kvad.to_str().unwrap())],
+    );
+    let (code, ds) = upload(&s, "cat.jsonl", "{\"text\": \"the cat sat on the mat\"}\n");
+    assert_eq!((code, ds["format"].as_str()), (201, Some("text")), "{ds}");
+    let cat = ds["id"].as_str().unwrap().to_string();
+    let (_, other) = upload(&s, "dog.txt", "a dog ran through the park\n\nquick brown foxes jump\n");
+    let other = other["id"].as_str().unwrap().to_string();
+    let mut cfg = gpt_config();
+    cfg["eos_token_id"] = json!(256);
+    let job = json!({"kind": "train", "output": "cat", "config": cfg, "tokenizer": "bytes", "dataset": cat,
+                     "steps": 120, "lr": 0.01, "warmup": 5, "batch": 4, "seq_len": 32, "weight_decay": 0.0});
+    let (code, created) = s.post("/api/jobs", &job.to_string());
+    assert_eq!(code, 201, "{created}");
+    let events = follow(&s, created["id"].as_str().unwrap());
+    assert_eq!(events.last().unwrap()["state"], "done", "{:?}", events.last());
+
+    let suite = "{\"prompt\": \"the cat\", \"expected\": \"sat\", \"scorer\": \"contains\"}\n";
+    let (_, suite) = upload(&s, "suite.jsonl", suite);
+    let eval = json!({"kind": "eval", "dataset": suite["id"], "models": ["trained:cat"]});
+    let (code, bad) = s.post("/api/jobs", &eval.to_string());
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("models[0]")), "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("no chat template"), "{bad}");
+
+    // A benchmark as a job: its samples are the job's events, its summary the job's result.
+    let bench = json!({"kind": "bench", "models": ["trained:cat"], "rounds": 2, "max_tokens": 8});
+    let (code, created) = s.post("/api/jobs", &bench.to_string());
+    assert_eq!(code, 201, "{created}");
+    let events = follow(&s, created["id"].as_str().unwrap());
+    assert_eq!(events.iter().filter(|e| e["type"] == "sample").count(), 2, "{events:?}");
+    let last = events.last().unwrap();
+    assert_eq!(last["state"], "done", "{last}");
+    let summary = &last["result"]["summary"][0];
+    assert_eq!((summary["model"].as_str(), summary["samples"].as_u64()), (Some("trained:cat"), Some(2)), "{last}");
+    assert!(summary["decode_tps"]["median"].as_f64().unwrap() > 0.0, "{last}");
+
+    // Perplexity: the sentence it learned is no surprise to it; other text is.
+    let ppl = |dataset: &str| {
+        let (code, created) =
+            s.post("/api/jobs", &json!({"kind": "perplexity", "model": "trained:cat", "dataset": dataset}).to_string());
+        assert_eq!(code, 201, "{created}");
+        let events = follow(&s, created["id"].as_str().unwrap());
+        let last = events.last().unwrap().clone();
+        assert_eq!(last["state"], "done", "{last}");
+        assert!(events.iter().any(|e| e["type"] == "step"), "{events:?}");
+        last["result"].clone()
+    };
+    let seen = ppl(&cat);
+    let unseen = ppl(&other);
+    assert_eq!(seen["backend"], "cpu-f32", "{seen}");
+    assert_eq!((seen["documents"].as_u64(), unseen["documents"].as_u64()), (Some(1), Some(2)));
+    // Byte-level with no start token added: every byte a token, each after the first scored.
+    assert_eq!(seen["tokens"].as_u64(), Some("the cat sat on the mat".len() as u64 - 1), "{seen}");
+    let (a, b) = (seen["perplexity"].as_f64().unwrap(), unseen["perplexity"].as_f64().unwrap());
+    assert!(a < 1.3 && b > 4.0 * a, "perplexity {a} on its sentence, {b} on other text");
+    for (body, field) in [
+        (json!({"kind": "perplexity", "model": "trained:cat", "dataset": suite["id"]}), "dataset"),
+        (json!({"kind": "perplexity", "model": "trained:cat", "dataset": cat, "split": "test"}), "split"),
+        (json!({"kind": "perplexity", "model": "trained:cat", "dataset": cat, "window": 1}), "window"),
+        (json!({"kind": "perplexity", "model": "nope", "dataset": cat}), "model"),
+        (json!({"kind": "perplexity", "model": "trained:cat", "dataset": cat, "split": "validation"}), "split"),
+    ] {
+        let (code, bad) = s.post("/api/jobs", &body.to_string());
+        assert_eq!((code, bad["error"]["param"].as_str()), (400, Some(field)), "{body}: {bad}");
+    }
+    drop(s);
+    let _ = std::fs::remove_dir_all(&kvad);
+}

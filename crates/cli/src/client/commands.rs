@@ -34,7 +34,7 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api/datasets/{id}", "kvad datasets show ID [--rows N] [--model M]"),
     ("DELETE", "/api/datasets/{id}", "kvad datasets rm ID"),
     ("GET", "/api/jobs", "kvad jobs list"),
-    ("POST", "/api/jobs", "kvad train MODEL --data FILE|--dataset ID --output NAME [...]; kvad evals run"),
+    ("POST", "/api/jobs", "kvad train MODEL --data FILE|--dataset ID --output NAME [...]; kvad evals run|ppl"),
     ("GET", "/api/jobs/{id}/items", "kvad evals items JOB [--against JOB2]"),
     ("GET", "/api/jobs/{id}", "kvad jobs show ID"),
     ("DELETE", "/api/jobs/{id}", "kvad jobs cancel ID"),

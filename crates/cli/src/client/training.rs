@@ -151,6 +151,30 @@ pub fn jobs_follow(url: &str, id: &str, json_out: bool) -> Result<()> {
             println!("{ev}");
         } else {
             match ev["type"].as_str() {
+                Some("start") if ev["documents"].is_number() => {
+                    println!("perplexity of {} over {} documents", s(&ev["model"]), s(&ev["documents"]))
+                }
+                Some("start") if ev["items"].is_number() => {
+                    println!("asking {} items of {}", s(&ev["items"]), s(&ev["models"]))
+                }
+                Some("start") if ev["rounds"].is_number() => {
+                    println!("benchmark of {}, {} rounds", s(&ev["models"]), s(&ev["rounds"]))
+                }
+                Some("step") if ev["perplexity"].is_number() => println!(
+                    "{:>6} of {} documents  {} tokens  perplexity {:.4}",
+                    s(&ev["documents"]),
+                    s(&ev["of"]),
+                    s(&ev["tokens"]),
+                    ev["perplexity"].as_f64().unwrap_or(f64::NAN)
+                ),
+                Some("sample") => println!(
+                    "{} round {}: prefill {:.1} tok/s, decode {:.1} tok/s, first token {:.1} ms",
+                    s(&ev["model"]),
+                    s(&ev["sample"]["round"]),
+                    ev["sample"]["prefill_tps"].as_f64().unwrap_or(0.0),
+                    ev["sample"]["decode_tps"].as_f64().unwrap_or(0.0),
+                    ev["sample"]["ttft_ms"].as_f64().unwrap_or(0.0)
+                ),
                 Some("start") => println!(
                     "training {} of {} parameters on {} rows ({} for validation)",
                     s(&ev["trained_parameters"]),
@@ -188,11 +212,31 @@ pub fn jobs_follow(url: &str, id: &str, json_out: bool) -> Result<()> {
     match end["state"].as_str() {
         Some("done") => {
             if !json_out {
-                match end["result"]["models"].as_array() {
-                    Some(scores) => scores
+                let r = &end["result"];
+                match (r["models"].as_array(), r["summary"].as_array()) {
+                    (Some(scores), _) => scores
                         .iter()
                         .for_each(|m| println!("{}: {} of {} right", s(&m["model"]), s(&m["correct"]), s(&m["total"]))),
-                    None => println!("done: {}", s(&end["result"]["model"])),
+                    (_, Some(rows)) => rows.iter().for_each(|m| {
+                        let med = |k: &str| m[k]["median"].as_f64().unwrap_or(0.0);
+                        println!(
+                            "{}: decode {:.1} tok/s, prefill {:.1} tok/s, first token {:.1} ms (medians of {})",
+                            s(&m["model"]),
+                            med("decode_tps"),
+                            med("prefill_tps"),
+                            med("ttft_ms"),
+                            s(&m["samples"])
+                        )
+                    }),
+                    _ if r["perplexity"].is_number() => println!(
+                        "{} on {}: perplexity {:.4} over {} tokens of {} documents",
+                        s(&r["model"]),
+                        s(&r["backend"]),
+                        r["perplexity"].as_f64().unwrap_or(f64::NAN),
+                        s(&r["tokens"]),
+                        s(&r["documents"])
+                    ),
+                    _ => println!("done: {}", s(&r["model"])),
                 }
             }
             Ok(())
@@ -251,18 +295,19 @@ pub fn train(url: &str, a: TrainArgs<'_>, json_out: bool) -> Result<()> {
     jobs_follow(url, &id, json_out)
 }
 
-/// `kvad evals run`: uploads the suite when a file is given, starts the eval and follows it.
+/// `kvad evals run` (`kind` eval) and `kvad evals ppl` (`kind` perplexity): uploads the data when a file is given
+/// (nothing held out), starts the job and follows it.
 pub fn eval(
     url: &str,
-    data: Option<&std::path::Path>,
-    dataset: Option<&str>,
+    kind: &str,
+    (data, dataset): (Option<&std::path::Path>, Option<&str>),
     fields: Value,
     json_out: bool,
 ) -> Result<()> {
     let dataset = match (data, dataset) {
         (Some(f), None) => s(&upload(url, f, None, Some(0.0))?["id"]),
         (None, Some(id)) => id.to_string(),
-        _ => bail!("give the suite as --data FILE or --dataset ID (one of them)"),
+        _ => bail!("give the data as --data FILE or --dataset ID (one of them)"),
     };
     let mut body: serde_json::Map<String, Value> = fields
         .as_object()
@@ -271,7 +316,7 @@ pub fn eval(
         .filter(|(_, v)| !v.is_null())
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    body.insert("kind".into(), json!("eval"));
+    body.insert("kind".into(), json!(kind));
     body.insert("dataset".into(), json!(dataset));
     let job = send(url, "POST", "/api/jobs", Some(Value::Object(body)))?;
     jobs_follow(url, &s(&job["id"]), json_out)

@@ -6,12 +6,12 @@ pub mod kept;
 pub mod memory;
 mod reader;
 pub mod tokens;
+mod whole;
 
-use crate::embed::{embed_inputs, EmbedConfig, Room};
 use crate::pass::{self, Sequence, Stepping};
 use crate::seam::{
     loaded_elsewhere, template_reasons, Begun, Budget, EmbedInput, Embedded, Ended, GenParams, Memory, ModelInfo, Part,
-    Piece, Prepared, ReaderFor, Resident, SeqId, Stepped, TokenLogprob,
+    Piece, Prepared, ReaderFor, Resident, Scored, SeqId, Stepped, TokenLogprob,
 };
 use crate::system::default_backend_for;
 use crate::{open_model, Engine, EngineError, OpenedModel};
@@ -407,58 +407,16 @@ impl Engine for LocalEngine {
         inputs: &[EmbedInput],
         dimensions: Option<usize>,
     ) -> Result<Option<Embedded>, EngineError> {
-        let entry = self.find(model)?;
-        let loaded = self.slot(entry).is_none();
-        self.load_entry(entry, None)?;
-        let path = self.entries[entry].path.clone();
-        let (reserved, count) = {
-            let b = self.slot(entry).map(Slot::budget).unwrap_or(Budget::tokens(0));
-            let running = self.seqs.values().filter(|s| s.entry == entry);
-            running.fold((0, 0), |(r, n), s| (r + b.reserve(s.seq.reserve), n + 1))
-        };
-        let slot = self
-            .slots
-            .iter_mut()
-            .find(|s| s.entry == entry)
-            .ok_or_else(|| EngineError::internal(format!("{model} left memory before its embeddings")))?;
-        let m = slot.m.model.as_ref();
-        let cfg = EmbedConfig::read(&path, m.config().hidden)?.ok_or_else(|| {
-            EngineError::bad_field(
-                "model",
-                format!(
-                    "{model} is not an embedding model: its files name no pooling (sentence-transformers' \
-                     modules.json with a Pooling module, or a GGUF <arch>.pooling_type)"
-                ),
-            )
-        })?;
-        let mut ids = Vec::with_capacity(inputs.len());
-        for i in inputs {
-            ids.push(match i {
-                EmbedInput::Text(t) => {
-                    slot.m.tokenizer.encode(t, true).map_err(|e| EngineError::internal(e.to_string()))?
-                }
-                EmbedInput::Tokens(t) => t.clone(),
-            });
-        }
-        let b = slot.budget();
-        let room = Room {
-            rows: m.prefill_chunk(),
-            tokens: b.tokens.saturating_sub(reserved),
-            page: b.page,
-            sequences: b.sequences.saturating_sub(count).max(1),
-        };
-        let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
-        if count > 0 && longest <= m.config().max_position && b.reserve(longest) > room.tokens {
-            return Ok(None);
-        }
-        // Kept conversations give way to what the run holds at once, as they do to a reply.
-        let need = room.needed(&ids);
-        slot.kept.fit(room.tokens.saturating_sub(need), b.page, room.sequences.saturating_sub(1));
-        let room = Room { tokens: need.max(b.page), ..room };
-        let vectors = embed_inputs(m, &cfg, &ids, dimensions, room)?;
-        let backend = slot.backend.to_string();
-        self.fit(entry);
-        Ok(Some(Embedded { vectors, tokens: ids.iter().map(Vec::len).sum(), backend, loaded }))
+        self.embed_whole(model, inputs, dimensions)
+    }
+
+    fn score(
+        &mut self,
+        model: &str,
+        inputs: &[EmbedInput],
+        window: Option<usize>,
+    ) -> Result<Option<Scored>, EngineError> {
+        self.score_whole(model, inputs, window)
     }
 
     fn end(&mut self, seq: SeqId, keep: bool) -> Ended {

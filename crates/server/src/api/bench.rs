@@ -29,7 +29,7 @@ use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// The prompt every timed generation continues.
 const PROMPT: &str = "The history of the printing press begins with movable type, which";
@@ -125,13 +125,15 @@ pub async fn state(State(state): State<AppState>, _who: Caller) -> Result<Json<V
     Ok(Json(json!({"running": r.running, "run": r, "summary": summary})))
 }
 
-struct Ask {
+/// A benchmark asked for: the variants, rounds and tokens a sample.
+pub struct Ask {
     models: Vec<String>,
     rounds: usize,
     max_tokens: usize,
 }
 
-fn ask(state: &AppState, body: &[u8]) -> Result<Ask, ApiError> {
+/// Reads and checks a benchmark's fields (`models`, `rounds`, `max_tokens`), each refusal naming its field.
+pub fn ask(state: &AppState, body: &[u8]) -> Result<Ask, ApiError> {
     let obj = parse_body(body)?;
     let mut f = Fields::new(&obj, "");
     let models: Vec<String> = match f.get("models") {
@@ -165,8 +167,20 @@ fn ask(state: &AppState, body: &[u8]) -> Result<Ask, ApiError> {
 /// `POST /api/bench {models, rounds?, max_tokens?}`: runs the rounds and streams each sample as it lands
 /// (server-sent events `start`, `sample {model, index, sample}`, then `done {summary}` or `error`).
 pub async fn run(State(state): State<AppState>, Admin(who): Admin, body: Bytes) -> Result<Response, ApiError> {
-    let account = who.account;
     let a = ask(&state, &body)?;
+    let rx = launch(&state, who.account, a)?;
+    let events = stream::unfold(rx, |mut rx| async move {
+        let (name, data) = rx.recv().await?;
+        Some((Ok::<_, Infallible>(SseEvent::default().event(name).data(data.to_string())), rx))
+    });
+    Ok(Sse::new(events).into_response())
+}
+
+/// Starts a benchmark unless something would be measured beside it (a job running, another benchmark: a 409
+/// naming it): the rounds run on a task of their own, and their events (`start`, `sample`, then `done` or
+/// `error`) come through the receiver; dropping it stops the run after the sample it is taking. Must be called
+/// within the runtime.
+pub fn launch(state: &AppState, account: String, a: Ask) -> Result<UnboundedReceiver<(String, Value)>, ApiError> {
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the server is shutting down", None));
     }
@@ -215,11 +229,36 @@ pub async fn run(State(state): State<AppState>, Admin(who): Admin, body: Bytes) 
         };
         let _ = tx.send(last);
     });
-    let events = stream::unfold(rx, |mut rx| async move {
-        let (name, data) = rx.recv().await?;
-        Some((Ok::<_, Infallible>(SseEvent::default().event(name).data(data.to_string())), rx))
-    });
-    Ok(Sse::new(events).into_response())
+    Ok(rx)
+}
+
+/// A benchmark as a job (`POST /api/jobs` with `kind: "bench"`, launched by [`launch`]): its events become the job's
+/// (`{"type": "sample", ...}`), its summary the job's result; a cancel stops it after the sample it is taking.
+pub fn follow(
+    rt: &tokio::runtime::Handle,
+    mut rx: UnboundedReceiver<(String, Value)>,
+    cancel: &AtomicBool,
+    emit: &mut dyn FnMut(Value),
+) -> Result<(Value, bool), String> {
+    loop {
+        let next = rt.block_on(async { tokio::time::timeout(std::time::Duration::from_millis(200), rx.recv()).await });
+        match next {
+            Ok(Some((name, data))) => {
+                let mut ev = json!({"type": name});
+                if let (Some(e), Some(d)) = (ev.as_object_mut(), data.as_object()) {
+                    e.extend(d.clone());
+                }
+                match name.as_str() {
+                    "done" => return Ok((data, true)),
+                    "error" => return Err(data["error"]["message"].as_str().unwrap_or("the benchmark failed").into()),
+                    _ => emit(ev),
+                }
+            }
+            Ok(None) => return Err("the benchmark ended without a summary".into()),
+            Err(_) if cancel.load(Ordering::Relaxed) => return Ok((json!({"cancelled": true}), false)),
+            Err(_) => {}
+        }
+    }
 }
 
 /// The warm-up and the interleaved rounds; stops early when the client has gone (`tx` closed).

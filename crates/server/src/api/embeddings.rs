@@ -6,7 +6,7 @@
 use super::request::{kind_of, parse_body, Fields};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::sched::EmbedJob;
+use crate::sched::{InputsJob, Whole};
 use crate::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -100,15 +100,15 @@ pub async fn handler(State(state): State<AppState>, caller: Caller, body: Bytes)
     f.finish()?;
     state.model_info(&model)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let job = EmbedJob {
+    let job = InputsJob {
         model: model.clone(),
         inputs,
-        dimensions,
         account: caller.account,
+        endpoint: "/v1/embeddings",
         queued_at: std::time::Instant::now(),
-        reply: tx,
+        work: Whole::Embed { dimensions, reply: tx },
     };
-    state.queue.embed(job)?;
+    state.queue.inputs(job)?;
     let done = rx.await.map_err(|_| ApiError::internal("the engine dropped the embeddings job"))??;
     let data: Vec<Value> = done
         .vectors

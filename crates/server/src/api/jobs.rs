@@ -3,8 +3,10 @@
 //! 404, as one that does not exist.
 
 use super::conversations::Owner;
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::jobs::eval::EvalRequest;
+use crate::jobs::ppl::PplRequest;
 use crate::jobs::train::TrainRequest;
 use crate::store::Store;
 use crate::AppState;
@@ -32,15 +34,25 @@ fn not_found(id: &str) -> ApiError {
     ApiError { param: Some("id".into()), ..ApiError::not_found(format!("no job {id}")) }
 }
 
-/// `POST /api/jobs`: `{"kind": "train", ...}` (see [`TrainRequest`]); 201 with the job, queued.
-pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: Bytes) -> Result<Response, ApiError> {
+/// The kinds of job `POST /api/jobs` starts.
+pub const KINDS: &str = "train, eval, perplexity, bench";
+
+/// `POST /api/jobs`: `{"kind": "train" | "eval" | "perplexity" | "bench", ...}` (see [`TrainRequest`],
+/// [`EvalRequest`], [`PplRequest`], [`super::bench::ask`]); 201 with the job, queued.
+pub async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> Result<Response, ApiError> {
     let v: Value =
         serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
+    let account = caller.account.clone();
     match v.get("kind").and_then(Value::as_str) {
         Some("train") => {}
         Some("eval") => return create_eval(state, account, v).await,
-        Some(k) => return Err(ApiError::bad_field("kind", format!("\"{k}\": the job kinds are: train, eval"))),
-        None => return Err(ApiError::bad_field("kind", "missing: the job kinds are: train, eval")),
+        Some("perplexity") => return create_ppl(state, account, v).await,
+        Some("bench") if caller.is_admin() => return create_bench(state, account, v).await,
+        Some("bench") => {
+            return Err(crate::auth::AuthError::Forbidden("a benchmark needs an administrator".into()).into())
+        }
+        Some(k) => return Err(ApiError::bad_field("kind", format!("\"{k}\": the job kinds are: {KINDS}"))),
+        None => return Err(ApiError::bad_field("kind", format!("missing: the job kinds are: {KINDS}"))),
     }
     let req: TrainRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
     let from = req
@@ -65,10 +77,7 @@ pub async fn create(State(state): State<AppState>, Owner(account): Owner, body: 
     }
     let file = super::datasets::file(&state, &req.dataset, dataset["format"].as_str().unwrap_or(""));
     let held: Vec<usize> = serde_json::from_value(dataset["validation"].clone()).unwrap_or_default();
-    let id = format!(
-        "job_{:x}",
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-    );
+    let id = new_id();
     let (i, a, spec) = (id.clone(), account.clone(), v.clone());
     with_store(&state, move |s| crate::jobs::insert(s, &i, &a, "train", &spec)).await?;
     let what = format!("{} → trained:{}", req.model.clone().unwrap_or_else(|| "a new model".into()), req.output);
@@ -130,6 +139,83 @@ async fn create_eval(state: AppState, account: String, v: Value) -> Result<Respo
     let (i, a) = (id, account);
     let job = with_store(&state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
     Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// Inserts job `id`'s row and returns it as the API shows it, for a 201.
+async fn created(state: &AppState, id: &str, account: &str) -> Result<Response, ApiError> {
+    let (i, a) = (id.to_string(), account.to_string());
+    let job = with_store(state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
+    Ok((StatusCode::CREATED, Json(job)).into_response())
+}
+
+/// `POST /api/jobs` with `kind: "perplexity"`: a model's perplexity over a dataset's documents.
+async fn create_ppl(state: AppState, account: String, v: Value) -> Result<Response, ApiError> {
+    let req: PplRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
+    req.check(&state).map_err(|(field, msg)| ApiError::bad_field(&field, msg))?;
+    let (ds, acc) = (req.dataset.clone(), account.clone());
+    let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
+        .await?
+        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    let format = dataset["format"].as_str().unwrap_or("").to_string();
+    if format != "text" && format != "plain" {
+        return Err(ApiError::bad_field(
+            "dataset",
+            format!(
+                "{} holds {format} records: perplexity reads documents ({{\"text\"}} lines or plain text)",
+                req.dataset
+            ),
+        ));
+    }
+    let file = super::datasets::file(&state, &req.dataset, &format);
+    let bytes = std::fs::read(&file).map_err(|e| ApiError::internal(format!("{}: {e}", file.display())))?;
+    let docs: Vec<String> = kvad_train::data::parse(&file.display().to_string(), &bytes)
+        .map_err(|e| ApiError::internal(format!("the stored dataset no longer parses: {}", e[0])))?
+        .records
+        .into_iter()
+        .filter_map(|r| match r {
+            kvad_train::data::Record::Text(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let held: Vec<usize> = serde_json::from_value(dataset["validation"].clone()).unwrap_or_default();
+    let docs = req.pick(docs, &held);
+    if docs.is_empty() {
+        return Err(ApiError::bad_field(
+            "split",
+            format!("split = \"{}\": {} holds no documents there", req.split.as_deref().unwrap_or("all"), req.dataset),
+        ));
+    }
+    let id = new_id();
+    let (i, a, spec) = (id.clone(), account.clone(), v);
+    with_store(&state, move |s| crate::jobs::insert(s, &i, &a, "perplexity", &spec)).await?;
+    let what = format!("perplexity of {} over {} documents of {}", req.model, docs.len(), req.dataset);
+    let (st, rt, who) = (state.clone(), tokio::runtime::Handle::current(), account.clone());
+    state.jobs.spawn(state.db.clone(), id.clone(), "perplexity", &account, what, move |cancel, emit| {
+        crate::jobs::ppl::execute(&st, &rt, &who, &req, &docs, cancel, emit)
+    });
+    created(&state, &id, &account).await
+}
+
+/// `POST /api/jobs` with `kind: "bench"` (an administrator's): `POST /api/bench`'s run as a job, refused the same
+/// way while another job or benchmark runs.
+async fn create_bench(state: AppState, account: String, mut v: Value) -> Result<Response, ApiError> {
+    let spec = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("kind");
+    }
+    let a = super::bench::ask(&state, v.to_string().as_bytes())?;
+    let names: Vec<&str> =
+        spec["models"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let what = format!("benchmark of {}", names.join(" vs "));
+    let rx = super::bench::launch(&state, account.clone(), a)?;
+    let id = new_id();
+    let (i, acc) = (id.clone(), account.clone());
+    with_store(&state, move |s| crate::jobs::insert(s, &i, &acc, "bench", &spec)).await?;
+    let rt = tokio::runtime::Handle::current();
+    state.jobs.spawn(state.db.clone(), id.clone(), "bench", &account, what, move |cancel, emit| {
+        super::bench::follow(&rt, rx, cancel, emit)
+    });
+    created(&state, &id, &account).await
 }
 
 /// `GET /api/jobs/{id}/items`: an eval job's kept answers, each with its prompt, expected answer and score.

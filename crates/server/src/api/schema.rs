@@ -416,7 +416,9 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
         ("GET", "/api/jobs") => json!({"responses": {"200": ok(answer(&[("data", array(reference("Job")))]))}}),
         ("POST", "/api/jobs") => json!({
             "requestBody": json_body(body(&[
-                ("kind", json!({"enum": ["train", "eval"]})), ("output", string()), ("model", string()),
+                ("kind", json!({"enum": ["train", "eval", "perplexity", "bench"]})), ("output", string()),
+                ("model", string()), ("split", json!({"enum": crate::jobs::ppl::SPLITS})), ("window", int()),
+                ("rounds", int()),
                 ("models", array(string())), ("scorer", json!({"enum": ["exact", "contains", "regex", "choice"]})),
                 ("max_tokens", int()), ("system", string()),
                 ("config", json!({"type": "object"})), ("tokenizer", string()), ("eos", string()),
@@ -425,7 +427,7 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
                 ("seq_len", int()), ("clip", json!({"type": "number"})), ("weight_decay", json!({"type": "number"})),
                 ("seed", int()), ("save_every", int()), ("eval_every", int()),
                 ("lora", body(&[("rank", int()), ("alpha", json!({"type": "number"})), ("targets", array(string()))],
-                    &[]))], &["kind", "dataset"])),
+                    &[]))], &["kind"])),
             "responses": created(reference("Job")),
         }),
         ("GET", "/api/jobs/{id}") => {

@@ -75,19 +75,19 @@ async fn ask(
     messages: Vec<Value>,
     reasoning: bool,
     max: usize,
+    cancel: &AtomicBool,
 ) -> Result<String, String> {
-    let (events, mut rx) = crate::sched::events::channel();
     let params = GenParams {
         sampling: SamplingParams { temperature: 0.0, ..Default::default() },
         max_tokens: max,
         ..Default::default()
     };
-    state
-        .queue
-        .submit(Job {
+    let mut rx = super::ppl::patiently(cancel, || {
+        let (events, rx) = crate::sched::events::channel();
+        state.queue.submit(Job {
             model: model.to_string(),
-            prompt: Prompt::Chat { messages, tools: None, vars: Default::default() },
-            params,
+            prompt: Prompt::Chat { messages: messages.clone(), tools: None, vars: Default::default() },
+            params: params.clone(),
             stop: Vec::new(),
             parse_tools: false,
             one_call: false,
@@ -99,8 +99,10 @@ async fn ask(
             cancel: Arc::new(AtomicBool::new(false)),
             events,
             queued_at: Instant::now(),
-        })
-        .map_err(|e| e.message)?;
+        })?;
+        Ok(rx)
+    })
+    .await?;
     let mut answer = String::new();
     loop {
         match rx.recv().await {
@@ -143,7 +145,7 @@ pub fn execute(
             }
             messages.push(json!({"role": "user", "content": item.prompt}));
             let answer =
-                rt.block_on(ask(state, account, model, messages, reasoning[m], req.max_tokens.unwrap_or(64)))?;
+                rt.block_on(ask(state, account, model, messages, reasoning[m], req.max_tokens.unwrap_or(64), cancel))?;
             let right = item.scorer.unwrap_or(scorer).score(&answer, &item.expected);
             correct += usize::from(right);
             store

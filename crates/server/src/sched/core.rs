@@ -42,13 +42,15 @@ pub enum Kind {
         /// Run with nobody beside it.
         alone: bool,
     },
-    /// Embeddings from `model`: its inputs read in passes of their own between the running replies' steps (same
+    /// Whole inputs read by `model` (embeddings, scores), in passes of their own between the running replies' steps (same
     /// model), or once the batch has run down (another model, or `alone`: an input did not fit beside the replies).
-    Embed {
+    Inputs {
         /// The model's id.
         model: String,
         /// Run with nobody beside it.
         alone: bool,
+        /// What is read: "embed" or "score" (the queue's view names it).
+        what: &'static str,
     },
     /// Load a model into memory.
     Load {
@@ -67,7 +69,7 @@ pub enum Kind {
 impl Kind {
     /// A request's work (a reply or embeddings): queued under the limits, and taking its account's turn.
     fn is_generation(&self) -> bool {
-        matches!(self, Kind::Generate { .. } | Kind::Embed { .. })
+        matches!(self, Kind::Generate { .. } | Kind::Inputs { .. })
     }
 
     fn is_reply(&self) -> bool {
@@ -221,8 +223,9 @@ pub enum Decision {
     Join(JobId),
     /// Run this load or unload (nothing else runs meanwhile).
     Exclusive(JobId),
-    /// Compute these embeddings now, in passes of their own (the batch, if any, is on the same model).
-    Embed(JobId),
+    /// Read these whole inputs now (embeddings, scores), in passes of their own (the batch, if any, is on the same
+    /// model).
+    Inputs(JobId),
     /// One step: passes in order (the replies' tokens, in one pass or one per part below `batch_from`; prompt
     /// chunks).
     Step(Vec<Vec<Part>>),
@@ -351,7 +354,7 @@ impl Scheduler {
                     (Kind::Generate { .. }, None) if next.reading => {}
                     (Kind::Generate { .. }, None) => return Decision::Prepare(next.id),
                     (Kind::Generate { .. }, Some(_)) => return Decision::Join(next.id),
-                    (Kind::Embed { .. }, _) => return Decision::Embed(next.id),
+                    (Kind::Inputs { .. }, _) => return Decision::Inputs(next.id),
                     _ => return Decision::Exclusive(next.id),
                 }
             }
@@ -386,13 +389,13 @@ impl Scheduler {
             return true;
         }
         let (model, alone) = match &next.kind {
-            Kind::Generate { model, alone } | Kind::Embed { model, alone } => (model, *alone),
+            Kind::Generate { model, alone } | Kind::Inputs { model, alone, .. } => (model, *alone),
             _ => return false,
         };
         let same_model =
             self.running.iter().all(|r| matches!(&r.kind, Kind::Generate { model: m, alone: false } if m == model));
-        if matches!(next.kind, Kind::Embed { .. }) {
-            // Embeddings join no batch: their passes run between its steps, in the room its reserves leave.
+        if matches!(next.kind, Kind::Inputs { .. }) {
+            // Whole inputs join no batch: their passes run between its steps, in the room its reserves leave.
             return !alone && same_model;
         }
         // One prompt read at a time on the CPU; a GPU step reads several.
@@ -455,11 +458,11 @@ impl Scheduler {
         true
     }
 
-    /// Records that an embeddings job's input did not fit beside the running replies: it waits for the batch to
+    /// Records that a whole-inputs job's input did not fit beside the running replies: it waits for the batch to
     /// run down, and nothing passes it meanwhile.
-    pub fn embed_alone(&mut self, id: JobId) {
+    pub fn inputs_alone(&mut self, id: JobId) {
         if let Some(w) = self.waiting.iter_mut().find(|w| w.id == id) {
-            if let Kind::Embed { alone, .. } = &mut w.kind {
+            if let Kind::Inputs { alone, .. } = &mut w.kind {
                 *alone = true;
             }
         }

@@ -27,7 +27,7 @@ fn drain(s: &mut Scheduler, prompt: usize, reply: usize) -> Vec<String> {
                 order.push(s.waiting().iter().find(|w| w.id == id).unwrap().account.clone());
                 assert!(s.start(id, prompt));
             }
-            Decision::Exclusive(id) | Decision::Embed(id) => {
+            Decision::Exclusive(id) | Decision::Inputs(id) => {
                 s.start(id, 0);
                 s.remove(id);
             }
@@ -302,7 +302,7 @@ fn another_model_an_alone_request_or_no_room_means_nobody_joins() {
 }
 
 fn embed(model: &str) -> Kind {
-    Kind::Embed { model: model.into(), alone: false }
+    Kind::Inputs { model: model.into(), alone: false, what: "embed" }
 }
 
 /// A scheduler with one reply of model "m" writing; returns it and the reply's id.
@@ -320,7 +320,7 @@ fn embeddings_of_the_running_model_run_between_its_steps_and_take_their_accounts
     let t = Instant::now();
     let (mut s, a) = one_writing(t);
     let e = s.submit("b", embed("m"), t).unwrap();
-    assert_eq!(s.decide(Budget::tokens(100)), Decision::Embed(e), "at once, beside the writing reply");
+    assert_eq!(s.decide(Budget::tokens(100)), Decision::Inputs(e), "at once, beside the writing reply");
     s.start(e, 0);
     s.remove(e);
     assert_eq!(s.beside(a), 0, "the embeddings never counted as a reply");
@@ -337,7 +337,7 @@ fn embeddings_of_another_model_or_that_did_not_fit_wait_for_the_batch_to_run_dow
         let (mut s, a) = one_writing(t);
         let e = s.submit("b", kind.clone(), t).unwrap();
         if alone {
-            s.embed_alone(e);
+            s.inputs_alone(e);
         }
         let late = s.submit("c", gen("m"), t).unwrap();
         s.prepared(late, 1);
@@ -347,7 +347,7 @@ fn embeddings_of_another_model_or_that_did_not_fit_wait_for_the_batch_to_run_dow
             "{kind:?} (alone: {alone}): the batch runs down and nobody passes"
         );
         s.remove(a);
-        assert_eq!(s.decide(Budget::tokens(100)), Decision::Embed(e));
+        assert_eq!(s.decide(Budget::tokens(100)), Decision::Inputs(e));
     }
 }
 
@@ -408,7 +408,7 @@ fn next_step(s: &mut Scheduler, budget: Budget, reserve: usize, to_read: usize) 
             Decision::Idle => return None,
             Decision::Prepare(id) => s.prepared(id, reserve),
             Decision::Join(id) => assert!(s.start(id, to_read)),
-            Decision::Exclusive(_) | Decision::Embed(_) => panic!("no loads or embeddings here"),
+            Decision::Exclusive(_) | Decision::Inputs(_) => panic!("no loads or embeddings here"),
             Decision::Step(passes) => return Some(passes),
         }
     }
@@ -569,7 +569,7 @@ mod simulated {
                         Decision::Join(id) => {
                             prop_assert!(s.start(id, job[&id].prompt));
                         }
-                        Decision::Exclusive(_) | Decision::Embed(_) => prop_assert!(false, "no loads here"),
+                        Decision::Exclusive(_) | Decision::Inputs(_) => prop_assert!(false, "no loads here"),
                         Decision::Idle => break vec![],
                         Decision::Step(p) => break p,
                     }

@@ -90,20 +90,66 @@ pub struct Job {
     pub queued_at: Instant,
 }
 
-/// One embeddings request to run (`POST /v1/embeddings`).
-pub struct EmbedJob {
+/// Whole inputs to read in passes of their own: an embeddings request (`POST /v1/embeddings`) or a perplexity
+/// job's rows.
+pub struct InputsJob {
     /// The model's id.
     pub model: String,
     /// The inputs, in order.
     pub inputs: Vec<kvad_engine::seam::EmbedInput>,
-    /// The vectors' length asked for (None: the model's).
-    pub dimensions: Option<usize>,
     /// Who asked.
     pub account: String,
+    /// The endpoint, for the requests table.
+    pub endpoint: &'static str,
     /// When it was queued.
     pub queued_at: Instant,
-    /// Where the answer goes; a client that went away dropped its end, and the job then leaves the line.
-    pub reply: tokio::sync::oneshot::Sender<Result<kvad_engine::seam::Embedded, ApiError>>,
+    /// What to compute, and where the answer goes.
+    pub work: Whole,
+}
+
+/// What an [`InputsJob`] computes. A client that went away dropped its end of `reply`, and the job then leaves the
+/// line.
+pub enum Whole {
+    /// One vector per input, of `dimensions` (None: the model's).
+    Embed {
+        /// The vectors' length asked for.
+        dimensions: Option<usize>,
+        /// Where the vectors go.
+        reply: tokio::sync::oneshot::Sender<Result<kvad_engine::seam::Embedded, ApiError>>,
+    },
+    /// Each input's negative log-likelihood, read in windows of `window` tokens (None: the model's context).
+    Score {
+        /// Tokens a window.
+        window: Option<usize>,
+        /// Where the scores go.
+        reply: tokio::sync::oneshot::Sender<Result<kvad_engine::seam::Scored, ApiError>>,
+    },
+}
+
+impl Whole {
+    /// The name the queue's view gives it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Whole::Embed { .. } => "embed",
+            Whole::Score { .. } => "score",
+        }
+    }
+
+    /// Whether whoever asked has gone.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Whole::Embed { reply, .. } => reply.is_closed(),
+            Whole::Score { reply, .. } => reply.is_closed(),
+        }
+    }
+
+    /// Answers with an error.
+    pub fn fail(self, e: ApiError) {
+        match self {
+            Whole::Embed { reply, .. } => drop(reply.send(Err(e))),
+            Whole::Score { reply, .. } => drop(reply.send(Err(e))),
+        }
+    }
 }
 
 /// What a job sends back, in order: `Started`, `Delta`s, then `Done`; or `Failed` instead of all of them.

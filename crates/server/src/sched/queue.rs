@@ -2,7 +2,7 @@
 //! or an unload, and look at what waits and runs.
 
 use super::core::{JobId, Kind, Limits, Phase, Refusal, Scheduler};
-use super::{runner, EmbedJob, Job};
+use super::{runner, InputsJob, Job};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -20,8 +20,8 @@ pub type AdminResult = Result<Vec<String>, ApiError>;
 pub(crate) enum Payload {
     /// A generation.
     Generate(Box<Job>),
-    /// Embeddings.
-    Embed(Box<EmbedJob>),
+    /// Whole inputs: embeddings or scores.
+    Inputs(Box<InputsJob>),
     /// A load or unload, and who waits for its answer (nobody for an autoload).
     Admin(Option<oneshot::Sender<AdminResult>>),
 }
@@ -113,7 +113,7 @@ pub struct LimitsView {
 fn describe(kind: &Kind) -> (&'static str, Option<String>) {
     match kind {
         Kind::Generate { model, .. } => ("generate", Some(model.clone())),
-        Kind::Embed { model, .. } => ("embed", Some(model.clone())),
+        Kind::Inputs { model, what, .. } => (what, Some(model.clone())),
         Kind::Load { model, .. } => ("load", Some(model.clone())),
         Kind::Unload { model } => ("unload", model.clone()),
     }
@@ -191,12 +191,12 @@ impl Queue {
         Ok(())
     }
 
-    /// Queues an embeddings request under the same limits as a generation (503 full, 429 per account).
-    pub fn embed(&self, job: EmbedJob) -> Result<(), ApiError> {
+    /// Queues whole inputs (embeddings, scores) under the same limits as a generation (503 full, 429 per account).
+    pub fn inputs(&self, job: InputsJob) -> Result<(), ApiError> {
         let mut st = self.lock();
-        let kind = Kind::Embed { model: job.model.clone(), alone: false };
+        let kind = Kind::Inputs { model: job.model.clone(), alone: false, what: job.work.name() };
         let id = st.core.submit(&job.account, kind, Instant::now()).map_err(refusal)?;
-        st.payloads.insert(id, Payload::Embed(Box::new(job)));
+        st.payloads.insert(id, Payload::Inputs(Box::new(job)));
         drop(st);
         self.shared.wake.notify_all();
         Ok(())

@@ -6,7 +6,7 @@ use super::core::{Decision, JobId, Kind, Scheduler};
 use super::queue::{AdminResult, Payload, Shared, State};
 use super::read::ReadJob;
 use super::reply::{self, Reply, Stop};
-use super::{Done, EmbedJob, Event, Job};
+use super::{Done, Event, InputsJob, Job, Whole};
 use crate::error::ApiError;
 use crate::store::{RequestRow, Store};
 use kvad_engine::seam::{Prepared, Stepped};
@@ -66,11 +66,35 @@ fn row_for(job: &Job) -> RequestRow {
     }
 }
 
+/// A whole-inputs job's answer, before it is sent.
+enum Answer {
+    Embedded(kvad_engine::seam::Embedded),
+    Scored(kvad_engine::seam::Scored),
+}
+
+impl Answer {
+    /// Tokens read, the backend, and whether asking loaded the model.
+    fn usage(&self) -> (usize, String, bool) {
+        match self {
+            Answer::Embedded(e) => (e.tokens, e.backend.clone(), e.loaded),
+            Answer::Scored(s) => (s.tokens, s.backend.clone(), s.loaded),
+        }
+    }
+
+    fn send(self, work: Whole) {
+        match (self, work) {
+            (Answer::Embedded(e), Whole::Embed { reply, .. }) => drop(reply.send(Ok(e))),
+            (Answer::Scored(s), Whole::Score { reply, .. }) => drop(reply.send(Ok(s))),
+            (_, w) => w.fail(ApiError::internal("the engine answered another kind of work")),
+        }
+    }
+}
+
 /// What a decision needs, taken out while the lock is held.
 enum Todo {
     Prepare(JobId, String, kvad_engine::seam::Prompt),
     Exclusive(JobId, Kind, Option<oneshot::Sender<AdminResult>>),
-    Embed(JobId, Box<EmbedJob>),
+    Inputs(JobId, Box<InputsJob>),
     Step(Vec<Vec<super::Part>>),
 }
 
@@ -93,7 +117,7 @@ pub(crate) fn run(engine: Box<dyn Engine>, store: Store, shared: std::sync::Arc<
         match todo {
             Todo::Prepare(id, model, prompt) => r.prepare(id, &model, prompt),
             Todo::Exclusive(id, kind, tx) => r.exclusive(id, kind, tx),
-            Todo::Embed(id, job) => r.embed(id, job),
+            Todo::Inputs(id, job) => r.inputs(id, job),
             Todo::Step(passes) => {
                 for pass in passes {
                     r.step(&pass);
@@ -132,8 +156,8 @@ impl Runner<'_> {
                     }
                 },
                 Decision::Join(id) => self.join(&mut st, id),
-                Decision::Embed(id) => match st.payloads.remove(&id) {
-                    Some(Payload::Embed(job)) => return Todo::Embed(id, job),
+                Decision::Inputs(id) => match st.payloads.remove(&id) {
+                    Some(Payload::Inputs(job)) => return Todo::Inputs(id, job),
                     _ => {
                         st.core.remove(id);
                     }
@@ -175,9 +199,9 @@ impl Runner<'_> {
                         st.payloads.insert(id, p);
                         self.fail(st, id, e);
                     }
-                    Some(Payload::Embed(job)) => {
+                    Some(Payload::Inputs(job)) => {
                         st.core.remove(id);
-                        let _ = job.reply.send(Err(e));
+                        job.work.fail(e);
                     }
                     _ => {
                         st.core.remove(id);
@@ -190,7 +214,7 @@ impl Runner<'_> {
             .iter()
             .filter(|(_, p)| match p {
                 Payload::Generate(j) => j.cancel.load(Ordering::SeqCst),
-                Payload::Embed(j) => j.reply.is_closed(),
+                Payload::Inputs(j) => j.work.is_closed(),
                 Payload::Admin(_) => false,
             })
             .map(|(id, _)| *id)
@@ -445,45 +469,56 @@ impl Runner<'_> {
         }));
     }
 
-    /// Embeddings, in passes of their own between the batch's steps. An input that does not fit beside the running
-    /// replies puts the job back at the head of the line, to run once they have finished.
-    fn embed(&mut self, id: JobId, job: Box<EmbedJob>) {
+    /// Whole inputs (embeddings, scores), in passes of their own between the batch's steps. An input that does not
+    /// fit beside the running replies puts the job back at the head of the line, to run once they have finished.
+    fn inputs(&mut self, id: JobId, job: Box<InputsJob>) {
         let started = Instant::now();
         let mut row = RequestRow {
             account: job.account.clone(),
-            endpoint: "/v1/embeddings".into(),
+            endpoint: job.endpoint.into(),
             model: job.model.clone(),
             queue_ms: started.saturating_duration_since(job.queued_at).as_secs_f64() * 1000.0,
             ..Default::default()
         };
-        let result = match job.reply.is_closed() {
-            true => Err(None),
-            false => self.engine.embed(&job.model, &job.inputs, job.dimensions).map_err(|e| Some(ApiError::from(e))),
+        // None: an input did not fit beside the running replies.
+        let result: Result<Option<Answer>, Option<ApiError>> = if job.work.is_closed() {
+            Err(None)
+        } else {
+            match &job.work {
+                Whole::Embed { dimensions, .. } => {
+                    self.engine.embed(&job.model, &job.inputs, *dimensions).map(|o| o.map(Answer::Embedded))
+                }
+                Whole::Score { window, .. } => {
+                    self.engine.score(&job.model, &job.inputs, *window).map(|o| o.map(Answer::Scored))
+                }
+            }
+            .map_err(|e| Some(ApiError::from(e)))
         };
         self.refresh();
         let mut st = lock(self.shared);
         match result {
             Ok(None) => {
-                st.core.embed_alone(id);
-                st.payloads.insert(id, Payload::Embed(job));
+                st.core.inputs_alone(id);
+                st.payloads.insert(id, Payload::Inputs(job));
                 return;
             }
-            Ok(Some(e)) => {
-                if e.loaded {
-                    let _ = self.store.set_active(&job.model, Some(&e.backend));
+            Ok(Some(answer)) => {
+                let (tokens, backend, loaded) = answer.usage();
+                if loaded {
+                    let _ = self.store.set_active(&job.model, Some(&backend));
                 }
                 // Its account's turn is taken as a reply's is.
                 st.core.start(id, 0);
-                row.backend = e.backend.clone();
-                row.prompt_tokens = e.tokens;
+                row.backend = backend;
+                row.prompt_tokens = tokens;
                 row.finish_reason = "stop".into();
-                let _ = job.reply.send(Ok(e));
+                answer.send(job.work);
             }
             Err(e) => {
                 row.finish_reason = if e.is_some() { "error" } else { "cancelled" }.into();
                 row.error = e.as_ref().map(|e| e.message.clone());
                 if let Some(e) = e {
-                    let _ = job.reply.send(Err(e));
+                    job.work.fail(e);
                 }
             }
         }
@@ -509,7 +544,7 @@ impl Runner<'_> {
                     let _ = self.store.set_active(id, None);
                 }
             }),
-            Kind::Generate { .. } | Kind::Embed { .. } => Err(ApiError::internal("a generation is not a load")),
+            Kind::Generate { .. } | Kind::Inputs { .. } => Err(ApiError::internal("a generation is not a load")),
         };
         if let Err(e) = &result {
             eprintln!("kvad-serve: {kind:?}: {}", e.message);

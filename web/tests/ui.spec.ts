@@ -276,3 +276,25 @@ test('datasets are checked on upload, a model trains from scratch with its loss 
   await expect(page.getByRole('status').filter({ hasText: 'Every item scored the same in both runs.' })).toBeVisible();
   await shot(page, 'evals');
 });
+
+test('chat beside a training run says it is slower, with the ratio the server measured', async ({ page }) => {
+  const chat = () => page.request.post('/v1/chat/completions', {
+    data: { model: 'smollm2-scripted', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8 },
+  });
+  expect((await chat()).ok()).toBeTruthy();
+  const ds = await (await page.request.post('/api/datasets?name=long.txt&validation=0', { data: 'the dog ran in the park' })).json();
+  const config = { architectures: ['GPT2LMHeadModel'], model_type: 'gpt2', vocab_size: 257, n_embd: 32, n_layer: 2, n_head: 2, n_positions: 64, eos_token_id: 256 };
+  const job = await (await page.request.post('/api/jobs', {
+    data: { kind: 'train', output: 'ui-long', config, tokenizer: 'bytes', dataset: ds.id, steps: 1000000, seq_len: 16 },
+  })).json();
+  try {
+    await page.goto('/chat');
+    await expect(page.getByTestId('slower')).toContainText('A training run is going on this server: replies are slower');
+    expect((await chat()).ok()).toBeTruthy();
+    await expect(page.getByTestId('slower')).toContainText(/(are slower: |run at )\d+\.\d\d× the speed before it \(.* tokens\/s on smollm2-scripted, 1 reply since it started\)/);
+    await shot(page, 'chat-slower');
+  } finally {
+    await page.request.delete(`/api/jobs/${job.id}`);
+  }
+  await expect(page.getByTestId('slower')).toHaveCount(0, { timeout: 10000 });
+});

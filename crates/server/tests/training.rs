@@ -141,6 +141,21 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     let (code, refused) = s.post("/api/bench", &json!({"models": ["trained:cat-chat"], "rounds": 1}).to_string());
     assert_eq!(code, 409, "{refused}");
     assert!(refused["error"]["message"].as_str().unwrap().contains(&long_id), "{refused}");
+    // Chat beside it: the queue's view says what the run costs replies, measured on the replies since it started
+    // against the same model's before it (the Chat page's "slower" banner).
+    let mut ask_long = ask.clone();
+    ask_long["max_tokens"] = json!(8);
+    ask_long["ignore_eos"] = json!(true);
+    let (code, reply) = s.post("/v1/chat/completions", &ask_long.to_string());
+    assert_eq!(code, 200, "{reply}");
+    let (_, queue) = s.call("GET", "/api/queue", "");
+    let beside = &queue["jobs"][0];
+    assert_eq!((beside["id"].as_str(), beside["kind"].as_str()), (Some(long_id.as_str()), Some("train")), "{queue}");
+    let chat = &beside["chat"];
+    assert_eq!((chat["model"].as_str(), chat["replies"].as_u64()), (Some("trained:cat-chat"), Some(1)), "{chat}");
+    assert!(chat["replies_before"].as_u64().unwrap() >= 1, "{chat}");
+    let (now, then) = (chat["decode_tps"].as_f64().unwrap(), chat["decode_tps_before"].as_f64().unwrap());
+    assert!((chat["ratio"].as_f64().unwrap() - now / then).abs() < 1e-9 && now > 0.0, "{chat}");
     let (code, c) = s.call("DELETE", &format!("/api/jobs/{long_id}"), "");
     assert_eq!((code, c["cancelling"].as_bool()), (200, Some(true)), "{c}");
     let events = follow(&s, &long_id);

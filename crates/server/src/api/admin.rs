@@ -19,11 +19,25 @@ use kvad_engine::BackendKind;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 
-/// `GET /api/queue`: what waits (for how long, whose) and what runs; to a user, other accounts' names are null.
+/// `GET /api/queue`: what waits (for how long, whose), what runs, and the jobs running beside it with what each
+/// costs chat (the replies since it started against those before); to a user, other accounts' names are null.
 pub async fn queue(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
     let view = state.queue.view();
     let mut v = serde_json::to_value(view).map_err(|e| ApiError::internal(e.to_string()))?;
+    let db = state.db.clone();
+    v["jobs"] = tokio::task::spawn_blocking(move || Store::open(&db).and_then(|s| crate::jobs::impact::running(&s)))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map(Value::from)
+        .map_err(|e| ApiError::internal(format!("the jobs table: {e}")))?;
     if let Some(own) = caller.scope() {
+        for job in v["jobs"].as_array_mut().into_iter().flatten() {
+            if job["account"].as_str() != Some(own) {
+                // Another account's job: that one runs and what it costs chat, not whose or which.
+                job["account"] = Value::Null;
+                job["id"] = Value::Null;
+            }
+        }
         for list in ["waiting", "running"] {
             for job in v[list].as_array_mut().into_iter().flatten() {
                 if job["account"].as_str() != Some(own) {

@@ -301,7 +301,9 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
         }
         ("GET", "/api/queue") => json!({"responses": {"200": ok(answer(&[
             ("waiting", array(queue_item.clone())), ("running", array(queue_item)),
-            ("next", nullable("integer")), ("limits", json!({"type": "object"}))]))}}),
+            ("next", nullable("integer")), ("limits", json!({"type": "object"})),
+            ("jobs", array(answer(&[("id", nullable("string")), ("kind", string()), ("account", nullable("string")),
+                ("started_at", string()), ("chat", json!({"type": ["object", "null"]}))])))]))}}),
         ("GET", "/api/ps") => json!({"responses": {"200": ok(answer(&[
             ("models", array(answer(&[("name", string()), ("charged_bytes", int()), ("context", int())]))),
             ("memory", answer(&[("total_bytes", int()), ("left_bytes", int())]))]))}}),

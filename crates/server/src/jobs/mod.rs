@@ -6,6 +6,7 @@
 //! reads the live ones; the row's state is the truth after a restart (a job running then is marked failed).
 
 pub mod eval;
+pub mod impact;
 pub mod ppl;
 pub mod train;
 

@@ -277,7 +277,7 @@ test('datasets are checked on upload, a model trains from scratch with its loss 
   await shot(page, 'evals');
 });
 
-test('chat beside a training run says it is slower, with the ratio the server measured', async ({ page }) => {
+test('chat beside a training run says it is slower, with the ratio the server measured; the run resumes', async ({ page }) => {
   const chat = () => page.request.post('/v1/chat/completions', {
     data: { model: 'smollm2-scripted', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8 },
   });
@@ -285,7 +285,7 @@ test('chat beside a training run says it is slower, with the ratio the server me
   const ds = await (await page.request.post('/api/datasets?name=long.txt&validation=0', { data: 'the dog ran in the park' })).json();
   const config = { architectures: ['GPT2LMHeadModel'], model_type: 'gpt2', vocab_size: 257, n_embd: 32, n_layer: 2, n_head: 2, n_positions: 64, eos_token_id: 256 };
   const job = await (await page.request.post('/api/jobs', {
-    data: { kind: 'train', output: 'ui-long', config, tokenizer: 'bytes', dataset: ds.id, steps: 1000000, seq_len: 16 },
+    data: { kind: 'train', output: 'ui-long', config, tokenizer: 'bytes', dataset: ds.id, steps: 1000000, seq_len: 16, save_every: 200 },
   })).json();
   try {
     await page.goto('/chat');
@@ -297,4 +297,12 @@ test('chat beside a training run says it is slower, with the ratio the server me
     await page.request.delete(`/api/jobs/${job.id}`);
   }
   await expect(page.getByTestId('slower')).toHaveCount(0, { timeout: 10000 });
+
+  // The cancelled run goes on from its latest checkpoint as a new job, and stops again when cancelled.
+  await page.goto('/training');
+  const runs = page.getByRole('table', { name: 'runs' });
+  await runs.getByRole('row').filter({ hasText: 'trained:ui-long' }).getByRole('button', { name: 'Resume' }).click();
+  await expect(runs.getByRole('cell', { name: 'running' })).toBeVisible();
+  await runs.getByRole('button', { name: 'Cancel' }).click();
+  await expect(runs.getByRole('cell', { name: 'cancelled' })).toHaveCount(2);
 });

@@ -342,6 +342,11 @@ pub enum JobsCommand {
         /// Its id.
         id: String,
     },
+    /// Continue a cancelled or failed training run from its latest checkpoint (a new job); follow it.
+    Resume {
+        /// The stopped job's id.
+        id: String,
+    },
 }
 
 /// `kvad auth`.

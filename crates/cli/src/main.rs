@@ -162,6 +162,7 @@ fn main() -> std::process::ExitCode {
                 args::JobsCommand::Show { id } => t::jobs_show(&url, &id),
                 args::JobsCommand::Follow { id } => t::jobs_follow(&url, &id, c.json),
                 args::JobsCommand::Cancel { id } => t::jobs_cancel(&url, &id),
+                args::JobsCommand::Resume { id } => t::jobs_resume(&url, &id, c.json),
             }
         }),
         args::Command::Evals { command } => client::remote_only(&c, "evals").and_then(|url| match command {

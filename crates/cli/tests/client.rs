@@ -456,6 +456,10 @@ fn datasets_train_jobs_and_evals_from_the_command_line() {
     assert!(row.contains("train") && row.contains("done") && row.contains(" 40 "), "{row}");
     let o = kvad(&data, &["--remote", &s.1, "datasets"]);
     assert!(text(&o).0.contains("cat.txt"), "{}", text(&o).0);
+    let train_id = row.split_whitespace().next().unwrap().to_string();
+    let o = kvad(&data, &["--remote", &s.1, "jobs", "resume", &train_id]);
+    let err = text(&o).1;
+    assert!(!o.status.success() && err.contains("only a cancelled or failed run resumes"), "{err}");
 
     let suite = data.join("suite.jsonl");
     std::fs::write(&suite, "{\"prompt\": \"Hi\", \"expected\": \"zzz-never\", \"scorer\": \"contains\"}\n").unwrap();

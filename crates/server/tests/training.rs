@@ -30,6 +30,19 @@ fn follow(s: &common::Server, id: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Reads a running job's events until its first checkpoint, then cancels it.
+fn cancel_after_checkpoint(s: &common::Server, id: &str) {
+    let r = ureq::get(&format!("{}/api/jobs/{id}/events", s.url)).call().unwrap();
+    for line in BufReader::new(r.into_reader()).lines().map_while(Result::ok) {
+        if line.starts_with("data: ") && line.contains("\"type\":\"checkpoint\"") {
+            let (code, c) = s.call("DELETE", &format!("/api/jobs/{id}"), "");
+            assert_eq!((code, c["cancelling"].as_bool()), (200, Some(true)), "{c}");
+            return;
+        }
+    }
+    panic!("job {id} ended before its first checkpoint");
+}
+
 fn gpt_config() -> Value {
     json!({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 257, "n_embd": 32, "n_layer": 2,
            "n_head": 2, "n_positions": 128, "eos_token_id": 124})
@@ -135,6 +148,7 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     let mut long = job.clone();
     long["output"] = json!("long");
     long["steps"] = json!(1_000_000);
+    long["save_every"] = json!(40);
     let (code, created) = s.post("/api/jobs", &long.to_string());
     assert_eq!(code, 201, "{created}");
     let long_id = created["id"].as_str().unwrap().to_string();
@@ -156,13 +170,33 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     assert!(chat["replies_before"].as_u64().unwrap() >= 1, "{chat}");
     let (now, then) = (chat["decode_tps"].as_f64().unwrap(), chat["decode_tps_before"].as_f64().unwrap());
     assert!((chat["ratio"].as_f64().unwrap() - now / then).abs() < 1e-9 && now > 0.0, "{chat}");
-    let (code, c) = s.call("DELETE", &format!("/api/jobs/{long_id}"), "");
-    assert_eq!((code, c["cancelling"].as_bool()), (200, Some(true)), "{c}");
+    let (code, early) = s.post(&format!("/api/jobs/{long_id}/resume"), "");
+    assert_eq!((code, early["error"]["param"].as_str()), (409, Some("id")), "a running job does not resume: {early}");
+    // Cancelled once it has a checkpoint, it keeps it; resumed, a new job goes on from that step.
+    cancel_after_checkpoint(&s, &long_id);
     let events = follow(&s, &long_id);
     assert_eq!(events.last().unwrap()["state"], "cancelled", "{:?}", events.last());
+    let saved: Vec<u64> =
+        events.iter().filter(|e| e["type"] == "checkpoint").map(|e| e["step"].as_u64().unwrap()).collect();
+    let (code, resumed) = s.post(&format!("/api/jobs/{long_id}/resume"), "");
+    assert_eq!(code, 201, "{resumed}");
+    assert!(resumed["spec"]["resumed"]["checkpoint"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("checkpoint-{}", saved.last().unwrap())));
+    let again = resumed["id"].as_str().unwrap().to_string();
+    cancel_after_checkpoint(&s, &again);
+    let events = follow(&s, &again);
+    let start = events.iter().find(|e| e["type"] == "start").unwrap();
+    assert_eq!(start["from_step"].as_u64(), saved.last().copied(), "{start}");
+    let first = events.iter().find(|e| e["type"] == "step").unwrap();
+    assert_eq!(first["step"].as_u64(), saved.last().copied(), "the first step after the checkpoint's: {first}");
+    assert_eq!(events.last().unwrap()["state"], "cancelled");
+    let (code, done) = s.post(&format!("/api/jobs/{job_id}/resume"), "");
+    assert_eq!((code, done["error"]["param"].as_str()), (409, Some("id")), "a finished run does not resume: {done}");
     let (_, jobs) = s.call("GET", "/api/jobs", "");
     let states: Vec<&str> = jobs["data"].as_array().unwrap().iter().map(|j| j["state"].as_str().unwrap()).collect();
-    assert_eq!(states, vec!["cancelled", "done", "done"]);
+    assert_eq!(states, vec!["cancelled", "cancelled", "done", "done"]);
     let (code, _) = s.call("GET", "/api/jobs/job_nope", "");
     assert_eq!(code, 404);
     // Another account sees none of it: each route answers as for no such job or dataset.
@@ -181,6 +215,7 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
         ("GET", format!("/api/jobs/{job_id}/events")),
         ("GET", format!("/api/jobs/{eval_id}/items")),
         ("DELETE", format!("/api/jobs/{job_id}")),
+        ("POST", format!("/api/jobs/{long_id}/resume")),
         ("GET", format!("/api/datasets/{id}")),
         ("DELETE", format!("/api/datasets/{id}")),
     ] {

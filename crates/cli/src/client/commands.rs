@@ -38,6 +38,7 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("GET", "/api/jobs/{id}/items", "kvad evals items JOB [--against JOB2]"),
     ("GET", "/api/jobs/{id}", "kvad jobs show ID"),
     ("DELETE", "/api/jobs/{id}", "kvad jobs cancel ID"),
+    ("POST", "/api/jobs/{id}/resume", "kvad jobs resume ID"),
     ("GET", "/api/jobs/{id}/events", "kvad jobs follow ID; kvad train (follows the job it starts)"),
 ];
 

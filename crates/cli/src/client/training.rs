@@ -139,6 +139,16 @@ pub fn jobs_cancel(url: &str, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// `kvad jobs resume ID`: the run continued from its latest checkpoint as a new job, followed.
+pub fn jobs_resume(url: &str, id: &str, json_out: bool) -> Result<()> {
+    let job = send(url, "POST", &format!("/api/jobs/{id}/resume"), None)?;
+    let new = s(&job["id"]);
+    if !json_out {
+        println!("job {new}: {id} resumed from {}", s(&job["spec"]["resumed"]["checkpoint"]));
+    }
+    jobs_follow(url, &new, json_out)
+}
+
 /// `kvad jobs follow ID`: its events until it ends (a line each; with --json the events as sent). Fails when the
 /// job failed.
 pub fn jobs_follow(url: &str, id: &str, json_out: bool) -> Result<()> {

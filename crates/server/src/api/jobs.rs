@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use std::convert::Infallible;
+use std::path::PathBuf;
 
 async fn with_store<T: Send + 'static>(
     state: &AppState,
@@ -54,12 +55,24 @@ pub async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) 
         Some(k) => return Err(ApiError::bad_field("kind", format!("\"{k}\": the job kinds are: {KINDS}"))),
         None => return Err(ApiError::bad_field("kind", format!("missing: the job kinds are: {KINDS}"))),
     }
+    start_train(state, account, v, None).await
+}
+
+/// Starts a training run from its request `v`; `resume`: the job it continues and that run's latest checkpoint
+/// (its output then exists, and is the same).
+async fn start_train(
+    state: AppState,
+    account: String,
+    v: Value,
+    resume: Option<(String, PathBuf)>,
+) -> Result<Response, ApiError> {
     let req: TrainRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
     let from = req
         .check(|m| kvad_hub::resolve_on_disk(m).map(|r| r.path).map_err(|e| e.to_string()))
         .map_err(|(field, msg)| ApiError::bad_field(field, msg))?;
     let out = kvad_hub::trained::dir(&req.output).map_err(|e| ApiError::bad_field("output", e))?;
-    if out.exists() || state.jobs.running().iter().any(|r| r.what.ends_with(&format!("→ trained:{}", req.output))) {
+    let busy = state.jobs.running().iter().any(|r| r.what.ends_with(&format!("→ trained:{}", req.output)));
+    if busy || (out.exists() && resume.is_none()) {
         return Err(ApiError::conflict(
             "output",
             format!("trained:{} exists already; name the run another way", req.output),
@@ -78,15 +91,52 @@ pub async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) 
     let file = super::datasets::file(&state, &req.dataset, dataset["format"].as_str().unwrap_or(""));
     let held: Vec<usize> = serde_json::from_value(dataset["validation"].clone()).unwrap_or_default();
     let id = new_id();
-    let (i, a, spec) = (id.clone(), account.clone(), v.clone());
+    let mut spec = v;
+    if let Some((job, ckpt)) = &resume {
+        spec["resumed"] = json!({"job": job, "checkpoint": ckpt});
+    }
+    let (i, a) = (id.clone(), account.clone());
     with_store(&state, move |s| crate::jobs::insert(s, &i, &a, "train", &spec)).await?;
     let what = format!("{} → trained:{}", req.model.clone().unwrap_or_else(|| "a new model".into()), req.output);
     state.jobs.spawn(state.db.clone(), id.clone(), "train", &account, what, move |cancel, emit| {
-        crate::jobs::train::execute(&req, &from, (&file, &held), &out, cancel, emit)
+        let ckpt = resume.as_ref().map(|(_, c)| c.as_path());
+        crate::jobs::train::execute(&req, &from, (&file, &held), (&out, ckpt), cancel, emit)
     });
-    let (i, a) = (id.clone(), account);
-    let job = with_store(&state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
-    Ok((StatusCode::CREATED, Json(job)).into_response())
+    created(&state, &id, &account).await
+}
+
+/// `POST /api/jobs/{id}/resume`: a cancelled or failed training run continued from its latest checkpoint, as a new
+/// job with the same request (its optimiser state, step and place in the data restored: the weights end as an
+/// uninterrupted run's would). 409 when the run is not stopped, or stopped before its first checkpoint.
+pub async fn resume(
+    State(state): State<AppState>,
+    Owner(account): Owner,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (i, a) = (id.clone(), account.clone());
+    let job = with_store(&state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.ok_or_else(|| not_found(&id))?;
+    if job["kind"] != "train" {
+        return Err(ApiError::conflict("id", format!("{id} is a {} job: only training runs resume", job["kind"])));
+    }
+    if job["state"] != "cancelled" && job["state"] != "failed" {
+        return Err(ApiError::conflict(
+            "id",
+            format!("{id} is {}: only a cancelled or failed run resumes", job["state"].as_str().unwrap_or("?")),
+        ));
+    }
+    let mut spec = job["spec"].clone();
+    if let Some(o) = spec.as_object_mut() {
+        o.remove("resumed");
+    }
+    let output = spec["output"].as_str().unwrap_or_default().to_string();
+    let out = kvad_hub::trained::dir(&output).map_err(|e| ApiError::internal(format!("output: {e}")))?;
+    let ckpt = crate::jobs::train::latest_checkpoint(&out).ok_or_else(|| {
+        ApiError::conflict(
+            "id",
+            format!("{id} stopped before its first checkpoint (save_every): there is nothing to resume from"),
+        )
+    })?;
+    start_train(state, account, spec, Some((id, ckpt))).await
 }
 
 /// A body that does not deserialise, as a 400 naming the field serde names.

@@ -72,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/jobs/{id}", delete(jobs::cancel))
         .route("/api/jobs/{id}/events", get(jobs::events))
         .route("/api/jobs/{id}/items", get(jobs::items))
+        .route("/api/jobs/{id}/resume", post(jobs::resume))
         .route("/api/conversations", get(conversations::list))
         .route("/api/conversations", post(conversations::create))
         .route("/api/conversations/{id}", get(conversations::get))

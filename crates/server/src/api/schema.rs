@@ -438,6 +438,9 @@ pub fn operation(method: &str, path: &str) -> Option<Value> {
         ("DELETE", "/api/jobs/{id}") => {
             json!({"parameters": path_param("id"), "responses": {"200": ok(reference("Job"))}})
         }
+        ("POST", "/api/jobs/{id}/resume") => {
+            json!({"parameters": path_param("id"), "responses": created(reference("Job"))})
+        }
         ("GET", "/api/jobs/{id}/items") => json!({
             "parameters": path_param("id"),
             "responses": {"200": ok(answer(&[("data", array(answer(&[("model", string()), ("index", int()),

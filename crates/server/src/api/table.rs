@@ -313,8 +313,9 @@ pub const ROUTES: &[Route] = &[
         path: "/api/jobs",
         summary: "Start a job: {kind: train, output, model | config (from scratch), dataset, steps?, lr?, warmup?, \
                   batch?, accum?, seq_len?, clip?, weight_decay?, seed?, save_every?, eval_every?, lora?} (the model \
-                  becomes trained:OUTPUT) or {kind: eval, dataset (a prompt suite), models (1-4), scorer?, \
-                  max_tokens?, system?}; 201, queued",
+                  becomes trained:OUTPUT), {kind: eval, dataset (a prompt suite), models (1-4), scorer?, \
+                  max_tokens?, system?}, {kind: perplexity, model, dataset, split?, window?} or {kind: bench, \
+                  models, rounds?, max_tokens?} (an administrator's); 201, queued",
         tag: "training",
     },
     Route {
@@ -327,6 +328,12 @@ pub const ROUTES: &[Route] = &[
         method: "DELETE",
         path: "/api/jobs/{id}",
         summary: "Cancel a job: it stops after the step it is on, its last checkpoint kept",
+        tag: "training",
+    },
+    Route {
+        method: "POST",
+        path: "/api/jobs/{id}/resume",
+        summary: "Continue a cancelled or failed training run from its latest checkpoint, as a new job (201)",
         tag: "training",
     },
     Route {

@@ -180,22 +180,38 @@ fn default_targets(gpt2: bool) -> Vec<String> {
     t.iter().map(|s| s.to_string()).collect()
 }
 
+/// The checkpoint of a run's output with the most steps, where its trainer state was written whole.
+pub fn latest_checkpoint(out: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(out)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|d| {
+            let n: usize = d.file_name().to_str()?.strip_prefix("checkpoint-")?.parse().ok()?;
+            d.path().join("trainer_state.json").is_file().then(|| (n, d.path()))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, p)| p)
+}
+
 /// Runs a checked request: `dataset` is the uploaded file and its held-out record indices; the model is written to
-/// `out` (`trained:NAME`'s directory). Returns the result and whether the run finished (false: cancelled).
-#[allow(clippy::too_many_arguments)]
+/// `out` (`trained:NAME`'s directory), continuing from checkpoint `resume` when one is given (the run's optimiser
+/// state, step and place in the data with it). Returns the result and whether the run finished (false: cancelled).
 pub fn execute(
     req: &TrainRequest,
     from: &From,
     dataset: (&Path, &[usize]),
-    out: &Path,
+    (out, resume): (&Path, Option<&Path>),
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(Value),
 ) -> Result<(Value, bool), String> {
     let e = |e: kvad_train::TrainError| e.to_string();
     std::fs::create_dir_all(out).map_err(|x| format!("{}: {x}", out.display()))?;
-    let (mut net, source) = match from {
-        From::Model(dir) => (kvad_train::open(dir).map_err(e)?, dir.clone()),
-        From::Scratch(cfg, tok) => {
+    let (mut net, source) = match (from, resume) {
+        // The checkpoint holds the weights (or, for LoRA, the adapter over the base model it names).
+        (From::Model(dir), Some(ckpt)) => (kvad_train::open(ckpt).map_err(e)?, dir.clone()),
+        (From::Scratch(..), Some(ckpt)) => (kvad_train::open(ckpt).map_err(e)?, out.to_path_buf()),
+        (From::Model(dir), None) => (kvad_train::open(dir).map_err(e)?, dir.clone()),
+        (From::Scratch(cfg, tok), None) => {
             std::fs::write(out.join("config.json"), serde_json::to_string_pretty(cfg).unwrap_or_default())
                 .map_err(|x| x.to_string())?;
             match tok {
@@ -218,7 +234,7 @@ pub fn execute(
         }
     };
     let gpt2 = net.is_gpt2();
-    if let Some(l) = &req.lora {
+    if let Some(l) = req.lora.as_ref().filter(|_| resume.is_none()) {
         let spec = LoraSpec {
             rank: l.rank,
             alpha: l.alpha.unwrap_or(2.0 * l.rank as f32),
@@ -255,9 +271,14 @@ pub fn execute(
         eval_every: req.eval_every,
         seed: req.seed,
     };
-    emit(json!({"type": "start", "parameters": net.params.numel(), "trained_parameters": net.params.trainable_numel(),
-                "train_rows": train_rows.len(), "validation_rows": val_rows.len(), "seq_len": req.seq_len}));
-    let mut tr = Trainer::new(net, spec.train);
+    let (parameters, trained) = (net.params.numel(), net.params.trainable_numel());
+    let mut tr = match resume {
+        Some(ckpt) => Trainer::resume(net, spec.train, ckpt).map_err(e)?,
+        None => Trainer::new(net, spec.train),
+    };
+    emit(json!({"type": "start", "parameters": parameters, "trained_parameters": trained,
+                "train_rows": train_rows.len(), "validation_rows": val_rows.len(), "seq_len": req.seq_len,
+                "from_step": tr.step_index()}));
     let output = Output { dir: out.to_path_buf(), source: source.clone(), base_name: source.display().to_string() };
     let mut last_loss = None;
     let ending = run(&mut tr, &train_rows, &val_rows, &spec, &output, cancel, |p| {

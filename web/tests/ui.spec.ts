@@ -266,12 +266,17 @@ test('datasets are checked on upload, a model trains from scratch with its loss 
   await shot(page, 'training');
 
   await page.goto('/evals');
-  await page.getByRole('checkbox', { name: 'smollm2-scripted' }).check();
+  await page.getByLabel('Model 1').selectOption('smollm2-scripted');
   await page.getByRole('button', { name: 'Run eval' }).click();
   await expect(page.getByTestId('eval-score').first()).toHaveText('smollm2-scripted 1/2 (50.0%)');
-  await page.getByRole('checkbox', { name: 'smollm2-scripted' }).check();
+  // The same model on two backends, side by side: each placed in turn by the server.
+  await page.getByLabel('Backend 1').selectOption('cpu-q8');
+  await page.getByRole('button', { name: 'Add a model' }).click();
+  await page.getByLabel('Model 2').selectOption('smollm2-scripted');
+  await page.getByLabel('Backend 2').selectOption('cpu-q4');
   await page.getByRole('button', { name: 'Run eval' }).click();
   await expect(page.getByTestId('eval-score')).toHaveCount(2);
+  await expect(page.getByTestId('eval-score').first()).toHaveText('smollm2-scripted@cpu-q8 1/2 (50.0%) · smollm2-scripted@cpu-q4 1/2 (50.0%)');
   await page.getByRole('button', { name: 'Compare' }).click();
   await expect(page.getByRole('status').filter({ hasText: 'Every item scored the same in both runs.' })).toBeVisible();
   await shot(page, 'evals');
@@ -283,9 +288,10 @@ test('chat beside a training run says it is slower, with the ratio the server me
   });
   expect((await chat()).ok()).toBeTruthy();
   const ds = await (await page.request.post('/api/datasets?name=long.txt&validation=0', { data: 'the dog ran in the park' })).json();
-  const config = { architectures: ['GPT2LMHeadModel'], model_type: 'gpt2', vocab_size: 257, n_embd: 32, n_layer: 2, n_head: 2, n_positions: 64, eos_token_id: 256 };
+  // Wide enough that a step takes some milliseconds: a run of tiny steps floods its followers with events.
+  const config = { architectures: ['GPT2LMHeadModel'], model_type: 'gpt2', vocab_size: 257, n_embd: 128, n_layer: 2, n_head: 2, n_positions: 64, eos_token_id: 256 };
   const job = await (await page.request.post('/api/jobs', {
-    data: { kind: 'train', output: 'ui-long', config, tokenizer: 'bytes', dataset: ds.id, steps: 1000000, seq_len: 16, save_every: 200 },
+    data: { kind: 'train', output: 'ui-long', config, tokenizer: 'bytes', dataset: ds.id, steps: 1000000, seq_len: 64, save_every: 20 },
   })).json();
   try {
     await page.goto('/chat');

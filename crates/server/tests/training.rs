@@ -137,6 +137,29 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
         .map(|i| (i["answer"].as_str().unwrap().to_string(), i["correct"].as_bool().unwrap()))
         .collect();
     assert_eq!(got, vec![("on the mat.".into(), true), ("on the mat.".into(), true), ("on the mat.".into(), false)]);
+    // One model on two backends, side by side: each placed through the queue in turn, and said so.
+    let models = ["trained:cat-chat@cpu-q8", "trained:cat-chat@cpu-f32"];
+    let (code, created) = s.post(
+        "/api/jobs",
+        &json!({"kind": "eval", "dataset": suite_id, "models": models, "max_tokens": 20}).to_string(),
+    );
+    assert_eq!(code, 201, "{created}");
+    let events = follow(&s, created["id"].as_str().unwrap());
+    let placed: Vec<&str> =
+        events.iter().filter(|e| e["type"] == "placed").map(|e| e["did"].as_str().unwrap()).collect();
+    assert_eq!(
+        placed,
+        vec![
+            "unloaded trained:cat-chat@cpu-f32, then loaded trained:cat-chat@cpu-q8",
+            "unloaded trained:cat-chat@cpu-q8, then loaded trained:cat-chat@cpu-f32"
+        ]
+    );
+    let result = &events.last().unwrap()["result"]["models"];
+    assert_eq!(result[0]["model"], models[0], "{result}");
+    assert_eq!((result[1]["model"].as_str(), result[1]["correct"].as_u64()), (Some(models[1]), Some(2)), "{result}");
+    assert_eq!(result[0]["total"], 3, "{result}");
+    let (_, ps) = s.call("GET", "/api/ps", "");
+    assert_eq!(ps["models"][0]["name"], "trained:cat-chat@cpu-f32", "{ps}");
     let bench = ureq::post(&format!("{}/api/bench", s.url))
         .send_string(&json!({"models": ["trained:cat-chat"], "rounds": 1, "max_tokens": 4}).to_string())
         .unwrap()
@@ -196,7 +219,7 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     assert_eq!((code, done["error"]["param"].as_str()), (409, Some("id")), "a finished run does not resume: {done}");
     let (_, jobs) = s.call("GET", "/api/jobs", "");
     let states: Vec<&str> = jobs["data"].as_array().unwrap().iter().map(|j| j["state"].as_str().unwrap()).collect();
-    assert_eq!(states, vec!["cancelled", "cancelled", "done", "done"]);
+    assert_eq!(states, vec!["cancelled", "cancelled", "done", "done", "done"]);
     let (code, _) = s.call("GET", "/api/jobs/job_nope", "");
     assert_eq!(code, 404);
     // Another account sees none of it: each route answers as for no such job or dataset.

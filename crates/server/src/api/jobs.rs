@@ -46,7 +46,7 @@ pub async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) 
     let account = caller.account.clone();
     match v.get("kind").and_then(Value::as_str) {
         Some("train") => {}
-        Some("eval") => return create_eval(state, account, v).await,
+        Some("eval") => return create_eval(state, account, caller.is_admin(), v).await,
         Some("perplexity") => return create_ppl(state, account, v).await,
         Some("bench") if caller.is_admin() => return create_bench(state, account, v).await,
         Some("bench") => {
@@ -151,9 +151,9 @@ fn new_id() -> String {
 }
 
 /// `POST /api/jobs` with `kind: "eval"`: a prompt suite against one to four models.
-async fn create_eval(state: AppState, account: String, v: Value) -> Result<Response, ApiError> {
+async fn create_eval(state: AppState, account: String, admin: bool, v: Value) -> Result<Response, ApiError> {
     let req: EvalRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
-    let checked = req.check(&state).map_err(|(field, msg)| ApiError::bad_field(&field, msg))?;
+    let checked = req.check(&state, admin).map_err(|(field, msg)| ApiError::bad_field(&field, msg))?;
     let (ds, acc) = (req.dataset.clone(), account.clone());
     let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
         .await?

@@ -1,11 +1,16 @@
 //! The eval job: a prompt suite asked of one to four models through the scheduler, each answer scored and kept.
 //!
+//! A model may be named with its backend (`NAME@cpu-q8`), so one model on several backends is compared side by
+//! side: before its items, such a variant is placed through the queue as the Playground places one (unloaded from
+//! the backend it is on, then loaded on the one named), and the job says what it did. Placing changes what is in
+//! memory for everyone, so naming a backend is an administrator's to do.
+//!
 //! Models take their turns in sequence (the Benchmarks page's rule: comparisons are sequences, not races), each
 //! item as a greedy chat reply from an empty cache (`fresh`: an evaluation asks for no cache, so it runs alone and
 //! a kept conversation cannot colour it). A model without a chat template is refused before anything runs: its
 //! answers would come back empty and the suite would score them as a model's failure (the seed's lesson).
 
-use crate::sched::{Event, Job};
+use crate::sched::{Event, Job, Kind};
 use crate::AppState;
 use kvad_engine::seam::{GenParams, Prompt};
 use kvad_engine::SamplingParams;
@@ -25,7 +30,7 @@ pub struct EvalRequest {
     pub kind: String,
     /// The prompt suite (a dataset of `{"prompt", "expected"}` lines).
     pub dataset: String,
-    /// One to four models, asked in turn.
+    /// One to four models, asked in turn, each as its id or `NAME@backend`.
     pub models: Vec<String>,
     /// The scorer for items that name none (default exact).
     pub scorer: Option<String>,
@@ -38,32 +43,53 @@ pub struct EvalRequest {
 /// A field the request got wrong: (field, message).
 pub type Bad = (String, String);
 
+/// One of the models asked: as named, its id, the backend named (if one was), and whether it parses reasoning.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// As the request named it (the results are kept under this name).
+    pub name: String,
+    /// The model's id.
+    pub id: String,
+    /// The backend it must be on.
+    pub backend: Option<String>,
+    /// Its template writes `<think>` traces.
+    pub reasoning: bool,
+}
+
 impl EvalRequest {
-    /// Checks the models (each known, each with a chat template) and the scorer; returns the scorer and which
-    /// models parse reasoning.
-    pub fn check(&self, state: &AppState) -> Result<(Scorer, Vec<bool>), Bad> {
+    /// Checks the models (each known, each with a chat template, a backend named only by an administrator) and
+    /// the scorer; returns the scorer and the variants.
+    pub fn check(&self, state: &AppState, admin: bool) -> Result<(Scorer, Vec<Variant>), Bad> {
         if self.models.is_empty() || self.models.len() > 4 {
             return Err(("models".into(), format!("{} models: name 1 to 4", self.models.len())));
         }
-        let mut reasoning = Vec::new();
+        let mut variants = Vec::new();
         for (i, m) in self.models.iter().enumerate() {
             if self.models[..i].contains(m) {
                 return Err((format!("models[{i}]"), format!("{m} is named twice")));
             }
-            let info = state.model_info(m).map_err(|e| (format!("models[{i}]"), e.message))?;
+            let (info, backend) = state.model_at(m).map_err(|e| (format!("models[{i}]"), e.message))?;
+            if backend.is_some() && !admin {
+                return Err((
+                    format!("models[{i}]"),
+                    format!(
+                        "{m}: naming a backend places the model there for everyone; that is an administrator's to do"
+                    ),
+                ));
+            }
             if !info.chat {
                 return Err((
                     format!("models[{i}]"),
                     format!("{m} has no chat template: its answers to a suite would be scored, empty; pick an instruct model"),
                 ));
             }
-            reasoning.push(info.reasoning);
+            variants.push(Variant { name: m.clone(), id: info.id.clone(), backend, reasoning: info.reasoning });
         }
         if let Some(n) = self.max_tokens.filter(|&n| n == 0 || n > 4096) {
             return Err(("max_tokens".into(), format!("{n}: 1 to 4096")));
         }
         let scorer = Scorer::parse(self.scorer.as_deref().unwrap_or("exact")).map_err(|e| ("scorer".to_string(), e))?;
-        Ok((scorer, reasoning))
+        Ok((scorer, variants))
     }
 }
 
@@ -115,6 +141,26 @@ async fn ask(
     }
 }
 
+/// Puts `id` in memory on `backend` through the queue (unloading it from another backend first); says what it did.
+async fn place(state: &AppState, account: &str, id: &str, backend: &str) -> Result<String, String> {
+    let info = state.model_info(id).map_err(|e| e.message)?;
+    if info.loaded && info.backend == backend {
+        return Ok(format!("{id}@{backend} was in memory"));
+    }
+    let run = |kind: Kind| async move {
+        let rx = state.queue.admin(account, kind, true).ok_or("the scheduler refused")?;
+        rx.await.map_err(|_| "the engine stopped before answering".to_string())?.map_err(|e| e.message)
+    };
+    let mut did = Vec::new();
+    if info.loaded {
+        run(Kind::Unload { model: Some(id.to_string()) }).await?;
+        did.push(format!("unloaded {id}@{}", info.backend));
+    }
+    run(Kind::Load { model: id.to_string(), backend: Some(backend.to_string()) }).await?;
+    did.push(format!("loaded {id}@{backend}"));
+    Ok(did.join(", then "))
+}
+
 /// Runs the suite: every model over every item, each result stored in `eval_items` and sent as an `item` event.
 /// Returns the scores per model, and whether it ran to the end (false: cancelled).
 #[allow(clippy::too_many_arguments)]
@@ -125,14 +171,19 @@ pub fn execute(
     account: &str,
     req: &EvalRequest,
     items: &[Item],
-    (scorer, reasoning): (Scorer, Vec<bool>),
+    (scorer, variants): (Scorer, Vec<Variant>),
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(Value),
 ) -> Result<(Value, bool), String> {
     let store = crate::store::Store::open(&state.db).map_err(|e| e.to_string())?;
     emit(json!({"type": "start", "items": items.len(), "models": req.models}));
     let mut scores = Vec::new();
-    for (m, model) in req.models.iter().enumerate() {
+    for v in &variants {
+        let model = &v.name;
+        if let Some(b) = &v.backend {
+            let did = rt.block_on(place(state, account, &v.id, b))?;
+            emit(json!({"type": "placed", "model": model, "did": did}));
+        }
         let mut correct = 0usize;
         for (i, item) in items.iter().enumerate() {
             if cancel.load(Ordering::Relaxed) {
@@ -145,7 +196,7 @@ pub fn execute(
             }
             messages.push(json!({"role": "user", "content": item.prompt}));
             let answer =
-                rt.block_on(ask(state, account, model, messages, reasoning[m], req.max_tokens.unwrap_or(64), cancel))?;
+                rt.block_on(ask(state, account, &v.id, messages, v.reasoning, req.max_tokens.unwrap_or(64), cancel))?;
             let right = item.scorer.unwrap_or(scorer).score(&answer, &item.expected);
             correct += usize::from(right);
             store

@@ -99,7 +99,7 @@ impl Jobs {
         std::thread::spawn(move || {
             let store = Store::open(&db).ok();
             let mut seq = 0i64;
-            let mut emit = |mut ev: Value| {
+            let mut stored = |mut ev: Value| {
                 seq += 1;
                 ev["seq"] = json!(seq);
                 if let Some(s) = &store {
@@ -108,7 +108,10 @@ impl Jobs {
                         params![id, seq, ev.to_string()],
                     );
                 }
-                let _ = tx.send(ev);
+                ev
+            };
+            let mut emit = |ev: Value| {
+                let _ = tx.send(stored(ev));
             };
             set_state(store.as_ref(), &id, "running", None, None);
             emit(json!({"type": "state", "state": "running"}));
@@ -120,10 +123,12 @@ impl Jobs {
                 Err(e) => ("failed", None, Some(e)),
             };
             set_state(store.as_ref(), &id, state, result.as_ref(), error.as_deref());
-            // The last event is stored before the job leaves the live list: a follower that finds it gone reads the
-            // end from SQLite, one that subscribed before gets it live.
-            emit(json!({"type": "state", "state": state, "result": result, "error": error}));
+            // The last event is stored, then the job leaves the live list, then the event is sent: a follower that
+            // finds it gone reads the end from SQLite, one that subscribed before gets it live, and whoever reads
+            // the end finds the job no longer running (a benchmark asked for at once is not refused for it).
+            let last = stored(json!({"type": "state", "state": state, "result": result, "error": error}));
             jobs.lock().remove(&id);
+            let _ = tx.send(last);
         });
     }
 }

@@ -50,5 +50,6 @@ export OMP_NUM_THREADS=1
 "$PY" scripts/reference/gguf_types.py
 "$PY" scripts/reference/templates_ref.py
 "$PY" scripts/reference/smollm2_ref.py
+"$PY" scripts/reference/datasets_ref.py    # Hub dataset repos as Parquet
 "$PY" scripts/reference/ppl_ref.py         # perplexity of the real model on the public-domain text
 echo "fixtures regenerated:"; du -sh fixtures

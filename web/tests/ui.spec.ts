@@ -250,6 +250,11 @@ test('datasets are checked on upload, a model trains from scratch with its loss 
   await page.getByLabel('File').setInputFiles({ name: 'suite.jsonl', mimeType: 'application/json', buffer: Buffer.from(suite) });
   await page.getByRole('button', { name: 'Upload' }).click();
   await expect(page.getByRole('table', { name: 'datasets' }).getByRole('row')).toHaveCount(3);
+  // A Hub dataset's split, fetched by the server (Parquet, from the fake Hub).
+  await page.getByLabel('Dataset repo').fill('tiny/cats');
+  await page.getByRole('button', { name: 'Fetch' }).click();
+  await expect(page.getByTestId('dataset-summary')).toHaveText('3 text records, 3 to train on, 0 held out');
+  await expect(page.getByRole('table', { name: 'datasets' }).getByRole('row')).toHaveCount(4);
   await shot(page, 'datasets');
 
   await page.goto('/training');

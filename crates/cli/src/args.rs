@@ -293,10 +293,18 @@ pub struct TrainCmd {
 pub enum DatasetsCommand {
     /// Your datasets (the default).
     List,
-    /// Upload a file; a bad one is refused naming every bad line.
+    /// Upload a file (JSONL, JSON, Parquet or plain text), or take a Hub dataset's split with --hub; a bad one is
+    /// refused naming every bad record.
     Add {
         /// The file.
-        file: std::path::PathBuf,
+        #[arg(required_unless_present = "hub", conflicts_with = "hub")]
+        file: Option<std::path::PathBuf>,
+        /// A dataset repo on the Hub, `owner/name[@revision]`, fetched by the server into its HF cache.
+        #[arg(long)]
+        hub: Option<String>,
+        /// With --hub: the split (default train).
+        #[arg(long, requires = "hub")]
+        split: Option<String>,
         /// Its name on the server (default: the file's).
         #[arg(long)]
         name: Option<String>,

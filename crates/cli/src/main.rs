@@ -148,8 +148,12 @@ fn main() -> std::process::ExitCode {
             use client::training as t;
             match command.unwrap_or(args::DatasetsCommand::List) {
                 args::DatasetsCommand::List => t::datasets_list(&url, c.json),
-                args::DatasetsCommand::Add { file, name, validation } => {
-                    t::datasets_add(&url, &file, name.as_deref(), validation, c.json)
+                args::DatasetsCommand::Add { file, hub, split, name, validation } => {
+                    let source = match (&file, &hub) {
+                        (Some(f), _) => t::Source::File(f),
+                        (None, h) => t::Source::Hub(h.as_deref().unwrap_or_default(), split.as_deref()),
+                    };
+                    t::datasets_add(&url, source, name.as_deref(), validation, c.json)
                 }
                 args::DatasetsCommand::Show { id, rows, model } => t::datasets_show(&url, &id, rows, model.as_deref()),
                 args::DatasetsCommand::Rm { id } => t::datasets_rm(&url, &id),

@@ -560,3 +560,20 @@ fn ls_lists_the_default_models_offline_copy() {
         "{v}"
     );
 }
+
+#[test]
+fn datasets_add_hub_takes_a_split_into_the_server_s_cache() {
+    let env = Env::new();
+    let fx = fixtures().join("datasets/cat-text");
+    let file = |p: &str| (p.to_string(), std::fs::read(fx.join(p)).unwrap());
+    let files = vec![file("data/train-00000-of-00001.parquet"), file("data/validation-00000-of-00001.parquet")];
+    env.fake.add_dataset("tiny/cats", C1, files, &["main"]);
+    let s = Serve::start(&env);
+    let (out, err) = env.ok(&["--remote", &s.1, "datasets", "add", "--hub", "tiny/cats", "--split", "validation"]);
+    assert!(out.contains("tiny/cats:validation") && out.contains("1 text records"), "{out}\n{err}");
+    assert!(s.2.path().join("hub/datasets--tiny--cats/snapshots").join(C1).join("data").is_dir());
+    let e = env.fails(&["--remote", &s.1, "datasets", "add", "--hub", "tiny/cats", "--split", "dev"]);
+    assert!(e.contains("its splits: train, validation"), "{e}");
+    let e = env.fails(&["--remote", &s.1, "datasets", "add", "--split", "train"]);
+    assert!(e.contains("--hub"), "{e}");
+}

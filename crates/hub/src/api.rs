@@ -82,7 +82,7 @@ const API_LIMIT: u64 = 64 << 20;
 
 /// Asks the Hub which commit `revision` is and what files the repo has there.
 pub fn repo_info(client: &Client, endpoint: &str, repo: &RepoId, revision: &str) -> Result<RepoInfo, HubError> {
-    let url = format!("{endpoint}/api/models/{repo}/revision/{}?blobs=true", encode_segment(revision));
+    let url = format!("{endpoint}/api/{}/{repo}/revision/{}?blobs=true", repo.kind.plural(), encode_segment(revision));
     let who = repo.to_string();
     let body = client.get(&url, None, &[], Subject::Repo(&who))?.read_limited(API_LIMIT, "revision API answer")?;
     let info: RepoInfo = serde_json::from_slice(&body).map_err(|e| HubError::Invalid {
@@ -180,8 +180,9 @@ pub fn params(hit: &SearchHit) -> Option<u64> {
     })
 }
 
-/// The `resolve` URL of a file at a commit.
+/// The `resolve` URL of a file at a commit (a dataset's under `/datasets/`).
 pub fn file_url(endpoint: &str, repo: &RepoId, commit: &str, file: &str) -> String {
     let path: Vec<String> = file.split('/').map(encode_segment).collect();
-    format!("{endpoint}/{repo}/resolve/{commit}/{}", path.join("/"))
+    let kind = if repo.kind == crate::RepoKind::Dataset { "datasets/" } else { "" };
+    format!("{endpoint}/{kind}{repo}/resolve/{commit}/{}", path.join("/"))
 }

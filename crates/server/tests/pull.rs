@@ -189,3 +189,54 @@ fn a_second_pull_of_a_running_repo_is_a_409_naming_the_first() {
     assert_eq!(last["event"], "error", "a fresh pull runs (and fails on the closed Hub), no 409: {last}");
     assert_ne!(last["error"]["code"], "pull_in_progress");
 }
+
+/// A dataset repo's split from the Hub (`POST /api/datasets?hub=...`): Parquet shards as pyarrow writes them
+/// (fixtures/datasets, from scripts/reference/datasets_ref.py) fetched into the HF cache's `datasets--owner--name`
+/// through the fake Hub, read as one dataset, listed and trained on; a split the repo lacks is refused naming the
+/// ones it has.
+#[test]
+fn a_hub_dataset_s_split_is_fetched_into_the_cache_and_kept() {
+    let fx = support::fixtures().join("datasets");
+    let file = |p: &str| (p.to_string(), std::fs::read(fx.join("cat-text").join(p)).unwrap());
+    let fake = Fake::start();
+    fake.add_dataset(
+        "tiny/cats",
+        C1,
+        vec![
+            ("README.md".into(), b"---\nlicense: mit\n---\n".to_vec()),
+            file("data/train-00000-of-00001.parquet"),
+            file("data/validation-00000-of-00001.parquet"),
+        ],
+        &["main"],
+    );
+    let chat = std::fs::read(fx.join("cat-chat/data/train-00000-of-00001.parquet")).unwrap();
+    fake.add_dataset("tiny/chat", C1, vec![("data/train-00000-of-00001.parquet".into(), chat)], &["main"]);
+    let (s, cache) = server("hub-dataset", &fake.url, &[]);
+    let rows: Value = serde_json::from_str(&std::fs::read_to_string(fx.join("rows.json")).unwrap()).unwrap();
+
+    let (code, ds) = s.post("/api/datasets?hub=tiny/cats&split=validation&validation=0", "");
+    assert_eq!(code, 201, "{ds}");
+    assert_eq!((ds["name"].as_str(), ds["format"].as_str()), (Some("tiny/cats:validation"), Some("text")), "{ds}");
+    assert_eq!(ds["records"], 1);
+    let (code, ds) = s.post("/api/datasets?hub=tiny/cats&validation=0", "");
+    assert_eq!((code, ds["records"].as_u64()), (201, Some(3)), "{ds}");
+    let (_, shown) = s.call("GET", &format!("/api/datasets/{}?rows=3", ds["id"].as_str().unwrap()), "");
+    let texts: Vec<&Value> = shown["rows"].as_array().unwrap().iter().map(|r| &r["text"]).collect();
+    let want: Vec<&Value> = rows["cat-text"]["train"].as_array().unwrap().iter().collect();
+    assert_eq!(texts, want, "{shown}");
+    let snap = cache.join("datasets--tiny--cats/snapshots").join(C1).join("data/train-00000-of-00001.parquet");
+    assert!(snap.is_file(), "{} is where huggingface_hub puts it", snap.display());
+    assert!(!cache.join("datasets--tiny--cats/snapshots").join(C1).join("README.md").exists(), "only the split's data");
+
+    let (code, chat) = s.post("/api/datasets?hub=tiny/chat&validation=0", "");
+    assert_eq!((code, chat["format"].as_str()), (201, Some("messages")), "{chat}");
+
+    let (code, bad) = s.post("/api/datasets?hub=tiny/cats&split=test", "");
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("split")), "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("its splits: train, validation"), "{bad}");
+    let (code, bad) = s.post("/api/datasets?hub=tiny/none", "");
+    assert_eq!(code, 404, "{bad}");
+    let (code, bad) = s.post("/api/datasets?hub=tiny/cats", "{\"text\": \"x\"}");
+    assert_eq!((code, bad["error"]["param"].as_str()), (400, Some("hub")), "{bad}");
+    assert!(fake.requests().iter().any(|r| r.0.starts_with("/api/datasets/tiny/cats/revision/main")));
+}

@@ -30,17 +30,24 @@ fn follow(s: &common::Server, id: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Reads a running job's events until one of type `kind`.
+fn wait_for(s: &common::Server, id: &str, kind: &str) {
+    let r = ureq::get(&format!("{}/api/jobs/{id}/events", s.url)).call().unwrap();
+    let want = format!("\"type\":\"{kind}\"");
+    if !BufReader::new(r.into_reader())
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.starts_with("data: ") && l.contains(&want))
+    {
+        panic!("job {id} ended before a {kind} event");
+    }
+}
+
 /// Reads a running job's events until its first checkpoint, then cancels it.
 fn cancel_after_checkpoint(s: &common::Server, id: &str) {
-    let r = ureq::get(&format!("{}/api/jobs/{id}/events", s.url)).call().unwrap();
-    for line in BufReader::new(r.into_reader()).lines().map_while(Result::ok) {
-        if line.starts_with("data: ") && line.contains("\"type\":\"checkpoint\"") {
-            let (code, c) = s.call("DELETE", &format!("/api/jobs/{id}"), "");
-            assert_eq!((code, c["cancelling"].as_bool()), (200, Some(true)), "{c}");
-            return;
-        }
-    }
-    panic!("job {id} ended before its first checkpoint");
+    wait_for(s, id, "checkpoint");
+    let (code, c) = s.call("DELETE", &format!("/api/jobs/{id}"), "");
+    assert_eq!((code, c["cancelling"].as_bool()), (200, Some(true)), "{c}");
 }
 
 fn gpt_config() -> Value {
@@ -180,6 +187,7 @@ fn a_chat_model_trained_as_a_job_answers_through_chat_completions() {
     assert!(refused["error"]["message"].as_str().unwrap().contains(&long_id), "{refused}");
     // Chat beside it: the queue's view says what the run costs replies, measured on the replies since it started
     // against the same model's before it (the Chat page's "slower" banner).
+    wait_for(&s, &long_id, "step");
     let mut ask_long = ask.clone();
     ask_long["max_tokens"] = json!(8);
     ask_long["ignore_eos"] = json!(true);

@@ -53,6 +53,13 @@ fn the_web_ui_in_chromium() {
 
     let fake = Fake::start();
     fake.add_repo("tiny/llama", C1, tiny_llama_files(), &["main"]);
+    let cats = support::fixtures().join("datasets/cat-text/data/train-00000-of-00001.parquet");
+    fake.add_dataset(
+        "tiny/cats",
+        C1,
+        vec![("data/train-00000-of-00001.parquet".into(), std::fs::read(cats).unwrap())],
+        &["main"],
+    );
     let open = server("open", &fake.url, &[]);
     let auth = server("auth", &fake.url, &[("KVAD_AUTH_MODE", "local"), ("KVAD_ADMIN_PASSWORD", ADMIN_PASSWORD)]);
     let shots = root().join("docs/screenshots");

@@ -68,14 +68,93 @@ impl std::fmt::Display for LineError {
     }
 }
 
-/// Parses a dataset file: JSONL when its name ends in `.jsonl` (or its first non-blank character is `{`), else
-/// plain text. Every bad line is reported (the first [`MAX_ERRORS`]).
+impl Record {
+    /// The record as the object of a JSONL line, which [`parse`] reads back as this record.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Record::Text(t) => serde_json::json!({"text": t}),
+            Record::Messages(m) => serde_json::json!({"messages": m}),
+            Record::Item(i) => {
+                let mut v = serde_json::json!({"prompt": i.prompt, "expected": i.expected});
+                if let Some(s) = i.scorer {
+                    v["scorer"] = serde_json::to_value(s).unwrap_or(Value::Null);
+                }
+                v
+            }
+        }
+    }
+}
+
+/// Parses several files of one dataset (a Hub split's shards) as one: every file checked, errors named with their
+/// file, kinds not mixed between files. Plain-text files stay plain; anything else becomes JSONL records.
+pub fn parse_files(files: &[(String, Vec<u8>)]) -> Result<Dataset, Vec<LineError>> {
+    let mut all: Option<Dataset> = None;
+    let mut errors = Vec::new();
+    for (name, bytes) in files {
+        match parse(name, bytes) {
+            Ok(d) => match &mut all {
+                None => all = Some(d),
+                Some(a) if a.format == d.format => a.records.extend(d.records),
+                Some(a) => errors.push(LineError {
+                    line: 1,
+                    field: String::new(),
+                    message: format!(
+                        "{name} holds {} records, the files before it {}",
+                        name_of(d.format),
+                        name_of(a.format)
+                    ),
+                }),
+            },
+            Err(es) => {
+                errors.extend(es.into_iter().map(|e| LineError { message: format!("{name}: {}", e.message), ..e }))
+            }
+        }
+    }
+    match all {
+        Some(d) if errors.is_empty() => Ok(d),
+        _ => {
+            errors.truncate(MAX_ERRORS);
+            Err(errors)
+        }
+    }
+}
+
+/// The records as the file kvad keeps: blank-line-separated documents for plain text, else JSONL.
+pub fn to_file(d: &Dataset) -> String {
+    match d.format {
+        Format::Plain => d
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Text(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+        _ => d.records.iter().map(|r| r.to_json().to_string() + "\n").collect(),
+    }
+}
+
+/// Parses a dataset file: Parquet when its name ends in `.parquet` (each row a record, as a JSONL line would be;
+/// errors name the row as the line), a JSON array of records for `.json` files that hold one, JSONL when its name
+/// ends in `.jsonl` or `.json` (or its first non-blank character is `{`), else plain text. Every bad record is
+/// reported (the first [`MAX_ERRORS`]).
 pub fn parse(name: &str, bytes: &[u8]) -> Result<Dataset, Vec<LineError>> {
+    if name.ends_with(".parquet") {
+        let rows = crate::columnar::rows(bytes)
+            .map_err(|e| vec![LineError { line: 1, field: String::new(), message: format!("not Parquet: {e}") }])?;
+        return from_values(rows.into_iter().enumerate().map(|(i, v)| (i + 1, v)));
+    }
     let text = std::str::from_utf8(bytes).map_err(|e| {
         let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
         vec![LineError { line, field: String::new(), message: "not UTF-8".into() }]
     })?;
-    let jsonl = name.ends_with(".jsonl") || text.trim_start().starts_with('{');
+    if name.ends_with(".json") && text.trim_start().starts_with('[') {
+        let all: Vec<Value> = serde_json::from_str(text)
+            .map_err(|e| vec![LineError { line: e.line(), field: String::new(), message: format!("not JSON: {e}") }])?;
+        return from_values(all.into_iter().enumerate().map(|(i, v)| (i + 1, Ok(v))));
+    }
+    let jsonl = name.ends_with(".jsonl") || name.ends_with(".json") || text.trim_start().starts_with('{');
     if !jsonl {
         let records: Vec<Record> =
             text.split("\n\n").map(str::trim).filter(|d| !d.is_empty()).map(|d| Record::Text(d.to_string())).collect();
@@ -84,19 +163,25 @@ pub fn parse(name: &str, bytes: &[u8]) -> Result<Dataset, Vec<LineError>> {
         }
         return Ok(Dataset { format: Format::Plain, records });
     }
+    let lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, line)| (i + 1, serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}"))));
+    from_values(lines)
+}
+
+/// The records of a file's rows (each numbered as its line, or its row), every row checked, kinds not mixed.
+fn from_values(rows: impl Iterator<Item = (usize, Result<Value, String>)>) -> Result<Dataset, Vec<LineError>> {
     let mut errors = Vec::new();
     let mut records = Vec::new();
     let mut format: Option<(Format, usize)> = None;
-    for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (n, v) in rows {
         let mut bad = |field: &str, message: String| errors.push(LineError { line: n, field: field.into(), message });
-        let v: Value = match serde_json::from_str(line) {
+        let v: Value = match v {
             Ok(v) => v,
             Err(e) => {
-                bad("", format!("not JSON: {e}"));
+                bad("", e);
                 continue;
             }
         };
@@ -310,6 +395,51 @@ pub fn pack(docs: &[Vec<u32>], len: usize) -> Vec<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixture(p: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/datasets").join(p)
+    }
+
+    #[test]
+    fn parquet_rows_are_records_as_pyarrow_wrote_them() {
+        let want: Value = serde_json::from_str(&std::fs::read_to_string(fixture("rows.json")).unwrap()).unwrap();
+        for split in ["train", "validation"] {
+            let name = format!("cat-text/data/{split}-00000-of-00001.parquet");
+            let d = parse(&name, &std::fs::read(fixture(&name)).unwrap()).unwrap();
+            assert_eq!(d.format, Format::Text);
+            let texts: Vec<Value> = d
+                .records
+                .iter()
+                .map(|r| match r {
+                    Record::Text(t) => Value::from(t.as_str()),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(Value::from(texts), want["cat-text"][split]);
+        }
+        let name = "cat-chat/data/train-00000-of-00001.parquet";
+        let d = parse(name, &std::fs::read(fixture(name)).unwrap()).unwrap();
+        assert_eq!(d.format, Format::Messages);
+        let turns: Vec<Value> = d
+            .records
+            .iter()
+            .map(|r| match r {
+                Record::Messages(m) => Value::from(m.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(Value::from(turns), want["cat-chat"]["train"]);
+        let e = parse("x.parquet", b"PAR1 not really").unwrap_err();
+        assert!(e[0].message.starts_with("not Parquet"), "{}", e[0]);
+    }
+
+    #[test]
+    fn a_json_array_is_records_and_bad_ones_are_named_by_position() {
+        let d = parse("d.json", br#"[{"text": "a"}, {"text": "b"}]"#).unwrap();
+        assert_eq!(d.records, vec![Record::Text("a".into()), Record::Text("b".into())]);
+        let e = parse("d.json", br#"[{"text": "a"}, {"text": 2}]"#).unwrap_err();
+        assert_eq!((e[0].line, e[0].field.as_str()), (2, "text"));
+    }
 
     #[test]
     fn every_bad_line_is_named_with_its_field() {

@@ -7,6 +7,7 @@
 mod attn;
 mod batch;
 mod checkpoint;
+mod columnar;
 pub mod data;
 mod error;
 pub mod eval;

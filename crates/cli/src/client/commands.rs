@@ -30,7 +30,11 @@ pub const COMMANDS: &[(&str, &str, &str)] = &[
     ("DELETE", "/api/sessions/{id}", "kvad sessions rm ID"),
     ("PATCH", "/api/settings", "kvad use MODEL (the default model); the limits from the web UI's Settings page"),
     ("GET", "/api/datasets", "kvad datasets list"),
-    ("POST", "/api/datasets", "kvad datasets add FILE [--name N] [--validation F]; kvad train --data FILE"),
+    (
+        "POST",
+        "/api/datasets",
+        "kvad datasets add FILE|--hub REPO [--split S] [--name N] [--validation F]; kvad train --data FILE",
+    ),
     ("GET", "/api/datasets/{id}", "kvad datasets show ID [--rows N] [--model M]"),
     ("DELETE", "/api/datasets/{id}", "kvad datasets rm ID"),
     ("GET", "/api/jobs", "kvad jobs list"),

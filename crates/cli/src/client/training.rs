@@ -58,21 +58,45 @@ pub fn upload(url: &str, file: &std::path::Path, name: Option<&str>, validation:
     Ok(req.send_bytes(&bytes).map_err(http_error)?.into_json()?)
 }
 
-/// `kvad datasets add FILE`.
+/// Where a dataset comes from.
+pub enum Source<'a> {
+    /// A file here, uploaded.
+    File(&'a std::path::Path),
+    /// A Hub dataset repo (`owner/name[@revision]`) and split, fetched by the server.
+    Hub(&'a str, Option<&'a str>),
+}
+
+/// `kvad datasets add FILE` or `kvad datasets add --hub REPO [--split S]`.
 pub fn datasets_add(
     url: &str,
-    file: &std::path::Path,
+    source: Source<'_>,
     name: Option<&str>,
     validation: Option<f64>,
     json_out: bool,
 ) -> Result<()> {
-    let d = upload(url, file, name, validation)?;
+    let d = match source {
+        Source::File(file) => upload(url, file, name, validation)?,
+        Source::Hub(repo, split) => {
+            let mut req = with_auth(url, ureq::post(&format!("{url}/api/datasets"))).query("hub", repo);
+            for (k, v) in [
+                ("split", split.map(str::to_string)),
+                ("name", name.map(str::to_string)),
+                ("validation", validation.map(|v| v.to_string())),
+            ] {
+                if let Some(v) = v {
+                    req = req.query(k, &v);
+                }
+            }
+            req.send_bytes(&[]).map_err(http_error)?.into_json()?
+        }
+    };
     if json_out {
         println!("{d}");
     } else {
         println!(
-            "{}: {} {} records ({} held out for validation)",
+            "{} ({}): {} {} records ({} held out for validation)",
             s(&d["id"]),
+            s(&d["name"]),
             s(&d["records"]),
             s(&d["format"]),
             s(&d["validation_records"])

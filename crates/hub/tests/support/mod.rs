@@ -106,6 +106,11 @@ impl Fake {
         }
     }
 
+    /// Adds a dataset repo, as [`Fake::add_repo`] adds a model's.
+    pub fn add_dataset(&self, id: &str, commit: &str, files: Vec<(String, Vec<u8>)>, refs: &[&str]) {
+        self.add_repo(&format!("datasets/{id}"), commit, files, refs);
+    }
+
     pub fn fault(&self, file: &str, f: Fault) {
         self.state.lock().unwrap().faults.insert(file.to_string(), f);
     }
@@ -227,6 +232,14 @@ fn range_reply(bytes: &[u8], range: Option<&str>, fault: Option<&Fault>, st: &Ar
 
 fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<State>>) -> Reply {
     let (p, _query) = path.split_once('?').unwrap_or((path, ""));
+    // Dataset repos answer under /api/datasets and /datasets/ as models do under /api/models and /; they are kept
+    // as repos named `datasets/owner/name`.
+    let (p, ns) = match (p.strip_prefix("/api/datasets/"), p.strip_prefix("/datasets/")) {
+        (Some(r), _) => (format!("/api/models/{r}"), "datasets/"),
+        (_, Some(r)) => (format!("/{r}"), "datasets/"),
+        _ => (p.to_string(), ""),
+    };
+    let p = p.as_str();
     let s = st.lock().unwrap();
     let authorized = |repo: &Repo| {
         !repo.gated || (auth.is_some() && auth == s.token.as_ref().map(|t| format!("Bearer {t}")).as_deref())
@@ -236,7 +249,7 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
         let parts: Vec<&str> = rest.splitn(4, '/').collect();
         if parts.len() == 4 && parts[2] == "tree" {
             // huggingface_hub's list_repo_tree (snapshot_download lists files with it).
-            let Some(repo) = s.repos.get(&format!("{}/{}", parts[0], parts[1])) else { return reply(404, "") };
+            let Some(repo) = s.repos.get(&format!("{ns}{}/{}", parts[0], parts[1])) else { return reply(404, "") };
             let Some(commit) = find_commit(repo, &decode(parts[3])) else { return reply(404, "") };
             let entries: Vec<serde_json::Value> = repo.commits[&commit]
                 .iter()
@@ -245,7 +258,7 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
             return json(serde_json::Value::Array(entries));
         }
         if parts.len() == 4 && parts[2] == "revision" {
-            let id = format!("{}/{}", parts[0], parts[1]);
+            let id = format!("{ns}{}/{}", parts[0], parts[1]);
             let Some(repo) = s.repos.get(&id) else {
                 let mut r = reply(401, "");
                 r.headers.push(("X-Error-Code".into(), "RepoNotFound".into()));
@@ -268,7 +281,7 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
                 .map(|(name, bytes)| {
                     let sha = sha256_hex(bytes);
                     let mut v = serde_json::json!({"rfilename": name, "size": bytes.len(), "blobId": &sha[..40]});
-                    if name.ends_with(".safetensors") || name.ends_with(".gguf") {
+                    if name.ends_with(".safetensors") || name.ends_with(".gguf") || name.ends_with(".parquet") {
                         v["lfs"] = serde_json::json!({"sha256": sha, "size": bytes.len(), "pointerSize": 134});
                     }
                     v
@@ -389,7 +402,7 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
     // /{o}/{n}/resolve/{commit}/{file}
     let parts: Vec<&str> = p.trim_start_matches('/').splitn(5, '/').collect();
     if parts.len() == 5 && parts[2] == "resolve" {
-        let id = format!("{}/{}", parts[0], parts[1]);
+        let id = format!("{ns}{}/{}", parts[0], parts[1]);
         let Some(repo) = s.repos.get(&id) else { return reply(404, "") };
         if !authorized(repo) {
             return reply(401, "");
@@ -408,7 +421,7 @@ fn route(path: &str, range: Option<&str>, auth: Option<&str>, st: &Arc<Mutex<Sta
             r.headers.push(("Location".into(), p.to_string()));
             return r;
         }
-        if file.ends_with(".safetensors") {
+        if file.ends_with(".safetensors") || file.ends_with(".parquet") {
             // LFS files live on the CDN, as on the real Hub.
             let sha = sha256_hex(&bytes);
             let mut r = reply(302, "");

@@ -62,14 +62,51 @@ pub fn row(s: &Store, id: &str, account: &str) -> rusqlite::Result<Option<Value>
     rows.next().transpose()
 }
 
-/// `POST /api/datasets?name=N&validation=F`: the body is the file.
+/// A Hub dataset's split, fetched into the HF cache (`datasets--owner--name`) and read as one dataset: every shard
+/// checked. Returns the name it is listed under and the records.
+async fn from_hub(hub: &str, split: &str) -> Result<(String, data::Dataset), ApiError> {
+    let mut rr = kvad_hub::RepoRef::parse(hub).map_err(|e| ApiError::bad_field("hub", e.to_string()))?;
+    rr.repo = rr.repo.dataset();
+    let split_name = split.to_string();
+    let pulled = tokio::task::spawn_blocking(move || {
+        let r = kvad_hub::Hub::from_env().pull_split(&rr, &split_name, &mut kvad_hub::Silent);
+        r.and_then(|p| {
+            let read = |f: &std::path::PathBuf| {
+                std::fs::read(f).map_err(|e| kvad_hub::HubError::Io { path: f.display().to_string(), source: e })
+            };
+            p.files.iter().map(|(name, f)| Ok((name.clone(), read(f)?))).collect::<Result<Vec<_>, _>>()
+        })
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(super::pull::hub_error)?;
+    let ds = data::parse_files(&pulled).map_err(|errs| {
+        let lines: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        ApiError::bad_field("hub", format!("{hub} ({split}): {} bad record(s): {}", lines.len(), lines.join("; ")))
+    })?;
+    Ok((format!("{hub}:{split}"), ds))
+}
+
+/// `POST /api/datasets?name=N&validation=F`: the body is the file. Or `?hub=owner/name[@revision]&split=S`
+/// (default `train`) with no body: a dataset repo's split from the Hub (Parquet, JSONL, JSON or text shards).
 pub async fn create(
     State(state): State<AppState>,
     Owner(account): Owner,
     Query(q): Query<HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let name = q.get("name").cloned().unwrap_or_else(|| "dataset.jsonl".into());
+    let hub = match q.get("hub") {
+        Some(h) if !body.is_empty() => {
+            return Err(ApiError::bad_field(
+                "hub",
+                format!("hub = {h:?} with a body: give the file or the repo, not both"),
+            ))
+        }
+        Some(h) => Some(from_hub(h, q.get("split").map_or("train", String::as_str)).await?),
+        None => None,
+    };
+    let name =
+        q.get("name").cloned().or_else(|| hub.as_ref().map(|h| h.0.clone())).unwrap_or_else(|| "dataset.jsonl".into());
     if name.is_empty() || name.len() > 200 {
         return Err(ApiError::bad_field("name", format!("{name:?} must be 1-200 characters")));
     }
@@ -79,10 +116,25 @@ pub async fn create(
         })?,
         None => 0.1,
     };
-    let ds = data::parse(&name, &body).map_err(|errs| {
-        let lines: Vec<String> = errs.iter().map(ToString::to_string).collect();
-        ApiError::bad_field("body", format!("{name}: {} bad line(s): {}", lines.len(), lines.join("; ")))
-    })?;
+    let (ds, body) = match hub {
+        Some((_, ds)) => {
+            let file = data::to_file(&ds);
+            (ds, Bytes::from(file))
+        }
+        None => {
+            let ds = data::parse(&name, &body).map_err(|errs| {
+                let lines: Vec<String> = errs.iter().map(ToString::to_string).collect();
+                ApiError::bad_field("body", format!("{name}: {} bad line(s): {}", lines.len(), lines.join("; ")))
+            })?;
+            // A Parquet upload is kept as the JSONL it reads as (the stored file is read by its format's extension).
+            let body = if name.ends_with(".parquet") || name.ends_with(".json") {
+                Bytes::from(data::to_file(&ds))
+            } else {
+                body
+            };
+            (ds, body)
+        }
+    };
     let id = format!(
         "ds_{:x}",
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())

@@ -78,10 +78,7 @@ async fn start_train(
             format!("trained:{} exists already; name the run another way", req.output),
         ));
     }
-    let (ds, acc) = (req.dataset.clone(), account.clone());
-    let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
-        .await?
-        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    let dataset = dataset_row(&state, &req.dataset, &account).await?;
     if dataset["format"] == "suite" {
         return Err(ApiError::bad_field(
             "dataset",
@@ -154,10 +151,7 @@ fn new_id() -> String {
 async fn create_eval(state: AppState, account: String, admin: bool, v: Value) -> Result<Response, ApiError> {
     let req: EvalRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
     let checked = req.check(&state, admin).map_err(|(field, msg)| ApiError::bad_field(&field, msg))?;
-    let (ds, acc) = (req.dataset.clone(), account.clone());
-    let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
-        .await?
-        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    let dataset = dataset_row(&state, &req.dataset, &account).await?;
     if dataset["format"] != "suite" {
         return Err(ApiError::bad_field(
             "dataset",
@@ -167,11 +161,7 @@ async fn create_eval(state: AppState, account: String, admin: bool, v: Value) ->
             ),
         ));
     }
-    let file = super::datasets::file(&state, &req.dataset, "suite");
-    let bytes = std::fs::read(&file).map_err(|e| ApiError::internal(format!("{}: {e}", file.display())))?;
-    let items: Vec<kvad_train::eval::Item> = kvad_train::data::parse("suite.jsonl", &bytes)
-        .map_err(|e| ApiError::internal(format!("the stored suite no longer parses: {}", e[0])))?
-        .records
+    let items: Vec<kvad_train::eval::Item> = stored_records(&state, &req.dataset, "suite")?
         .into_iter()
         .filter_map(|r| match r {
             kvad_train::data::Record::Item(i) => Some(i),
@@ -186,12 +176,27 @@ async fn create_eval(state: AppState, account: String, admin: bool, v: Value) ->
     state.jobs.spawn(state.db.clone(), id.clone(), "eval", &account, what, move |cancel, emit| {
         crate::jobs::eval::execute(&st, &rt, &job, &who, &req, &items, checked, cancel, emit)
     });
-    let (i, a) = (id, account);
-    let job = with_store(&state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
-    Ok((StatusCode::CREATED, Json(job)).into_response())
+    created(&state, &id, &account).await
 }
 
-/// Inserts job `id`'s row and returns it as the API shows it, for a 201.
+/// The caller's dataset `id` as the API shows it; a 400 naming `dataset` when the caller has none by that id.
+async fn dataset_row(state: &AppState, id: &str, account: &str) -> Result<Value, ApiError> {
+    let (ds, acc) = (id.to_string(), account.to_string());
+    with_store(state, move |s| super::datasets::row(s, &ds, &acc))
+        .await?
+        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {id}")))
+}
+
+/// The records of a stored dataset (checked at upload, so a failure here is the server's).
+fn stored_records(state: &AppState, id: &str, format: &str) -> Result<Vec<kvad_train::data::Record>, ApiError> {
+    let file = super::datasets::file(state, id, format);
+    let bytes = std::fs::read(&file).map_err(|e| ApiError::internal(format!("{}: {e}", file.display())))?;
+    kvad_train::data::parse(&file.display().to_string(), &bytes)
+        .map(|d| d.records)
+        .map_err(|e| ApiError::internal(format!("the stored dataset {id} no longer parses: {}", e[0])))
+}
+
+/// Returns job `id`'s row as the API shows it, for a 201.
 async fn created(state: &AppState, id: &str, account: &str) -> Result<Response, ApiError> {
     let (i, a) = (id.to_string(), account.to_string());
     let job = with_store(state, move |s| crate::jobs::load(s, &i, Some(&a))).await?.unwrap_or(Value::Null);
@@ -202,10 +207,7 @@ async fn created(state: &AppState, id: &str, account: &str) -> Result<Response, 
 async fn create_ppl(state: AppState, account: String, v: Value) -> Result<Response, ApiError> {
     let req: PplRequest = serde_json::from_value(v.clone()).map_err(serde_field)?;
     req.check(&state).map_err(|(field, msg)| ApiError::bad_field(&field, msg))?;
-    let (ds, acc) = (req.dataset.clone(), account.clone());
-    let dataset = with_store(&state, move |s| super::datasets::row(s, &ds, &acc))
-        .await?
-        .ok_or_else(|| ApiError::bad_field("dataset", format!("no dataset {}", req.dataset)))?;
+    let dataset = dataset_row(&state, &req.dataset, &account).await?;
     let format = dataset["format"].as_str().unwrap_or("").to_string();
     if format != "text" && format != "plain" {
         return Err(ApiError::bad_field(
@@ -216,11 +218,7 @@ async fn create_ppl(state: AppState, account: String, v: Value) -> Result<Respon
             ),
         ));
     }
-    let file = super::datasets::file(&state, &req.dataset, &format);
-    let bytes = std::fs::read(&file).map_err(|e| ApiError::internal(format!("{}: {e}", file.display())))?;
-    let docs: Vec<String> = kvad_train::data::parse(&file.display().to_string(), &bytes)
-        .map_err(|e| ApiError::internal(format!("the stored dataset no longer parses: {}", e[0])))?
-        .records
+    let docs: Vec<String> = stored_records(&state, &req.dataset, &format)?
         .into_iter()
         .filter_map(|r| match r {
             kvad_train::data::Record::Text(t) => Some(t),
